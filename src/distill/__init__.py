@@ -1,0 +1,3 @@
+"""distill: knowledge distillation for language models."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,79 @@
+"""Naive float64 references written from the definitions, in probability space.
+
+Deliberately unlike the code under test: no logsumexp, no F.kl_div (whose argument order is inverted), no
+log-space mixture, no chunking. Slow and obviously right.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def probs(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """softmax(logits / T) in float64 as exp / sum (inputs in tests are small enough not to overflow)."""
+    e = torch.exp(logits.double() / temperature)
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) over the last dim, with 0 log 0 = 0."""
+    terms = torch.where(p > 0, p * torch.log(p / q), torch.zeros_like(p))
+    return terms.sum(dim=-1)
+
+
+def jsd(p_student: torch.Tensor, p_teacher: torch.Tensor, beta: float) -> torch.Tensor:
+    """Generalized JSD per token: beta=0 forward KL(p_t||p_s), beta=1 reverse KL(p_s||p_t)."""
+    if beta == 0:
+        return kl(p_teacher, p_student)
+    if beta == 1:
+        return kl(p_student, p_teacher)
+    m = (1 - beta) * p_student + beta * p_teacher
+    return beta * kl(p_teacher, m) + (1 - beta) * kl(p_student, m)
+
+
+def head_logits(hidden, weight, bias=None, scale=1.0, softcap=None):
+    """z = softcap * tanh(scale (h W^T + b) / softcap), float64."""
+    z = hidden.double() @ weight.double().T
+    if bias is not None:
+        z = z + bias.double()
+    z = z * scale
+    if softcap is not None:
+        z = softcap * torch.tanh(z / softcap)
+    return z
+
+
+def coarsen(p: torch.Tensor, cells: list[list[list[int]]], tail: bool) -> list[torch.Tensor]:
+    """Per row, the probability of each cell (a list of token ids); with tail, one more cell: the rest."""
+    out = []
+    for row, row_cells in enumerate(cells):
+        masses = [p[row, ids].sum() for ids in row_cells]
+        if tail:
+            covered = torch.zeros(p.shape[1], dtype=torch.bool)
+            for ids in row_cells:
+                covered[ids] = True
+            if not covered.all():
+                masses.append(p[row, ~covered].sum())
+        vec = torch.stack(masses)
+        out.append(vec if tail else vec / vec.sum())
+    return out
+
+
+def sparse_cells(topk_ids: torch.Tensor, sampled_ids: torch.Tensor | None) -> list[list[list[int]]]:
+    """The partition's support cells per row: each top-k token, then the sampled one if new."""
+    cells = []
+    for row in range(topk_ids.shape[0]):
+        ids = [[int(i)] for i in topk_ids[row]]
+        if sampled_ids is not None and int(sampled_ids[row]) not in {c[0] for c in ids}:
+            ids.append([int(sampled_ids[row])])
+        cells.append(ids)
+    return cells
+
+
+def assert_close_relative(got: torch.Tensor, want: torch.Tensor, rtol: float, msg: str = "") -> None:
+    """max |got - want| <= rtol * max |want|: relative error on the tensor's scale (fp32 rounding of a large
+    entry then does not fail a tiny one, as elementwise rtol would)."""
+    got, want = got.double(), want.double()
+    assert got.shape == want.shape, f"{msg}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+    error = (got - want).abs().max().item() if got.numel() else 0.0
+    scale = want.abs().max().item() if want.numel() else 0.0
+    assert error <= rtol * max(scale, 1e-12), f"{msg}: max error {error:.3e} > {rtol:.0e} x scale {scale:.3e}"
