@@ -33,6 +33,7 @@ from distill.losses.checks import (
     check_same_vocab,
     check_temperature,
 )
+from distill.losses.blocks import Workspace, log_softmax_, rowwise_dot
 from distill.losses.diagnostics import DEFAULT_OVERLAP_K, STAT_NAMES, TokenStats, token_statistics
 
 DEFAULT_CHUNK_SIZE = 256
@@ -193,54 +194,49 @@ def run_chunked(
     return DistillLoss(loss_sum, torch.tensor(valid_rows.numel(), dtype=torch.long), stats)
 
 
-def _rowwise_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """sum(a * b, -1) for (C, V) blocks without materialising the product."""
-    return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).view(-1)
-
-
 def jsd_block(
     student_logits: torch.Tensor,
     teacher_logits: torch.Tensor,
     beta: float,
     need_grad: bool,
     overlap_k: int | None,
+    workspace: Workspace,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Generalized JSD of one block and its gradient w.r.t. the student logits; both inputs are overwritten.
 
     Args:
         student_logits, teacher_logits: (C, V) float32, already divided by the temperature.
         beta: in [0, 1]; the ends are forward KL (0) and reverse KL (1) exactly.
-        need_grad: also return dJSD/d(student_logits) (C, V).
+        need_grad: also return dJSD/d(student_logits) (C, V) (a view of a workspace buffer).
         overlap_k: when not None, also return per-token diagnostics (C, len(STAT_NAMES)).
+        workspace: buffers "student_p", "teacher_p", "mixture" are used.
 
     Gradients, with g the derivative w.r.t. p_s and dL/dz = p_s * (g - <p_s, g>):
         forward KL:  dL/dz = p_s - p_t
         reverse KL:  g = log p_s - log p_t
         mixture:     g = (1 - beta) (log p_s - log m)      (the p_t / m terms cancel)
     """
-    student_lp = student_logits.sub_(torch.logsumexp(student_logits, dim=-1, keepdim=True))
-    teacher_lp = teacher_logits.sub_(torch.logsumexp(teacher_logits, dim=-1, keepdim=True))
+    rows = student_logits.shape[0]
+    student_lp, student_p = log_softmax_(student_logits, workspace.get("student_p", rows))
+    teacher_lp, teacher_p = log_softmax_(teacher_logits, workspace.get("teacher_p", rows))
     stats = token_statistics(student_lp, teacher_lp, overlap_k) if overlap_k is not None else None
     grad = None
     if beta == 0.0:
-        teacher_p = teacher_lp.exp()
-        loss = _rowwise_dot(teacher_p, teacher_lp.sub_(student_lp))
+        loss = rowwise_dot(teacher_p, teacher_lp.sub_(student_lp))
         if need_grad:
-            grad = student_lp.exp_().sub_(teacher_p)
+            grad = student_p.sub_(teacher_p)
     elif beta == 1.0:
-        student_p = student_lp.exp()
         log_ratio = student_lp.sub_(teacher_lp)
-        loss = _rowwise_dot(student_p, log_ratio)
+        loss = rowwise_dot(student_p, log_ratio)
         if need_grad:
             grad = log_ratio.sub_(loss.unsqueeze(1)).mul_(student_p)
     else:
-        student_p = student_lp.exp()
-        teacher_p = teacher_lp.exp()
         # The mixture in probability space; the clamp keeps log m finite where both underflow (their weight is 0).
-        log_mixture = torch.lerp(student_p, teacher_p, beta).clamp_min_(_TINY).log_()
-        kl_teacher = _rowwise_dot(teacher_p, teacher_lp.sub_(log_mixture))
+        log_mixture = torch.lerp(student_p, teacher_p, beta, out=workspace.get("mixture", rows))
+        log_mixture.clamp_min_(_TINY).log_()
+        kl_teacher = rowwise_dot(teacher_p, teacher_lp.sub_(log_mixture))
         student_vs_mixture = student_lp.sub_(log_mixture)
-        kl_student = _rowwise_dot(student_p, student_vs_mixture)
+        kl_student = rowwise_dot(student_p, student_vs_mixture)
         loss = beta * kl_teacher + (1.0 - beta) * kl_student
         if need_grad:
             grad = student_vs_mixture.sub_(kl_student.unsqueeze(1)).mul_(student_p).mul_(1.0 - beta)
@@ -301,12 +297,12 @@ def chunked_generalized_jsd(
 
     def make_objective(valid_rows: torch.Tensor) -> ChunkObjective:
         teacher_rows = teacher_hidden.detach().index_select(0, valid_rows)
-        buffer = torch.empty(min(chunk_size, valid_rows.numel()), teacher_head.vocab_size, dtype=torch.float32, device=teacher_rows.device)
+        workspace = Workspace(min(chunk_size, valid_rows.numel()), teacher_head.vocab_size, teacher_rows.device)
 
         def objective(rows: slice, student_logits: torch.Tensor, need_grad: bool):
-            teacher_logits = buffer[: student_logits.shape[0]]
+            teacher_logits = workspace.get("teacher_logits", student_logits.shape[0])
             teacher_head.project(teacher_rows[rows], temperature, out=teacher_logits)
-            return jsd_block(student_logits, teacher_logits, beta, need_grad, overlap)
+            return jsd_block(student_logits, teacher_logits, beta, need_grad, overlap, workspace)
 
         return objective
 

@@ -1,0 +1,42 @@
+"""Run a function in several CPU processes joined by a gloo process group (for multi-process tests)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import tempfile
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank, world_size, port, fn, args, out_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        result = fn(rank, world_size, *args)
+        with open(os.path.join(out_dir, f"{rank}.pkl"), "wb") as f:
+            pickle.dump(result, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_in_processes(fn, world_size: int = 2, args: tuple = ()) -> list:
+    """Call fn(rank, world_size, *args) in `world_size` gloo processes; return each rank's result.
+
+    `fn` must be importable (a module-level function) and return something picklable.
+    """
+    with tempfile.TemporaryDirectory() as out_dir:
+        mp.spawn(_worker, args=(world_size, _free_port(), fn, args, out_dir), nprocs=world_size, join=True)
+        results = []
+        for rank in range(world_size):
+            with open(os.path.join(out_dir, f"{rank}.pkl"), "rb") as f:
+                results.append(pickle.load(f))
+    return results
