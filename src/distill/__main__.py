@@ -1,0 +1,5 @@
+import sys
+
+from distill.cli import main
+
+sys.exit(main())

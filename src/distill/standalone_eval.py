@@ -1,0 +1,54 @@
+"""`distill eval`: the training run's evaluation for any student directory or run directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import yaml
+
+from distill.config import BUNDLED_DATASET, DEFAULT_TEACHER
+from distill.data import PromptEncoder, examples_from_dataset, load_dataset_spec
+from distill.evaluate import EvalSettings, Evaluator, build_report, write_report
+from distill.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_source, shared_vocab_size
+from distill.objective import LocalTeacher
+
+
+def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
+    target = Path(args.model)
+    run_config = {}
+    if (target / "config.yaml").is_file() and (target / "model").is_dir():
+        run_config = yaml.safe_load((target / "config.yaml").read_text())
+        model_dir, out_default = target / "model", target / "eval-cli"
+    else:
+        model_dir, out_default = target, target / "eval-cli"
+    teacher_spec = args.teacher or run_config.get("teacher") or DEFAULT_TEACHER
+    dataset_spec = args.dataset or run_config.get("eval_dataset") or BUNDLED_DATASET
+    split = args.split or run_config.get("eval_split") or "heldout"
+
+    examples = examples_from_dataset(load_dataset_spec(dataset_spec, split, "dataset"), "dataset")
+    max_prompts = args.max_prompts if args.max_prompts is not None else run_config.get("eval_max_prompts", 0)
+    examples = examples[:max_prompts] if max_prompts else examples
+    student_source = resolve_model_source(str(model_dir), "model")
+    teacher_source = resolve_model_source(teacher_spec, "teacher")
+
+    if args.device == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(args.device)
+    student = load_causal_lm(student_source).to(device).eval()
+    tokenizer = load_tokenizer(student_source)
+    teacher_model = load_causal_lm(teacher_source).to(device)
+    vocab = shared_vocab_size(tokenizer, load_tokenizer(teacher_source), student, teacher_model)
+    eos_ids = eos_token_ids(tokenizer, student)
+    settings = EvalSettings(
+        max_new_tokens=args.max_new_tokens or run_config.get("eval_max_new_tokens", 48),
+        batch_size=args.batch_size or run_config.get("eval_batch_size", 8),
+        num_examples=run_config.get("eval_examples", 3),
+        seed=run_config.get("seed", 42),
+    )
+    encoder = PromptEncoder(tokenizer, run_config.get("max_prompt_length", 256), settings.max_new_tokens, eos_ids[0])
+    evaluator = Evaluator(LocalTeacher(teacher_model, vocab), tokenizer, encoder, examples, vocab, eos_ids,
+                          tokenizer.pad_token_id, device, settings)
+    report = build_report(evaluator, {"student": evaluator.evaluate(student)})
+    return report, write_report(report, Path(args.out) if args.out else out_default)

@@ -1,0 +1,506 @@
+"""The training loop: one loop on accelerate for every method.
+
+One optimizer step:
+  1. draw each micro-batch's completion source (identical on every process, from (seed, step));
+  2. roll out the whole step: one student `generate` for the on-policy micro-batches, one teacher
+     `generate` for the seq_kd ones, dataset completions for the rest;
+  3. count the step's completion tokens over all micro-batches and processes (one all-reduce);
+  4. per micro-batch: teacher hidden states (inference mode), student forward + chunked loss, backward of
+     loss_sum * num_processes / step_tokens (DDP averages gradients over processes, hence the factor);
+  5. clip, step, schedule; metrics accumulate as sums and are reduced once per logging step.
+The loss, and so the gradient, does not depend on how the step's tokens are split into micro-batches or
+processes (DESIGN.md §4.1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from torch import nn
+
+from distill import checkpoint as ckpt
+from distill.config import BUNDLED_DATASET, DistillConfig
+from distill.data import Example, PromptEncoder, examples_from_dataset, load_dataset_spec
+from distill.evaluate import EvalSettings, Evaluator, build_report, summary_lines, write_report
+from distill.losses import STAT_NAMES
+from distill.metrics import MetricsLog, MetricWindow
+from distill.model_card import write_model_card
+from distill.models import (
+    count_parameters,
+    eos_token_ids,
+    load_causal_lm,
+    load_tokenizer,
+    make_student,
+    resolve_model_source,
+    shared_vocab_size,
+)
+from distill.objective import LocalTeacher, StudentObjective
+from distill.rollout import SOURCES, Completion, MicroBatch, SamplingParams, collate, draw_sources, generate_completions
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class EncodedExample:
+    prompt_ids: list[int]
+    prompt_truncated: bool
+    completion_ids: list[int] | None
+
+
+def check_output_dir(run_dir: Path, overwrite: bool) -> None:
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())) and not overwrite:
+        raise ValueError(
+            f"output_dir {run_dir} already exists and is not empty: choose another --output_dir, continue it with "
+            f"`distill train --resume {run_dir}`, or replace it with --overwrite_output_dir true"
+        )
+
+
+def _mixed_precision(config: DistillConfig, device_type: str) -> str:
+    if config.dtype == "float32":
+        return "no"
+    if config.dtype == "bfloat16":
+        return "bf16"
+    if config.dtype == "float16":
+        return "fp16"
+    if device_type == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bf16"
+    return "no"
+
+
+class Distiller:
+    """Distil `teacher` into `student` as `config` says; models, tokenizer and datasets may be objects.
+
+    Everything that can be checked without loading a model (config, datasets, output directory, model
+    paths) is checked in the constructor before any model is loaded.
+    """
+
+    def __init__(
+        self,
+        config: DistillConfig,
+        *,
+        student: nn.Module | str | None = None,
+        teacher: nn.Module | str | None = None,
+        tokenizer: Any = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        resume: bool = False,
+    ):
+        self.config = config.validate()
+        self.resuming = resume
+        self.run_dir = Path(config.output_dir)
+
+        self.train_examples = examples_from_dataset(
+            load_dataset_spec(train_dataset if train_dataset is not None else config.dataset, config.dataset_split, "dataset"), "dataset"
+        )
+        self.eval_examples = self._load_eval_examples(train_dataset, eval_dataset)
+        if config.uses_off_policy() and not config.seq_kd:
+            missing = [e.index for e in self.train_examples if e.completion is None]
+            if missing:
+                raise ValueError(
+                    f"lmbda={config.lmbda} (schedule {config.lmbda_schedule!r}) makes some micro-batches off-policy, "
+                    f"but {len(missing)} dataset rows have no completion (first: row {missing[0]}). Add a 'completion' "
+                    "column (or assistant turns in 'messages'), set seq_kd: true to let the teacher write them, or set lmbda: 1"
+                )
+        if not resume:
+            check_output_dir(self.run_dir, config.overwrite_output_dir)
+        teacher_spec = teacher if teacher is not None else config.teacher
+        teacher_source = resolve_model_source(teacher_spec, "teacher") if isinstance(teacher_spec, str) else None
+        student_source = None
+        student_spec = student if student is not None else config.student
+        if isinstance(student_spec, str):
+            student_source = resolve_model_source(student_spec, "student")
+
+        from accelerate import Accelerator
+
+        trackers = [t.strip() for t in config.report_to.split(",") if t.strip() and t.strip() != "none"]
+        device_type = "cuda" if config.device.startswith("cuda") or (config.device == "auto" and torch.cuda.is_available()) else config.device
+        self.accelerator = Accelerator(
+            cpu=config.device == "cpu",
+            mixed_precision=_mixed_precision(config, device_type),
+            log_with=trackers or None,
+            project_dir=str(self.run_dir),
+        )
+        global_batch = config.per_device_train_batch_size * config.gradient_accumulation_steps * self.accelerator.num_processes
+        if global_batch > len(self.train_examples):
+            raise ValueError(
+                f"per_device_train_batch_size ({config.per_device_train_batch_size}) x gradient_accumulation_steps "
+                f"({config.gradient_accumulation_steps}) x processes ({self.accelerator.num_processes}) = {global_batch} "
+                f"prompts per optimizer step, more than the dataset's {len(self.train_examples)}; lower the batch sizes"
+            )
+        if config.device not in ("auto", "cpu") and self.accelerator.num_processes > 1:
+            raise ValueError("device: with several processes accelerate places each on its own device; leave device 'auto'")
+        self.device = self.accelerator.device if config.device in ("auto", "cpu") else torch.device(config.device)
+
+        self._load_models(student, student_source, teacher_spec, teacher_source, tokenizer)
+
+    # ---------------------------------------------------------------------------------------- set-up --
+    def _load_eval_examples(self, train_dataset, eval_dataset) -> list[Example]:
+        config = self.config
+        spec = eval_dataset if eval_dataset is not None else config.eval_dataset
+        if spec is None and config.dataset == BUNDLED_DATASET and train_dataset is None:
+            spec = BUNDLED_DATASET
+        if spec is None or not config.eval_before_after:
+            return []
+        examples = examples_from_dataset(load_dataset_spec(spec, config.eval_split, "eval_dataset"), "eval_dataset")
+        return examples[: config.eval_max_prompts] if config.eval_max_prompts else examples
+
+    def _load_models(self, student, student_source, teacher, teacher_source, tokenizer) -> None:
+        config = self.config
+        if isinstance(teacher, nn.Module):
+            teacher_model, teacher_tokenizer = teacher, tokenizer
+            if teacher_tokenizer is None:
+                raise ValueError("tokenizer: pass the tokenizer when the teacher is given as a model object")
+        else:
+            teacher_model = load_causal_lm(teacher_source, torch.float32)
+            teacher_tokenizer = load_tokenizer(teacher_source)
+        if isinstance(student, nn.Module):
+            student_model, student_tokenizer = student, tokenizer or teacher_tokenizer
+        elif student_source is not None:
+            student_model, student_tokenizer = load_causal_lm(student_source, torch.float32), load_tokenizer(student_source)
+        else:
+            student_model, student_tokenizer = teacher_model, teacher_tokenizer
+        given = isinstance(student, nn.Module) or student_source is not None
+        student_model = make_student(student_model, config.resolved_student_init(given))
+        if teacher_tokenizer.pad_token_id is None:
+            teacher_tokenizer.pad_token = teacher_tokenizer.eos_token
+        self.vocab_size = shared_vocab_size(student_tokenizer, teacher_tokenizer, student_model, teacher_model)
+        self.tokenizer = student_tokenizer
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.eos_ids = eos_token_ids(self.tokenizer, student_model)
+        if not self.eos_ids:
+            raise ValueError("the tokenizer has no EOS token; completions could never end")
+        self.pad_id = self.tokenizer.pad_token_id
+
+        student_model = student_model.float()
+        if config.gradient_checkpointing:
+            student_model.gradient_checkpointing_enable()
+            student_model.config.use_cache = False
+        if config.use_peft:
+            try:
+                from peft import LoraConfig, get_peft_model
+            except ImportError:
+                raise ValueError("use_peft: true needs the optional extra: pip install peft") from None
+            lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                              target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM")
+            student_model = get_peft_model(student_model, lora)
+        mixed = self.accelerator.mixed_precision
+        teacher_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed, torch.float32) if self.device.type != "cpu" else torch.float32
+        self.teacher = LocalTeacher(teacher_model.to(self.device, teacher_dtype), self.vocab_size)
+        self.student_model = student_model
+        self.encoder = PromptEncoder(self.tokenizer, config.max_prompt_length, config.max_new_tokens, self.eos_ids[0])
+        self.encoded = [self._encode(e) for e in self.train_examples]
+
+    def _encode(self, example: Example) -> EncodedExample:
+        ids, truncated = self.encoder.prompt_ids(example.prompt)
+        completion = self.encoder.completion_ids(example.completion) if example.completion is not None else None
+        return EncodedExample(ids, truncated, completion)
+
+    # ------------------------------------------------------------------------------------- schedule --
+    def prompts_for_step(self, step: int) -> list[int]:
+        """Indices of the step's prompts, all processes' shares in order: epochs of seeded permutations."""
+        n = len(self.train_examples)
+        size = self.config.per_device_train_batch_size * self.config.gradient_accumulation_steps * self.accelerator.num_processes
+        indices, cached_epoch, order = [], None, None
+        for position in range(step * size, (step + 1) * size):
+            epoch = position // n
+            if epoch != cached_epoch:
+                order = torch.randperm(n, generator=torch.Generator().manual_seed(self.config.seed + 7919 * epoch)).tolist()
+                cached_epoch = epoch
+            indices.append(order[position % n])
+        return indices
+
+    def micro_batch_indices(self, step: int) -> list[list[int]]:
+        """This process's micro-batches of prompt indices for optimizer step `step`."""
+        bs, accum = self.config.per_device_train_batch_size, self.config.gradient_accumulation_steps
+        share = self.prompts_for_step(step)[self.accelerator.process_index * bs * accum : (self.accelerator.process_index + 1) * bs * accum]
+        return [share[i * bs : (i + 1) * bs] for i in range(accum)]
+
+    # -------------------------------------------------------------------------------------- rollout --
+    def rollout(self, step: int, timings: dict[str, float]) -> list[MicroBatch]:
+        config = self.config
+        sources = draw_sources(config.effective_lmbda(step), config.seq_kd, config.seed, step, config.gradient_accumulation_steps)
+        groups = self.micro_batch_indices(step)
+        completions: list[list[Completion] | None] = [None] * len(groups)
+        for source, model, sampling in (
+            ("student", self.student_for_generation(), SamplingParams(config.sampling_temperature, config.top_p, config.top_k, config.max_new_tokens)),
+            ("teacher", self.teacher.model, SamplingParams(config.teacher_sampling_temperature, config.teacher_top_p, config.teacher_top_k, config.max_new_tokens)),
+        ):
+            wanted = [i for i, s in enumerate(sources) if s == source]
+            if not wanted:
+                continue
+            prompts = [self.encoded[j].prompt_ids for i in wanted for j in groups[i]]
+            start = time.perf_counter()
+            outputs = generate_completions(model, prompts, sampling, self.eos_ids, self.pad_id, self.device)
+            timings[f"generation_{source}"] = timings.get(f"generation_{source}", 0.0) + time.perf_counter() - start
+            flat = iter(outputs)
+            for i in wanted:
+                completions[i] = []
+                for j in groups[i]:
+                    ids, hit_max = next(flat)
+                    completions[i].append(Completion(self.encoded[j].prompt_ids, ids, source, hit_max, self.encoded[j].prompt_truncated))
+        for i, source in enumerate(sources):
+            if source == "dataset":
+                completions[i] = []
+                for j in groups[i]:
+                    ids = self.encoded[j].completion_ids
+                    hit_max = ids[-1] not in self.eos_ids if ids else False
+                    completions[i].append(Completion(self.encoded[j].prompt_ids, list(ids), source, hit_max, self.encoded[j].prompt_truncated))
+        return [collate(c, s, self.pad_id) for c, s in zip(completions, sources)]
+
+    def student_for_generation(self) -> nn.Module:
+        return self.accelerator.unwrap_model(self.objective).student if hasattr(self, "objective") else self.student_model
+
+    # ---------------------------------------------------------------------------------------- train --
+    def train(self) -> dict[str, Any]:
+        """Run the configured number of steps; returns {"train": last metrics, "eval": report metrics}."""
+        from transformers import get_scheduler, set_seed
+
+        config, accelerator = self.config, self.accelerator
+        set_seed(config.seed)
+        params = [p for p in self.student_model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
+                                      eps=config.adam_epsilon, weight_decay=config.weight_decay)
+        warmup = config.warmup_steps or math.ceil(config.warmup_ratio * config.max_steps)
+        scheduler = get_scheduler(config.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=config.max_steps)
+        self.objective, self.optimizer = accelerator.prepare(StudentObjective(self.student_model, self.vocab_size), optimizer)
+        self.scheduler = scheduler
+        student = self.student_for_generation()
+
+        start_step = 0
+        if self.resuming:
+            latest = ckpt.latest_checkpoint(self.run_dir)
+            if latest is None:
+                raise ValueError(f"resume: {self.run_dir} holds no checkpoint to resume from")
+            start_step = ckpt.load_training_state(accelerator, latest, student, self.optimizer, self.scheduler)
+            logger.info("resumed from %s (step %d)", latest, start_step)
+        elif accelerator.is_main_process:
+            if self.run_dir.exists() and config.overwrite_output_dir:
+                shutil.rmtree(self.run_dir)
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(self.config_record(), sort_keys=False))
+        self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl", accelerator.is_main_process)
+        self.metrics_log.truncate_after(start_step)
+        if config.report_to != "none":
+            accelerator.init_trackers(config.run_name or self.run_dir.name, config=self.config_record())
+
+        evaluator = self._evaluator()
+        before = self._evaluate_before(evaluator, student)
+
+        last_record: dict[str, Any] = {}
+        step = start_step
+        progress = self._progress(start_step)
+        window, timings = self._new_window(), {}
+        interrupted = False
+        previous_handler = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+        try:
+            while step < config.max_steps:
+                self.train_step(step, window, timings, log_step=(step + 1) % config.logging_steps == 0 or step + 1 == config.max_steps)
+                step += 1
+                if step % config.logging_steps == 0 or step == config.max_steps:
+                    last_record = self._log(step, window, timings, progress)
+                    window, timings = self._new_window(), {}
+                if config.save_steps and step % config.save_steps == 0 and step < config.max_steps:
+                    self.save_checkpoint(step)
+                if progress is not None:
+                    progress.update(1)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            signal.signal(signal.SIGTERM, previous_handler)
+            if progress is not None:
+                progress.close()
+        if interrupted:
+            if step > start_step:
+                path = self.save_checkpoint(step)
+                print(f"interrupted: saved {path}; continue with `distill train --resume {self.run_dir}`", file=sys.stderr)
+            raise KeyboardInterrupt
+
+        self.save_checkpoint(step)
+        return self._finish(step, last_record, evaluator, before)
+
+    def train_step(self, step: int, window: MetricWindow, timings: dict[str, float], log_step: bool) -> None:
+        config, accelerator = self.config, self.accelerator
+        micro_batches = self.rollout(step, timings)
+        local_tokens = sum(mb.num_completion_tokens for mb in micro_batches)
+        step_tokens = int(accelerator.reduce(torch.tensor(local_tokens, device=self.device), reduction="sum").item())
+        scale = accelerator.num_processes / step_tokens if step_tokens else 0.0
+        for index, mb in enumerate(micro_batches):
+            mb = mb.to(self.device)
+            start = time.perf_counter()
+            teacher_hidden = self.teacher.hidden_states(mb.input_ids, mb.attention_mask, mb.completion_mask)
+            timings["teacher"] = timings.get("teacher", 0.0) + time.perf_counter() - start
+            start = time.perf_counter()
+            sync = contextlib.nullcontext() if index == len(micro_batches) - 1 else accelerator.no_sync(self.objective)
+            with sync, accelerator.autocast():
+                out = self.objective(mb.input_ids, mb.attention_mask, mb.completion_mask, teacher_hidden, self.teacher.head,
+                                     config.beta_for(mb.source), config.temperature, config.loss_chunk_size, return_stats=log_step)
+                accelerator.backward(out.loss_sum * scale)
+            timings["student"] = timings.get("student", 0.0) + time.perf_counter() - start
+            self._record_micro_batch(window, mb, out, log_step)
+            timings["tokens_scored"] = timings.get("tokens_scored", 0.0) + mb.num_completion_tokens
+        grad_norm = accelerator.clip_grad_norm_(self.objective.parameters(), config.max_grad_norm or float("inf"))
+        if step_tokens:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        window.add_mean("grad_norm", float(grad_norm), 1.0 / accelerator.num_processes)
+        window.add_mean("learning_rate", self.scheduler.get_last_lr()[0], 1.0 / accelerator.num_processes)
+
+    def _record_micro_batch(self, window: MetricWindow, mb: MicroBatch, out, log_step: bool) -> None:
+        tokens = int(out.num_tokens)
+        loss_sum = float(out.loss_sum.detach())
+        window.add_mean("loss", loss_sum, tokens)
+        window.add_mean(f"loss/{mb.source}", loss_sum, tokens)
+        lengths = [len(c.completion_ids) for c in mb.completions]
+        for name in ("completion_length", f"completion_length/{mb.source}"):
+            window.add_mean(name, sum(lengths), len(lengths))
+            window.add_max(f"{name}_max", max(lengths))
+        window.add_mean("clipped_ratio", sum(c.hit_max_new_tokens for c in mb.completions), len(lengths))
+        window.add_sum("prompts_truncated", sum(c.prompt_truncated for c in mb.completions))
+        window.add_sum(f"micro_batches/{mb.source}", 1)
+        if log_step and out.stats is not None:
+            for name in STAT_NAMES:
+                window.add_mean(name, float(getattr(out.stats, name).double().sum()), tokens)
+
+    def _new_window(self) -> MetricWindow:
+        window = MetricWindow()
+        means = ["loss", "completion_length", "clipped_ratio", "grad_norm", "learning_rate", *STAT_NAMES]
+        means += [f"{kind}/{s}" for s in SOURCES for kind in ("loss", "completion_length")]
+        window.register(means, ["prompts_truncated", *[f"micro_batches/{s}" for s in SOURCES], "tokens_per_second/generation",
+                                "tokens_per_second/teacher", "tokens_per_second/student"],
+                        ["completion_length_max", *[f"completion_length/{s}_max" for s in SOURCES]])
+        return window
+
+    def _log(self, step: int, window: MetricWindow, timings: dict[str, float], progress) -> dict[str, Any]:
+        gen_time = timings.get("generation_student", 0.0) + timings.get("generation_teacher", 0.0)
+        gen_tokens = window.pairs["completion_length/student"][0] + window.pairs["completion_length/teacher"][0]
+        scored = timings.get("tokens_scored", 0.0)
+        if gen_time:
+            window.add_sum("tokens_per_second/generation", gen_tokens / gen_time)
+        if timings.get("teacher"):
+            window.add_sum("tokens_per_second/teacher", scored / timings["teacher"])
+        if timings.get("student"):
+            window.add_sum("tokens_per_second/student", scored / timings["student"])
+        reduced = window.reduce()
+        record = {"step": step, "epoch": step * self._global_batch() / len(self.train_examples)}
+        record.update({k: v for k, v in reduced.items() if not (k.startswith("micro_batches/") and v == 0)})
+        for source in SOURCES:
+            if reduced.get(f"micro_batches/{source}", 0) == 0:
+                for key in (f"completion_length/{source}_max",):
+                    record.pop(key, None)
+        record["lmbda"] = self.config.effective_lmbda(step - 1)
+        self.metrics_log.write(record)
+        if self.config.report_to != "none":
+            self.accelerator.log({k: v for k, v in record.items() if k != "step"}, step=step)
+        if progress is not None:
+            progress.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}", kl=f"{record.get('forward_kl', float('nan')):.3f}",
+                                 tok_s=f"{record.get('tokens_per_second/student', 0):.0f}", refresh=False)
+        return record
+
+    def _global_batch(self) -> int:
+        return self.config.per_device_train_batch_size * self.config.gradient_accumulation_steps * self.accelerator.num_processes
+
+    def _progress(self, start_step: int):
+        if not (self.config.progress_bar and self.accelerator.is_main_process):
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(total=self.config.max_steps, initial=start_step, desc="distill", dynamic_ncols=True)
+
+    # ---------------------------------------------------------------------------- saving, evaluation --
+    def save_student(self, directory: Path) -> None:
+        """Write the student (save_pretrained) and tokenizer to `directory`; call on every process."""
+        state = self.accelerator.get_state_dict(self.objective)
+        state = {k.removeprefix("student."): v for k, v in state.items()}
+        if self.accelerator.is_main_process:
+            model = self.student_for_generation()
+            model.save_pretrained(directory, state_dict=state, safe_serialization=True)
+            self.tokenizer.save_pretrained(directory)
+
+    def save_checkpoint(self, step: int) -> Path:
+        return ckpt.save_checkpoint(self.accelerator, self.run_dir, step, self.save_student, self.optimizer, self.scheduler,
+                                    self.config.save_total_limit)
+
+    def _evaluator(self) -> Evaluator | None:
+        if not self.eval_examples or not self.accelerator.is_main_process:
+            return None
+        settings = EvalSettings(self.config.eval_max_new_tokens, self.config.eval_batch_size, self.config.eval_examples,
+                                self.config.seed, self.config.loss_chunk_size)
+        return Evaluator(self.teacher, self.tokenizer, self.encoder, self.eval_examples, self.vocab_size, self.eos_ids,
+                         self.pad_id, self.device, settings)
+
+    def _evaluate_before(self, evaluator: Evaluator | None, student: nn.Module) -> dict | None:
+        path = self.run_dir / "eval" / "before.json"
+        result = None
+        if evaluator is not None:
+            if path.exists():
+                import json
+
+                result = json.loads(path.read_text())
+            else:
+                result = evaluator.evaluate(student)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                import json
+
+                path.write_text(json.dumps(result, indent=2, ensure_ascii=False))
+        self.accelerator.wait_for_everyone()
+        return result
+
+    def _finish(self, step: int, last_record: dict, evaluator: Evaluator | None, before: dict | None) -> dict[str, Any]:
+        model_dir = self.run_dir / "model"
+        self.save_student(model_dir)
+        report = None
+        if evaluator is not None:
+            after = evaluator.evaluate(self.student_for_generation())
+            report = build_report(evaluator, {"before": before, "after": after})
+            write_report(report, self.run_dir / "eval")
+        if self.accelerator.is_main_process:
+            write_model_card(model_dir, self.config_record(), count_parameters(self.student_for_generation()), step, report)
+            try:
+                from distill.plot import plot_metrics
+
+                plot_metrics(self.run_dir)
+            except ImportError:
+                logger.warning("matplotlib is not installed: no plots")
+            if report is not None:
+                print("\n".join(summary_lines(report)))
+        self.accelerator.wait_for_everyone()
+        if self.config.report_to != "none":
+            self.accelerator.end_training()
+        return {"train": last_record, "eval": report["metrics"] if report else None, "steps": step, "run_dir": str(self.run_dir)}
+
+    def config_record(self) -> dict[str, Any]:
+        record = self.config.to_dict()
+        record["num_processes"] = self.accelerator.num_processes
+        return record
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def resume_config(run_dir: Path, overrides: dict[str, Any] | None = None) -> DistillConfig:
+    """The config a run was started with (its config.yaml), with `overrides` applied."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise ValueError(f"resume: {run_dir} is not a run directory (no config.yaml)")
+    values = yaml.safe_load(path.read_text())
+    values.pop("num_processes", None)
+    values.update(overrides or {})
+    values["output_dir"] = str(run_dir)
+    return DistillConfig.from_dict(values, where=str(path))
