@@ -114,6 +114,9 @@ class DistillConfig:
     warmup_ratio: float = _f(0.05, "Fraction of max_steps spent warming up (ignored when warmup_steps > 0).")
     warmup_steps: int = _f(0, "Warmup steps (overrides warmup_ratio when > 0).")
     max_steps: int = _f(200, "Optimizer steps to train.")
+    max_time_minutes: float = _f(0.0, "Stop after the optimizer step that crosses this much training time "
+                                 "(minutes, excluding loading and evaluation; 0 = no limit). For comparisons at "
+                                 "equal wall time; the learning-rate schedule still follows max_steps.")
     per_device_train_batch_size: int = _f(4, "Prompts per micro-batch on each process.")
     gradient_accumulation_steps: int = _f(2, "Micro-batches per optimizer step on each process.")
     seed: int = _f(42, "Seed of every random choice (prompt order, lmbda draws, sampling, init).")
@@ -214,7 +217,7 @@ class DistillConfig:
             value = getattr(self, name)
             if value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("save_steps", "save_total_limit", "warmup_steps", "top_k", "teacher_top_k",
+        for name in ("max_time_minutes", "save_steps", "save_total_limit", "warmup_steps", "top_k", "teacher_top_k",
                      "lmbda_schedule_steps", "eval_max_prompts", "eval_examples", "weight_decay", "max_grad_norm"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")

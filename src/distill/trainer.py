@@ -98,6 +98,9 @@ class Distiller:
     ):
         self.config = config.validate()
         self.resuming = resume
+        self.objects_given = {name: type(value).__name__ for name, value in
+                              (("student", student), ("teacher", teacher), ("dataset", train_dataset), ("eval_dataset", eval_dataset))
+                              if value is not None and not isinstance(value, str)}
         self.run_dir = Path(config.output_dir)
 
         self.train_examples = examples_from_dataset(
@@ -307,6 +310,7 @@ class Distiller:
         interrupted = False
         previous_handler = signal.getsignal(signal.SIGTERM)
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+        started = time.perf_counter()
         try:
             while step < config.max_steps:
                 self.train_step(step, window, timings, log_step=(step + 1) % config.logging_steps == 0 or step + 1 == config.max_steps)
@@ -318,6 +322,10 @@ class Distiller:
                     self.save_checkpoint(step)
                 if progress is not None:
                     progress.update(1)
+                if config.max_time_minutes and self._time_is_up(started):
+                    if step % config.logging_steps:
+                        last_record = self._log(step, window, timings, progress)
+                    break
         except KeyboardInterrupt:
             interrupted = True
         finally:
@@ -412,6 +420,12 @@ class Distiller:
                                  tok_s=f"{record.get('tokens_per_second/student', 0):.0f}", refresh=False)
         return record
 
+    def _time_is_up(self, started: float) -> bool:
+        """Whether the time budget is spent; decided on the main process so every process stops together."""
+        spent = time.perf_counter() - started >= 60.0 * self.config.max_time_minutes
+        flag = torch.tensor(float(spent), device=self.device)
+        return bool(self.accelerator.reduce(flag, reduction="sum").item() > 0) if self.accelerator.num_processes > 1 else spent
+
     def _global_batch(self) -> int:
         return self.config.per_device_train_batch_size * self.config.gradient_accumulation_steps * self.accelerator.num_processes
 
@@ -486,6 +500,8 @@ class Distiller:
 
     def config_record(self) -> dict[str, Any]:
         record = self.config.to_dict()
+        for name, given in self.objects_given.items():
+            record[name] = f"<{given} object>"
         record["num_processes"] = self.accelerator.num_processes
         return record
 

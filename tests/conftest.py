@@ -1,0 +1,80 @@
+"""Shared fixtures: a tiny tokenizer trained here, tiny random Llama models, small datasets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+BUNDLED = Path(__file__).resolve().parents[1] / "src" / "distill" / "recipes" / "data" / "prompts.jsonl"
+
+
+def train_tiny_tokenizer(vocab_size: int = 320):
+    """A byte-level BPE tokenizer trained on the bundled prompts; EOS = pad = <|im_end|> (pad == eos)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    texts = [json.loads(line)["messages"][0]["content"] for line in BUNDLED.read_text().splitlines()]
+    texts += ["café naïve Zoë 東京 ありがとう 🙂 déjà vu", "user assistant system"]
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(texts, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|im_end|>", bos_token="<|im_start|>")
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def tiny_lm(vocab_size: int, layers: int = 2, seed: int = 0, hidden: int = 32, eos_token_id: int = 1, pad_rows: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab_size + pad_rows, hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+                         tie_word_embeddings=True, eos_token_id=eos_token_id, pad_token_id=eos_token_id, bos_token_id=0)
+    return LlamaForCausalLM(config)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return train_tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tmp_path_factory, tokenizer):
+    """Saved tiny teacher (4 layers) and student (2 layers) directories sharing the tokenizer."""
+    root = tmp_path_factory.mktemp("models")
+    dirs = {}
+    for name, layers, seed in (("teacher", 4, 1), ("student", 2, 2)):
+        model = tiny_lm(len(tokenizer), layers=layers, seed=seed, eos_token_id=tokenizer.eos_token_id)
+        model.save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+        dirs[name] = root / name
+    return dirs
+
+
+def chat_rows(n: int, with_completion: bool = True, seed: int = 0) -> list[dict]:
+    lines = BUNDLED.read_text().splitlines()
+    rows = []
+    for i in range(n):
+        prompt = json.loads(lines[(i * 7 + seed) % len(lines)])["messages"]
+        row = {"prompt": prompt}
+        if with_completion:
+            row["completion"] = " ".join(["a short answer"] * (1 + (i % 4))) + f" number {i}."
+        rows.append(row)
+    return rows
+
+
+@pytest.fixture
+def dataset():
+    import datasets
+
+    return datasets.Dataset.from_list(chat_rows(16))
