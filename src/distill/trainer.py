@@ -266,8 +266,9 @@ class Distiller:
         return self.accelerator.unwrap_model(self.objective).student if hasattr(self, "objective") else self.student_model
 
     # ---------------------------------------------------------------------------------------- train --
-    def train(self) -> dict[str, Any]:
-        """Run the configured number of steps; returns {"train": last metrics, "eval": report metrics}."""
+    def setup(self) -> int:
+        """Build optimizer and schedule, wrap the student for accelerate, prepare the run directory and
+        restore a checkpoint when resuming. Returns the first step to run. Called by `train`."""
         from transformers import get_scheduler, set_seed
 
         config, accelerator = self.config, self.accelerator
@@ -276,17 +277,16 @@ class Distiller:
         optimizer = torch.optim.AdamW(params, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
                                       eps=config.adam_epsilon, weight_decay=config.weight_decay)
         warmup = config.warmup_steps or math.ceil(config.warmup_ratio * config.max_steps)
-        scheduler = get_scheduler(config.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=config.max_steps)
+        # Not prepared by accelerate: its wrapper would step the schedule once per process.
+        self.scheduler = get_scheduler(config.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=config.max_steps)
         self.objective, self.optimizer = accelerator.prepare(StudentObjective(self.student_model, self.vocab_size), optimizer)
-        self.scheduler = scheduler
-        student = self.student_for_generation()
 
         start_step = 0
         if self.resuming:
             latest = ckpt.latest_checkpoint(self.run_dir)
             if latest is None:
                 raise ValueError(f"resume: {self.run_dir} holds no checkpoint to resume from")
-            start_step = ckpt.load_training_state(accelerator, latest, student, self.optimizer, self.scheduler)
+            start_step = ckpt.load_training_state(accelerator, latest, self.student_for_generation(), self.optimizer, self.scheduler)
             logger.info("resumed from %s (step %d)", latest, start_step)
         elif accelerator.is_main_process:
             if self.run_dir.exists() and config.overwrite_output_dir:
@@ -299,6 +299,13 @@ class Distiller:
         self.metrics_log.truncate_after(start_step)
         if config.report_to != "none":
             accelerator.init_trackers(config.run_name or self.run_dir.name, config=self.config_record())
+        return start_step
+
+    def train(self) -> dict[str, Any]:
+        """Run the configured number of steps; returns {"train": last metrics, "eval": report metrics}."""
+        config = self.config
+        start_step = self.setup()
+        student = self.student_for_generation()
 
         evaluator = self._evaluator()
         before = self._evaluate_before(evaluator, student)
