@@ -1,0 +1,26 @@
+"""Building small Distillers for tests: tiny random Llama models sharing the test tokenizer."""
+
+from __future__ import annotations
+
+import datasets
+
+from distill import DistillConfig
+from distill.trainer import Distiller
+from tests.conftest import chat_rows, tiny_lm
+
+FAST = dict(max_new_tokens=6, max_prompt_length=48, per_device_train_batch_size=2, gradient_accumulation_steps=2,
+            max_steps=2, logging_steps=1, save_steps=0, eval_before_after=False, progress_bar=False,
+            learning_rate=1e-2, warmup_steps=0, warmup_ratio=0.0, lr_scheduler_type="constant", loss_chunk_size=16)
+
+
+def make_config(tmp_path, **overrides) -> DistillConfig:
+    values = {**FAST, "output_dir": str(tmp_path / "run"), **overrides}
+    return DistillConfig(**values)
+
+
+def make_distiller(tokenizer, tmp_path, rows=None, teacher=None, student=None, eval_dataset=None, **overrides) -> Distiller:
+    teacher = teacher if teacher is not None else tiny_lm(len(tokenizer), layers=3, seed=1, eos_token_id=tokenizer.eos_token_id)
+    student = student if student is not None else tiny_lm(len(tokenizer), layers=2, seed=2, eos_token_id=tokenizer.eos_token_id)
+    dataset = datasets.Dataset.from_list(rows if rows is not None else chat_rows(16))
+    return Distiller(make_config(tmp_path, **overrides), student=student, teacher=teacher, tokenizer=tokenizer,
+                     train_dataset=dataset, eval_dataset=eval_dataset)

@@ -1,0 +1,93 @@
+"""DistillConfig: YAML recipes, command-line flags, validation messages."""
+
+import pytest
+
+from distill.cli import fields_help, main, parse_field_flags
+from distill.config import DistillConfig, parse_student_init
+
+
+def test_yaml_recipe_and_flags_override_in_order(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("beta: 0.2\nmax_steps: 7\nseq_kd: true\nlora_target_modules: [q_proj]\n")
+    flags = parse_field_flags(["--beta", "0.9", "--per-device-train-batch-size", "3", "--seq_kd", "--learning_rate=3e-5"])
+    config = DistillConfig.from_yaml(recipe, flags).validate()
+    assert config.beta == 0.9 and config.max_steps == 7 and config.seq_kd is True
+    assert config.per_device_train_batch_size == 3 and config.learning_rate == 3e-5
+    assert config.lora_target_modules == ["q_proj"]
+
+
+def test_unknown_field_suggests_the_closest_name(tmp_path):
+    with pytest.raises(ValueError, match="did you mean 'learning_rate'"):
+        parse_field_flags(["--learning_rat", "1e-4"])
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("lambda: 0.5\n")
+    with pytest.raises(ValueError, match="unknown config field 'lambda'.*did you mean 'lmbda'"):
+        DistillConfig.from_yaml(recipe)
+
+
+def test_yaml_that_does_not_parse_is_a_clear_error(tmp_path):
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text("beta: [0.5\n")
+    with pytest.raises(ValueError, match="not valid YAML"):
+        DistillConfig.from_yaml(recipe)
+    recipe.write_text("- beta\n- 0.5\n")
+    with pytest.raises(ValueError, match="mapping"):
+        DistillConfig.from_yaml(recipe)
+
+
+def test_values_of_the_wrong_type_name_the_field():
+    with pytest.raises(ValueError, match="max_steps"):
+        parse_field_flags(["--max_steps", "ten"])
+    with pytest.raises(ValueError, match="seq_kd"):
+        DistillConfig.from_dict({"seq_kd": "maybe"})
+
+
+@pytest.mark.parametrize(
+    "values, name",
+    [
+        ({"method": "magic"}, "method"),
+        ({"beta": 1.5}, "beta"),
+        ({"beta": -0.1}, "beta"),
+        ({"lmbda": 2}, "lmbda"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"per_device_train_batch_size": 0}, "per_device_train_batch_size"),
+        ({"temperature": 0}, "temperature"),
+        ({"lmbda_schedule": "cosine"}, "lmbda_schedule"),
+        ({"student_init": "drop_every:1"}, "student_init"),
+        ({"report_to": "wandb,nope"}, "report_to"),
+        ({"method": "on_policy", "seq_kd": True}, "on_policy"),
+    ],
+)
+def test_validation_names_the_field(values, name):
+    with pytest.raises(ValueError, match=name):
+        DistillConfig.from_dict(values).validate()
+
+
+def test_lmbda_schedules():
+    linear = DistillConfig(lmbda=1.0, lmbda_schedule="linear", lmbda_start=0.0, lmbda_schedule_steps=10)
+    assert [linear.effective_lmbda(s) for s in (0, 5, 10, 20)] == [0.0, 0.5, 1.0, 1.0]
+    step = DistillConfig(lmbda=0.5, lmbda_schedule="step", lmbda_start=0.0, lmbda_schedule_steps=3)
+    assert [step.effective_lmbda(s) for s in (0, 2, 3)] == [0.0, 0.0, 0.5]
+    assert DistillConfig(method="on_policy").effective_lmbda(0) == 1.0
+    assert DistillConfig(beta=0.5, off_policy_beta=0.0).beta_for("teacher") == 0.0
+    assert DistillConfig(beta=0.5, off_policy_beta=0.0).beta_for("student") == 0.5
+
+
+def test_student_init_forms():
+    assert parse_student_init("drop_every:3") == ("drop_every", 3)
+    assert parse_student_init("layers:0,2,5") == ("layers", [0, 2, 5])
+    with pytest.raises(ValueError, match="student_init"):
+        parse_student_init("half")
+
+
+def test_train_help_lists_every_field_with_its_help(capsys):
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    for name in DistillConfig.field_names():
+        assert f"--{name}" in out
+    assert "Loss temperature" in fields_help()
+
+
+def test_cli_reports_config_errors_without_a_traceback(capsys):
+    assert main(["train", "--bta", "0.5"]) == 2
+    assert "did you mean 'beta'" in capsys.readouterr().err

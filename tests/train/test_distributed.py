@@ -1,0 +1,94 @@
+"""Several processes (gloo, CPU): split invariance of the gradient, token-weighted metrics, accelerate launch."""
+
+import json
+import os
+import subprocess
+import sys
+
+import datasets
+import pytest
+import torch
+
+from distill.metrics import MetricWindow
+from tests.conftest import chat_rows, train_tiny_tokenizer
+from tests.distributed import run_in_processes
+from tests.train.helpers import make_distiller
+
+
+def _unequal_rows():
+    rows = chat_rows(8)
+    for i, row in enumerate(rows):
+        row["completion"] = " ".join(["word"] * (1 + 3 * i))  # 1 .. 22 words: very unequal lengths
+    return rows
+
+
+def _step_gradient(rank, world_size, tmp, batch, accumulation):
+    torch.manual_seed(0)
+    tokenizer = train_tiny_tokenizer()
+    distiller = make_distiller(tokenizer, tmp_path_for(tmp, rank), rows=_unequal_rows(), lmbda=0.0, max_grad_norm=0.0,
+                               per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation, max_new_tokens=40)
+    distiller.setup()
+    captured = {}
+
+    def capture():
+        captured.update({n: p.grad.detach().clone() for n, p in distiller.student_model.named_parameters()})
+
+    distiller.optimizer.step = capture
+    window = distiller._new_window()
+    distiller.train_step(0, window, {}, log_step=True)
+    return {"grads": captured, "metrics": window.reduce()}
+
+
+def tmp_path_for(tmp, rank):
+    from pathlib import Path
+
+    return Path(tmp) / f"rank{rank}"
+
+
+def test_gradient_is_split_invariant_across_processes_and_micro_batches(tmp_path):
+    single = _step_gradient(0, 1, str(tmp_path / "single"), batch=8, accumulation=1)
+    ranks = run_in_processes(_step_gradient, world_size=2, args=(str(tmp_path / "multi"), 2, 2))
+    for rank in ranks:
+        for name, grad in single["grads"].items():
+            torch.testing.assert_close(rank["grads"][name], grad, rtol=1e-4, atol=1e-7, msg=name)
+    # Logged means are token-weighted over both processes: identical to the single process's.
+    for key in ("loss", "forward_kl", "reverse_kl", "completion_length"):
+        assert ranks[0]["metrics"][key] == pytest.approx(single["metrics"][key], rel=1e-5), key
+    assert ranks[0]["metrics"] == ranks[1]["metrics"]
+
+
+def _window_on_rank(rank, world_size):
+    window = MetricWindow()
+    tokens = [3, 40][rank]
+    window.add_mean("loss", [10.0, -1.0][rank] * tokens, tokens)
+    window.add_max("length_max", [5, 9][rank])
+    return window.reduce()
+
+
+def test_metric_means_are_token_weighted_across_processes():
+    first, second = run_in_processes(_window_on_rank, world_size=2)
+    assert first == second
+    assert first["loss"] == pytest.approx((10.0 * 3 - 1.0 * 40) / 43)
+    assert first["length_max"] == 9
+
+
+def test_accelerate_launch_two_cpu_processes(tmp_path, model_dirs):
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in chat_rows(16)))
+    run = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "distill", "train",
+        "--teacher", str(model_dirs["teacher"]), "--student", str(model_dirs["student"]), "--dataset", str(data),
+        "--output_dir", str(run), "--max_steps", "2", "--logging_steps", "1", "--lmbda", "0.5",
+        "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2", "--max_new_tokens", "6",
+        "--eval_before_after", "false", "--progress_bar", "false", "--save_steps", "1",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]
+    assert json.loads((run / "checkpoints" / "step-000002" / "state.json").read_text())["num_processes"] == 2
+    assert (run / "checkpoints" / "step-000001" / "rng_1.pt").is_file()
+    assert (run / "model" / "model.safetensors").is_file()

@@ -1,0 +1,51 @@
+"""A run killed with SIGKILL and resumed ends with the same weights as an uninterrupted run."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+from safetensors.torch import load_file
+
+from tests.conftest import chat_rows
+
+
+def _train_command(run_dir, model_dirs, data, *extra):
+    return [
+        sys.executable, "-m", "distill", "train", "--teacher", str(model_dirs["teacher"]), "--student", str(model_dirs["student"]),
+        "--dataset", str(data), "--output_dir", str(run_dir), "--max_steps", "30", "--save_steps", "1", "--save_total_limit", "3",
+        "--logging_steps", "1", "--lmbda", "0.5", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2",
+        "--max_new_tokens", "6", "--eval_before_after", "false", "--progress_bar", "false", "--learning_rate", "1e-3", *extra,
+    ]
+
+
+def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path, model_dirs):
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in chat_rows(16)))
+
+    straight = tmp_path / "straight"
+    subprocess.run(_train_command(straight, model_dirs, data), check=True, capture_output=True, timeout=600)
+
+    killed = tmp_path / "killed"
+    process = subprocess.Popen(_train_command(killed, model_dirs, data), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and process.poll() is None:
+        if (killed / "checkpoints" / "step-000003" / "state.json").exists():
+            process.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    assert not (killed / "model").exists()
+
+    resumed = subprocess.run([sys.executable, "-m", "distill", "train", "--resume", str(killed)], capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected = load_file(str(straight / "model" / "model.safetensors"))
+    actual = load_file(str(killed / "model" / "model.safetensors"))
+    assert expected.keys() == actual.keys()
+    for name in expected:
+        assert torch.equal(expected[name], actual[name]), name
+    steps = [json.loads(line)["step"] for line in (killed / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 31))

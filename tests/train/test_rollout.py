@@ -1,0 +1,74 @@
+"""Completion sources: EOS handling, padding, dtypes, the per-micro-batch draw."""
+
+import torch
+
+from distill.rollout import Completion, SamplingParams, collate, draw_sources, first_eos_mask, generate_completions
+from tests.distributed import run_in_processes
+
+EOS = 1
+
+
+class ScriptedModel(torch.nn.Module):
+    """Stands in for a causal LM whose `generate` appends fixed tokens (pad == eos afterwards)."""
+
+    def __init__(self, continuations):
+        super().__init__()
+        self.continuations = continuations
+        self.calls = []
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, eos_token_id, pad_token_id, **kwargs):
+        self.calls.append({"input_ids": input_ids.clone(), "attention_mask": attention_mask.clone(), **kwargs})
+        rows = []
+        for continuation in self.continuations[: input_ids.shape[0]]:
+            tokens = (continuation + [pad_token_id] * max_new_tokens)[:max_new_tokens]
+            rows.append(tokens)
+        return torch.cat([input_ids, torch.tensor(rows, dtype=torch.long)], dim=1)
+
+
+def test_first_eos_is_kept_and_everything_after_is_masked_when_pad_is_eos():
+    tokens = torch.tensor([[5, 6, EOS, EOS, EOS], [7, EOS, 8, 9, EOS], [4, 4, 4, 4, 4]])
+    mask = first_eos_mask(tokens, [EOS])
+    assert mask.tolist() == [[True, True, True, False, False], [True, True, False, False, False], [True] * 5]
+
+
+def test_generation_keeps_the_terminating_eos_and_flags_cut_completions():
+    model = ScriptedModel([[5, 6, EOS], [7, 8, 9, 10, 11, 12], [EOS]])
+    sampling = SamplingParams(1.0, 1.0, 0, max_new_tokens=4)
+    out = generate_completions(model, [[3, 4], [3], [2, 3, 4]], sampling, [EOS, 99], pad_id=EOS, device=torch.device("cpu"))
+    assert out == [([5, 6, EOS], False), ([7, 8, 9, 10], True), ([EOS], False)]
+    call = model.calls[0]
+    assert call["input_ids"][1].tolist() == [EOS, EOS, 3]  # left padding
+    assert call["attention_mask"][1].tolist() == [0, 0, 1]
+    assert call["do_sample"] is True and call["temperature"] == 1.0
+
+
+def test_collate_is_long_even_for_empty_completions_and_masks_completion_tokens():
+    completions = [Completion([3, 4, 5], [], "teacher"), Completion([3], [6, EOS], "teacher")]
+    batch = collate(completions, "teacher", pad_id=EOS)
+    assert batch.input_ids.dtype == torch.long and batch.attention_mask.dtype == torch.long
+    assert batch.input_ids.tolist() == [[3, 4, 5], [3, 6, EOS]]
+    assert batch.completion_mask.tolist() == [[False, False, False], [False, True, True]]
+    assert batch.num_completion_tokens == 2
+    empty = collate([Completion([3], [], "student")], "student", pad_id=EOS)
+    assert empty.input_ids.dtype == torch.long and empty.num_completion_tokens == 0
+
+
+def test_source_draws_follow_lmbda_and_seq_kd():
+    assert set(draw_sources(1.0, True, 0, 3, 16)) == {"student"}
+    assert set(draw_sources(0.0, True, 0, 3, 16)) == {"teacher"}
+    assert set(draw_sources(0.0, False, 0, 3, 16)) == {"dataset"}
+    draws = [s for step in range(200) for s in draw_sources(0.3, False, 1, step, 4)]
+    assert 0.25 < draws.count("student") / len(draws) < 0.35
+    assert draw_sources(0.5, False, 1, 7, 8) == draw_sources(0.5, False, 1, 7, 8)
+    assert draw_sources(0.5, False, 1, 7, 8) != draw_sources(0.5, False, 1, 8, 8)
+
+
+def _draws_on_rank(rank, world_size):
+    torch.manual_seed(rank)  # a different global RNG on each rank must not matter
+    return [draw_sources(0.5, True, 42, step, 4) for step in range(20)]
+
+
+def test_draws_are_identical_on_every_process():
+    first, second = run_in_processes(_draws_on_rank, world_size=2)
+    assert first == second
+    assert {s for step in first for s in step} == {"student", "teacher"}

@@ -1,0 +1,259 @@
+"""The training loop on one process: sources, denominators, EOS, checkpoints, outputs, errors."""
+
+import json
+
+import datasets
+import pytest
+import torch
+
+from distill.rollout import draw_sources
+from distill.trainer import Distiller
+from tests.conftest import chat_rows, tiny_lm
+from tests.train.helpers import make_config, make_distiller
+
+
+def snapshot(model):
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("lmbda", [0.0, 1.0])
+def test_off_policy_and_on_policy_each_train_every_parameter(tokenizer, tmp_path, lmbda):
+    distiller = make_distiller(tokenizer, tmp_path, lmbda=lmbda)
+    before = snapshot(distiller.student_model)
+    result = distiller.train()
+    after = snapshot(distiller.student_model)
+    assert before.keys() == after.keys()
+    for name in before:
+        assert not torch.equal(before[name], after[name]), f"{name} did not move"
+    source = "student" if lmbda == 1.0 else "dataset"
+    assert f"loss/{source}" in result["train"] and result["train"][f"micro_batches/{source}"] == 2
+
+
+def _mixed_step(seed, accumulation):
+    for step in range(100):
+        if len(set(draw_sources(0.5, False, seed, step, accumulation))) == 2:
+            return step
+    raise AssertionError("no mixed step")
+
+
+def test_loss_denominator_is_the_completion_tokens_of_the_whole_step(tokenizer, tmp_path):
+    rows = [{**row, "completion": "ok " * (i % 5)} for i, row in enumerate(chat_rows(16))]
+    distiller = make_distiller(tokenizer, tmp_path, rows=rows, lmbda=0.5, gradient_accumulation_steps=3, max_new_tokens=30)
+    distiller.setup()
+    step = _mixed_step(distiller.config.seed, 3)
+    rollouts, backward_losses = [], []
+    original_rollout, original_backward = distiller.rollout, distiller.accelerator.backward
+
+    def recording_rollout(s, t):
+        rollouts.extend(original_rollout(s, t))
+        return rollouts
+
+    def recording_backward(loss):
+        backward_losses.append(loss.item())
+        original_backward(loss)
+
+    distiller.rollout, distiller.accelerator.backward = recording_rollout, recording_backward
+    distiller.train_step(step, distiller._new_window(), {}, log_step=False)
+
+    assert {mb.source for mb in rollouts} == {"student", "dataset"}
+    per_micro_batch = [int(mb.completion_mask.sum()) for mb in rollouts]
+    assert len(set(per_micro_batch)) > 1  # unequal token counts: a mean of per-micro-batch means would differ
+    trained_tokens = sum(per_micro_batch)
+    # The same models before the step (same seeds) give each micro-batch's loss sum.
+    fresh = make_distiller(tokenizer, tmp_path / "fresh", rows=rows, lmbda=0.5, gradient_accumulation_steps=3, max_new_tokens=30)
+    fresh.setup()
+    with torch.no_grad():
+        for mb, recorded in zip(rollouts, backward_losses):
+            hidden = fresh.teacher.hidden_states(mb.input_ids, mb.attention_mask, mb.completion_mask)
+            out = fresh.objective(mb.input_ids, mb.attention_mask, mb.completion_mask, hidden, fresh.teacher.head,
+                                  fresh.config.beta_for(mb.source), 1.0, 16)
+            assert int(out.num_tokens) == int(mb.completion_mask.sum())
+            assert recorded == pytest.approx(out.loss_sum.item() / trained_tokens, rel=1e-5)
+
+
+def _record_generate(distiller, log):
+    import distill.trainer as trainer_module
+
+    original = trainer_module.generate_completions
+
+    def recording(model, prompts, *args, **kwargs):
+        who = "teacher" if model is distiller.teacher.model else "student"
+        log.append((who, len(prompts)))
+        return original(model, prompts, *args, **kwargs)
+
+    return recording
+
+
+def test_seq_kd_with_lmbda_1_never_calls_teacher_generation(tokenizer, tmp_path, monkeypatch):
+    distiller = make_distiller(tokenizer, tmp_path, lmbda=1.0, seq_kd=True, rows=chat_rows(16, with_completion=False))
+    calls = []
+    monkeypatch.setattr("distill.trainer.generate_completions", _record_generate(distiller, calls))
+    distiller.train()
+    assert calls and all(who == "student" for who, _ in calls)
+
+
+def test_teacher_generates_once_per_step_and_only_for_its_micro_batches(tokenizer, tmp_path, monkeypatch):
+    distiller = make_distiller(tokenizer, tmp_path, lmbda=0.5, seq_kd=True, gradient_accumulation_steps=4, max_steps=4,
+                               rows=chat_rows(16, with_completion=False))
+    calls = []
+    monkeypatch.setattr("distill.trainer.generate_completions", _record_generate(distiller, calls))
+    distiller.setup()
+    for step in range(4):
+        calls.clear()
+        distiller.train_step(step, distiller._new_window(), {}, log_step=False)
+        sources = draw_sources(0.5, True, distiller.config.seed, step, 4)
+        teacher_calls = [n for who, n in calls if who == "teacher"]
+        student_calls = [n for who, n in calls if who == "student"]
+        assert teacher_calls == ([2 * sources.count("teacher")] if "teacher" in sources else [])
+        assert student_calls == ([2 * sources.count("student")] if "student" in sources else [])
+
+
+class Scripted:
+    """Replaces a model's generate: each row continues with tokens, then pads with EOS (pad == eos)."""
+
+    def __init__(self, tokens):
+        self.tokens = tokens
+
+    def __call__(self, input_ids, attention_mask, max_new_tokens, pad_token_id, **kwargs):
+        row = (self.tokens + [pad_token_id] * max_new_tokens)[:max_new_tokens]
+        return torch.cat([input_ids, torch.tensor([row] * input_ids.shape[0])], dim=1)
+
+
+@pytest.mark.parametrize("source", ["student", "teacher", "dataset"])
+def test_pad_equal_to_eos_keeps_the_terminating_eos_in_the_loss(tokenizer, tmp_path, source):
+    eos = tokenizer.eos_token_id
+    assert tokenizer.pad_token_id == eos
+    lmbda, seq_kd = {"student": (1.0, False), "teacher": (0.0, True), "dataset": (0.0, False)}[source]
+    rows = [{**row, "completion": "ok"} for row in chat_rows(16)]
+    distiller = make_distiller(tokenizer, tmp_path, rows=rows, lmbda=lmbda, seq_kd=seq_kd, max_new_tokens=8)
+    distiller.student_model.generate = Scripted([5, 6, eos])
+    distiller.teacher.model.generate = Scripted([7, eos])
+    for mb in distiller.rollout(0, {}):
+        assert mb.source == source
+        for row, completion in enumerate(mb.completions):
+            assert completion.completion_ids[-1] == eos
+            positions = mb.completion_mask[row].nonzero().squeeze(1)
+            assert len(positions) == len(completion.completion_ids)
+            assert mb.input_ids[row, positions[-1]].item() == eos  # the EOS is a trained position
+            assert mb.attention_mask[row, positions[-1]].item() == 1
+
+
+def test_run_directory_final_model_card_and_metrics(tokenizer, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    eval_rows = datasets.Dataset.from_list(chat_rows(4, with_completion=False, seed=3))
+    distiller = make_distiller(tokenizer, tmp_path, lmbda=0.5, eval_dataset=eval_rows, eval_before_after=True,
+                               eval_max_new_tokens=5, eval_examples=2, save_steps=1)
+    result = distiller.train()
+    run = tmp_path / "run"
+    loaded = AutoModelForCausalLM.from_pretrained(run / "model")
+    for name, p in distiller.student_model.named_parameters():
+        assert torch.equal(loaded.state_dict()[name], p.detach())
+    assert AutoTokenizer.from_pretrained(run / "model").get_vocab() == tokenizer.get_vocab()
+    card = (run / "model" / "README.md").read_text()
+    assert "2306.13649" in card and "gkd" in card
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]
+    for key in ("loss", "forward_kl", "reverse_kl", "student_entropy", "teacher_entropy", "top1_agreement", "topk_overlap",
+                "completion_length", "completion_length_max", "clipped_ratio", "learning_rate", "grad_norm",
+                "tokens_per_second/teacher", "tokens_per_second/student", "prompts_truncated"):
+        assert key in records[-1], key
+    assert (run / "config.yaml").is_file() and (run / "plots" / "loss.png").is_file()
+    report = json.loads((run / "eval" / "eval.json").read_text())
+    assert set(report["metrics"]) == {"before", "after"} and len(report["examples"]) == 2
+    assert (run / "eval" / "eval.md").read_text().startswith("# Evaluation")
+    assert result["eval"]["after"]["on_teacher_completions"]["tokens"] > 0
+    assert [p.name for p in sorted((run / "checkpoints").iterdir())] == ["step-000001", "step-000002"]
+
+
+def test_ctrl_c_saves_a_checkpoint_before_exiting(tokenizer, tmp_path):
+    distiller = make_distiller(tokenizer, tmp_path, max_steps=5)
+    original = distiller.train_step
+
+    def interrupt_at_third(step, *args, **kwargs):
+        if step == 2:
+            raise KeyboardInterrupt
+        return original(step, *args, **kwargs)
+
+    distiller.train_step = interrupt_at_third
+    with pytest.raises(KeyboardInterrupt):
+        distiller.train()
+    assert (tmp_path / "run" / "checkpoints" / "step-000002" / "state.json").is_file()
+
+
+def test_padded_embeddings_are_aligned_to_the_tokenizer(tokenizer, tmp_path):
+    teacher = tiny_lm(len(tokenizer), layers=2, seed=3, eos_token_id=tokenizer.eos_token_id, pad_rows=13)
+    distiller = make_distiller(tokenizer, tmp_path, teacher=teacher)
+    assert distiller.vocab_size == len(tokenizer)
+    assert distiller.teacher.head.weight.shape[0] == len(tokenizer)
+    distiller.train()
+
+
+def test_truncated_prompts_are_counted(tokenizer, tmp_path):
+    rows = [{"prompt": "word " * 80, "completion": "ok"} for _ in range(8)]
+    result = make_distiller(tokenizer, tmp_path, rows=rows, lmbda=0.0, max_prompt_length=16).train()
+    assert result["train"]["prompts_truncated"] == 4  # one step's 4 prompts in the last logging window
+
+
+def test_lora_student_trains_its_adapters(tokenizer, tmp_path):
+    pytest.importorskip("peft", reason="LoRA needs the optional extra: pip install -e .[peft]")
+    distiller = make_distiller(tokenizer, tmp_path, use_peft=True, lora_r=4, lora_alpha=8, lmbda=0.0)
+    before = {n: p.detach().clone() for n, p in distiller.student_model.named_parameters() if p.requires_grad}
+    distiller.train()
+    after = dict(distiller.student_model.named_parameters())
+    assert before and all("lora" in n for n in before)
+    assert all(not torch.equal(before[n], after[n].detach()) for n in before if "lora_B" in n)
+
+
+@pytest.fixture
+def no_model_loading(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the input was validated")
+
+    monkeypatch.setattr("distill.trainer.load_causal_lm", refuse)
+    monkeypatch.setattr("distill.trainer.load_tokenizer", refuse)
+
+
+@pytest.mark.parametrize(
+    "dataset, overrides, error, match",
+    [
+        ([{"prompt": "hi", "completion": "x"}], {}, TypeError, "from_list"),
+        ("dataframe", {}, TypeError, "from_pandas"),
+        (datasets.Dataset.from_list([{"text": "hi"}]), {}, ValueError, "'prompt' column"),
+        (datasets.Dataset.from_dict({"prompt": []}), {}, ValueError, "empty"),
+        (datasets.Dataset.from_list([{"messages": [{"role": "user", "text": "x"}]}]), {}, ValueError, "malformed"),
+        (None, {"method": "magic"}, ValueError, "method"),
+        (None, {"beta": 3.0}, ValueError, "beta"),
+        (None, {"max_new_tokens": 0}, ValueError, "max_new_tokens"),
+        (None, {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 4}, ValueError, "per_device_train_batch_size"),
+        (None, {"teacher": "/no/such/teacher"}, ValueError, "teacher: model path /no/such/teacher does not exist"),
+        (datasets.Dataset.from_list([{"prompt": "hi"}] * 8), {"lmbda": 0.5}, ValueError, "seq_kd"),
+    ],
+)
+def test_bad_input_fails_before_any_model_is_loaded(tmp_path, no_model_loading, dataset, overrides, error, match):
+    if isinstance(dataset, str):
+        pandas = pytest.importorskip("pandas")
+        dataset = pandas.DataFrame({"prompt": ["hi"]})
+    dataset = datasets.Dataset.from_list(chat_rows(16)) if dataset is None else dataset
+    values = {"teacher": "/no/such/teacher" if "teacher" in overrides else "smollm2-135m-instruct", **overrides}
+    with pytest.raises(error, match=match):
+        Distiller(make_config(tmp_path, **values), train_dataset=dataset)
+
+
+def test_existing_output_dir_needs_overwrite(tmp_path, no_model_loading):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "keep.txt").write_text("precious")
+    with pytest.raises(ValueError, match="overwrite_output_dir"):
+        Distiller(make_config(tmp_path), train_dataset=datasets.Dataset.from_list(chat_rows(16)))
+    assert (tmp_path / "run" / "keep.txt").read_text() == "precious"
+
+
+def test_tokenizer_mismatch_names_cross_tokenizer_distillation(tokenizer, tmp_path):
+    from tests.conftest import train_tiny_tokenizer
+
+    other = train_tiny_tokenizer(vocab_size=300)
+    teacher = tiny_lm(len(other), layers=2, seed=4, eos_token_id=other.eos_token_id)
+    teacher.save_pretrained(tmp_path / "other-teacher")
+    other.save_pretrained(tmp_path / "other-teacher")
+    with pytest.raises(ValueError, match="cross-tokenizer"):
+        make_distiller(tokenizer, tmp_path, teacher=str(tmp_path / "other-teacher"))
