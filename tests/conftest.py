@@ -39,7 +39,8 @@ def tiny_lm(vocab_size: int, layers: int = 2, seed: int = 0, hidden: int = 32, e
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=vocab_size + pad_rows, hidden_size=hidden, intermediate_size=2 * hidden,
                          num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
-                         tie_word_embeddings=True, eos_token_id=eos_token_id, pad_token_id=eos_token_id, bos_token_id=0)
+                         tie_word_embeddings=True, eos_token_id=eos_token_id, pad_token_id=eos_token_id, bos_token_id=0,
+                         initializer_range=0.2)
     return LlamaForCausalLM(config)
 
 

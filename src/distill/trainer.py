@@ -128,8 +128,10 @@ class Distiller:
 
         trackers = [t.strip() for t in config.report_to.split(",") if t.strip() and t.strip() != "none"]
         device_type = "cuda" if config.device.startswith("cuda") or (config.device == "auto" and torch.cuda.is_available()) else config.device
+        no_accelerator = not torch.cuda.is_available() and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available())
         self.accelerator = Accelerator(
-            cpu=config.device == "cpu",
+            # On a CPU-only machine accelerate forms a multi-process (gloo) group only when told cpu=True.
+            cpu=config.device == "cpu" or (config.device == "auto" and no_accelerator),
             mixed_precision=_mixed_precision(config, device_type),
             log_with=trackers or None,
             project_dir=str(self.run_dir),

@@ -77,7 +77,9 @@ def test_accelerate_launch_two_cpu_processes(tmp_path, model_dirs):
     data.write_text("".join(json.dumps(row) + "\n" for row in chat_rows(16)))
     run = tmp_path / "run"
     command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
+        # accelerate's launcher for several processes is --multi_gpu (its --cpu launches a single process); on a
+        # machine without GPUs distill puts accelerate in CPU mode, so the processes form a gloo group.
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
         "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "distill", "train",
         "--teacher", str(model_dirs["teacher"]), "--student", str(model_dirs["student"]), "--dataset", str(data),
         "--output_dir", str(run), "--max_steps", "2", "--logging_steps", "1", "--lmbda", "0.5",
