@@ -73,18 +73,22 @@ class DistillConfig:
     lmbda: float = _f(0.5, "Probability that a micro-batch is on-policy (student samples its completions); "
                       "the rest use dataset completions, or the teacher's with `seq_kd`. Drawn once per "
                       "micro-batch, identically on every process.")
-    lmbda_schedule: str = _f("constant", f"How lmbda moves over optimizer steps: {LMBDA_SCHEDULES}. 'linear' "
+    lmbda_schedule: str = _f("step", f"How lmbda moves over optimizer steps: {LMBDA_SCHEDULES}. 'linear' "
                              "goes from `lmbda_start` to `lmbda` over `lmbda_schedule_steps`; 'step' uses "
                              "`lmbda_start` before step `lmbda_schedule_steps` and `lmbda` from it on.")
     lmbda_start: float = _f(0.0, "lmbda at step 0 for the 'linear' and 'step' schedules.")
-    lmbda_schedule_steps: int = _f(0, "Length of the lmbda ramp ('linear') or the switch step ('step').")
-    seq_kd: bool = _f(False, "Sequence-level KD: off-policy micro-batches use completions sampled by the "
+    lmbda_schedule_steps: int = _f(48, "Length of the lmbda ramp ('linear') or the switch step ('step').")
+    seq_kd: bool = _f(True, "Sequence-level KD: off-policy micro-batches use completions sampled by the "
                       "teacher instead of the dataset's (works for prompt-only datasets).")
+    seq_kd_generation_steps: int = _f(4, "With seq_kd, the teacher samples the completions of this many optimizer "
+                                      "steps in one batched call (only for micro-batches that use them). The "
+                                      "teacher is frozen, so sampling ahead changes nothing but the batch size, "
+                                      "which makes generation cheaper per token; 1 = one call per step.")
 
     # --- the loss --------------------------------------------------------------------------------------
     beta: float = _f(0.5, "Generalized JSD interpolation for student-sampled completions: 0 = forward "
                      "KL(teacher||student), 1 = reverse KL(student||teacher).")
-    off_policy_beta: float | None = _f(None, "beta for dataset and teacher completions; None = `beta`. "
+    off_policy_beta: float | None = _f(0.0, "beta for dataset and teacher completions; None = `beta`. "
                                        "Forward KL (0) is the natural loss on teacher samples.")
     temperature: float = _f(1.0, "Loss temperature: divides student and teacher logits inside the loss. Not "
                             "the sampling temperature.")
@@ -92,7 +96,7 @@ class DistillConfig:
                               "loss (memory ~ 4 x chunk x vocab x 4 bytes).")
 
     # --- sampling --------------------------------------------------------------------------------------
-    max_new_tokens: int = _f(64, "Maximum completion length (generated tokens; dataset completions are cut "
+    max_new_tokens: int = _f(48, "Maximum completion length (generated tokens; dataset completions are cut "
                              "to it too).")
     max_prompt_length: int = _f(256, "Prompts longer than this many tokens are truncated keeping their end "
                                 "(the count is logged).")
@@ -113,7 +117,7 @@ class DistillConfig:
     lr_scheduler_type: str = _f("cosine", f"Learning-rate schedule after warmup: {SCHEDULERS}.")
     warmup_ratio: float = _f(0.05, "Fraction of max_steps spent warming up (ignored when warmup_steps > 0).")
     warmup_steps: int = _f(0, "Warmup steps (overrides warmup_ratio when > 0).")
-    max_steps: int = _f(200, "Optimizer steps to train.")
+    max_steps: int = _f(64, "Optimizer steps to train.")
     max_time_minutes: float = _f(0.0, "Stop after the optimizer step that crosses this much training time "
                                  "(minutes, excluding loading and evaluation; 0 = no limit). For comparisons at "
                                  "equal wall time; the learning-rate schedule still follows max_steps.")
@@ -211,7 +215,7 @@ class DistillConfig:
             value = getattr(self, name)
             if not value > 0 or math.isinf(value):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-        for name in ("max_new_tokens", "max_prompt_length", "max_steps", "per_device_train_batch_size",
+        for name in ("max_new_tokens", "max_prompt_length", "max_steps", "seq_kd_generation_steps", "per_device_train_batch_size",
                      "gradient_accumulation_steps", "logging_steps", "loss_chunk_size", "eval_max_new_tokens",
                      "eval_batch_size", "lora_r"):
             value = getattr(self, name)
@@ -224,12 +228,36 @@ class DistillConfig:
         trackers = [t.strip() for t in self.report_to.split(",") if t.strip()]
         for tracker in trackers:
             _one_of("report_to", tracker, TRACKERS)
-        if self.method == "on_policy" and (self.seq_kd or self.lmbda != 0.5 or self.lmbda_schedule != "constant"):
-            raise ValueError("method 'on_policy' always samples from the student: lmbda, lmbda_schedule and "
-                             "seq_kd do not apply. Use method 'gkd' to mix in dataset or teacher completions.")
         if self.student_init is not None:
             parse_student_init(self.student_init)
+        self._reject_unused_fields()
         return self
+
+    def _reject_unused_fields(self) -> None:
+        """A field changed from its default that this configuration never reads is an error (no silent fields)."""
+        defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+                    for f in dataclasses.fields(self)}
+        never_on_policy = self.method != "on_policy" and self.lmbda == 0.0 and (self.lmbda_schedule == "constant" or self.lmbda_start == 0.0)
+        unused = {
+            "method gkd (on_policy always samples from the student)": (self.method == "on_policy", [
+                "lmbda", "lmbda_schedule", "lmbda_start", "lmbda_schedule_steps", "seq_kd", "seq_kd_generation_steps",
+                "off_policy_beta", "teacher_sampling_temperature", "teacher_top_p", "teacher_top_k"]),
+            "use_peft: true": (not self.use_peft, ["lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"]),
+            "seq_kd: true": (not self.seq_kd, ["teacher_sampling_temperature", "teacher_top_p", "teacher_top_k",
+                                               "seq_kd_generation_steps"]),
+            "a non-constant lmbda_schedule": (self.lmbda_schedule == "constant", ["lmbda_start", "lmbda_schedule_steps"]),
+            "off-policy micro-batches (lmbda < 1, method gkd)": (not self.uses_off_policy(), ["off_policy_beta"]),
+            "on-policy micro-batches (lmbda > 0)": (never_on_policy, ["sampling_temperature", "top_p", "top_k"]),
+            "eval_before_after: true": (not self.eval_before_after, ["eval_dataset", "eval_max_prompts", "eval_max_new_tokens",
+                                                                      "eval_batch_size", "eval_examples"]),
+        }
+        for needs, (inactive, names) in unused.items():
+            if not inactive:
+                continue
+            for name in names:
+                if getattr(self, name) != defaults[name]:
+                    raise ValueError(f"{name} is only read with {needs}; this configuration would ignore it. "
+                                     f"Remove it or enable what it belongs to.")
 
     def resolved_student_init(self, student_given: bool) -> str:
         if self.student_init is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import logging
 import math
 import shutil
@@ -127,6 +128,10 @@ class Distiller:
         from accelerate import Accelerator
 
         trackers = [t.strip() for t in config.report_to.split(",") if t.strip() and t.strip() != "none"]
+        for tracker in trackers:
+            modules = {"tensorboard": ("tensorboard", "tensorboardX")}.get(tracker, (tracker,))
+            if not any(importlib.util.find_spec(m) for m in modules):
+                raise ValueError(f"report_to: {tracker} is not installed; pip install {modules[0]} (or drop it from report_to)")
         device_type = "cuda" if config.device.startswith("cuda") or (config.device == "auto" and torch.cuda.is_available()) else config.device
         no_accelerator = not torch.cuda.is_available() and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available())
         self.accelerator = Accelerator(
@@ -233,36 +238,68 @@ class Distiller:
         return [share[i * bs : (i + 1) * bs] for i in range(accum)]
 
     # -------------------------------------------------------------------------------------- rollout --
-    def rollout(self, step: int, timings: dict[str, float]) -> list[MicroBatch]:
+    def sources_for_step(self, step: int) -> list[str]:
         config = self.config
-        sources = draw_sources(config.effective_lmbda(step), config.seq_kd, config.seed, step, config.gradient_accumulation_steps)
+        return draw_sources(config.effective_lmbda(step), config.seq_kd, config.seed, step, config.gradient_accumulation_steps)
+
+    def rollout(self, step: int, timings: dict[str, float]) -> list[MicroBatch]:
+        """Completions for every micro-batch of this process for optimizer step `step`."""
+        config = self.config
+        sources = self.sources_for_step(step)
         groups = self.micro_batch_indices(step)
-        completions: list[list[Completion] | None] = [None] * len(groups)
-        for source, model, sampling in (
-            ("student", self.student_for_generation(), SamplingParams(config.sampling_temperature, config.top_p, config.top_k, config.max_new_tokens)),
-            ("teacher", self.teacher.model, SamplingParams(config.teacher_sampling_temperature, config.teacher_top_p, config.teacher_top_k, config.max_new_tokens)),
-        ):
-            wanted = [i for i, s in enumerate(sources) if s == source]
-            if not wanted:
-                continue
-            prompts = [self.encoded[j].prompt_ids for i in wanted for j in groups[i]]
+        generated: dict[int, list[tuple[list[int], bool]]] = {}
+        on_policy = [i for i, s in enumerate(sources) if s == "student"]
+        if on_policy:
+            sampling = SamplingParams(config.sampling_temperature, config.top_p, config.top_k, config.max_new_tokens)
+            prompts = [self.encoded[j].prompt_ids for i in on_policy for j in groups[i]]
             start = time.perf_counter()
-            outputs = generate_completions(model, prompts, sampling, self.eos_ids, self.pad_id, self.device)
-            timings[f"generation_{source}"] = timings.get(f"generation_{source}", 0.0) + time.perf_counter() - start
-            flat = iter(outputs)
-            for i in wanted:
-                completions[i] = []
-                for j in groups[i]:
-                    ids, hit_max = next(flat)
-                    completions[i].append(Completion(self.encoded[j].prompt_ids, ids, source, hit_max, self.encoded[j].prompt_truncated))
-        for i, source in enumerate(sources):
-            if source == "dataset":
-                completions[i] = []
-                for j in groups[i]:
-                    ids = self.encoded[j].completion_ids
-                    hit_max = ids[-1] not in self.eos_ids if ids else False
-                    completions[i].append(Completion(self.encoded[j].prompt_ids, list(ids), source, hit_max, self.encoded[j].prompt_truncated))
-        return [collate(c, s, self.pad_id) for c, s in zip(completions, sources)]
+            outputs = iter(generate_completions(self.student_for_generation(), prompts, sampling, self.eos_ids, self.pad_id, self.device))
+            timings["generation_student"] = timings.get("generation_student", 0.0) + time.perf_counter() - start
+            generated.update({i: [next(outputs) for _ in groups[i]] for i in on_policy})
+        if "teacher" in sources:
+            window = self._teacher_window(step, timings)
+            generated.update({i: window[(step, i)] for i, s in enumerate(sources) if s == "teacher"})
+        micro_batches = []
+        for i, (source, group) in enumerate(zip(sources, groups)):
+            completions = []
+            for position, j in enumerate(group):
+                example = self.encoded[j]
+                if source == "dataset":
+                    ids = list(example.completion_ids)
+                    hit_max = bool(ids) and ids[-1] not in self.eos_ids
+                else:
+                    ids, hit_max = generated[i][position]
+                completions.append(Completion(example.prompt_ids, ids, source, hit_max, example.prompt_truncated))
+            micro_batches.append(collate(completions, source, self.pad_id))
+        return micro_batches
+
+    def _teacher_window(self, step: int, timings: dict[str, float]) -> dict[tuple[int, int], list[tuple[list[int], bool]]]:
+        """Teacher (seq_kd) completions for every teacher micro-batch of the window of
+        `seq_kd_generation_steps` steps holding `step`, generated in one batched call.
+
+        The teacher is frozen, so sampling ahead changes nothing but the batch size. Sampling uses its own
+        RNG seeded by (seed, window), so a run resumed in the middle of a window regenerates exactly the
+        same completions, and the global RNG (student sampling) is untouched.
+        """
+        config = self.config
+        size = config.seq_kd_generation_steps
+        first = step - step % size
+        cached = getattr(self, "_teacher_cache", None)
+        if cached is not None and cached[0] == first:
+            return cached[1]
+        keys = [(s, i) for s in range(first, min(first + size, config.max_steps))
+                for i, source in enumerate(self.sources_for_step(s)) if source == "teacher"]
+        groups = {s: self.micro_batch_indices(s) for s in {s for s, _ in keys}}
+        prompts = [self.encoded[j].prompt_ids for s, i in keys for j in groups[s][i]]
+        sampling = SamplingParams(config.teacher_sampling_temperature, config.teacher_top_p, config.teacher_top_k, config.max_new_tokens)
+        start = time.perf_counter()
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(config.seed * 1_000_003 + first + 104_729 * (self.accelerator.process_index + 1))
+            outputs = iter(generate_completions(self.teacher.model, prompts, sampling, self.eos_ids, self.pad_id, self.device))
+        timings["generation_teacher"] = timings.get("generation_teacher", 0.0) + time.perf_counter() - start
+        window = {(s, i): [next(outputs) for _ in groups[s][i]] for s, i in keys}
+        self._teacher_cache = (first, window)
+        return window
 
     def student_for_generation(self) -> nn.Module:
         return self.accelerator.unwrap_model(self.objective).student if hasattr(self, "objective") else self.student_model

@@ -10,7 +10,7 @@ from tests.conftest import chat_rows, tiny_lm
 
 FAST = dict(max_new_tokens=6, max_prompt_length=48, per_device_train_batch_size=2, gradient_accumulation_steps=2,
             max_steps=2, logging_steps=1, save_steps=0, eval_before_after=False, progress_bar=False,
-            learning_rate=1e-2, warmup_steps=0, warmup_ratio=0.0, lr_scheduler_type="constant", loss_chunk_size=16)
+            seq_kd=False, lmbda_schedule="constant", learning_rate=1e-2, warmup_steps=0, warmup_ratio=0.0, lr_scheduler_type="constant", loss_chunk_size=16)
 
 
 def make_config(tmp_path, **overrides) -> DistillConfig:

@@ -8,7 +8,7 @@ from distill.config import DistillConfig, parse_student_init
 
 def test_yaml_recipe_and_flags_override_in_order(tmp_path):
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("beta: 0.2\nmax_steps: 7\nseq_kd: true\nlora_target_modules: [q_proj]\n")
+    recipe.write_text("beta: 0.2\nmax_steps: 7\nseq_kd: true\nuse_peft: true\nlora_target_modules: [q_proj]\n")
     flags = parse_field_flags(["--beta", "0.9", "--per-device-train-batch-size", "3", "--seq_kd", "--learning_rate=3e-5"])
     config = DistillConfig.from_yaml(recipe, flags).validate()
     assert config.beta == 0.9 and config.max_steps == 7 and config.seq_kd is True
@@ -55,7 +55,7 @@ def test_values_of_the_wrong_type_name_the_field():
         ({"lmbda_schedule": "cosine"}, "lmbda_schedule"),
         ({"student_init": "drop_every:1"}, "student_init"),
         ({"report_to": "wandb,nope"}, "report_to"),
-        ({"method": "on_policy", "seq_kd": True}, "on_policy"),
+        ({"method": "on_policy", "lmbda": 0.2}, "lmbda is only read with method gkd"),
     ],
 )
 def test_validation_names_the_field(values, name):
@@ -69,6 +69,8 @@ def test_lmbda_schedules():
     step = DistillConfig(lmbda=0.5, lmbda_schedule="step", lmbda_start=0.0, lmbda_schedule_steps=3)
     assert [step.effective_lmbda(s) for s in (0, 2, 3)] == [0.0, 0.0, 0.5]
     assert DistillConfig(method="on_policy").effective_lmbda(0) == 1.0
+    default = DistillConfig()
+    assert default.effective_lmbda(0) == 0.0 and default.effective_lmbda(default.lmbda_schedule_steps) == default.lmbda
     assert DistillConfig(beta=0.5, off_policy_beta=0.0).beta_for("teacher") == 0.0
     assert DistillConfig(beta=0.5, off_policy_beta=0.0).beta_for("student") == 0.5
 
@@ -91,3 +93,26 @@ def test_train_help_lists_every_field_with_its_help(capsys):
 def test_cli_reports_config_errors_without_a_traceback(capsys):
     assert main(["train", "--bta", "0.5"]) == 2
     assert "did you mean 'beta'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "values, name",
+    [
+        ({"lora_r": 8}, "lora_r"),
+        ({"seq_kd": False, "lmbda": 1.0, "teacher_top_p": 0.9}, "teacher_top_p"),
+        ({"lmbda_schedule": "constant", "lmbda_start": 0.2}, "lmbda_start"),
+        ({"lmbda": 1.0, "lmbda_schedule": "constant", "off_policy_beta": 0.3}, "off_policy_beta"),
+        ({"lmbda": 0.0, "seq_kd": True, "sampling_temperature": 0.7}, "sampling_temperature"),
+        ({"eval_before_after": False, "eval_max_prompts": 5}, "eval_max_prompts"),
+    ],
+)
+def test_fields_this_configuration_would_ignore_are_rejected(values, name):
+    with pytest.raises(ValueError, match=f"{name} is only read with"):
+        DistillConfig(**values).validate()
+
+
+def test_fields_that_are_read_are_accepted():
+    DistillConfig(use_peft=True, lora_r=8).validate()
+    DistillConfig(seq_kd=True, teacher_top_p=0.9, lmbda=0.5, off_policy_beta=0.0).validate()
+    DistillConfig(lmbda_schedule="linear", lmbda_start=0.2, lmbda_schedule_steps=10).validate()
+    DistillConfig(method="on_policy", beta=1.0).validate()

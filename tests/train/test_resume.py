@@ -16,7 +16,8 @@ def _train_command(run_dir, model_dirs, data, *extra):
     return [
         sys.executable, "-m", "distill", "train", "--teacher", str(model_dirs["teacher"]), "--student", str(model_dirs["student"]),
         "--dataset", str(data), "--output_dir", str(run_dir), "--max_steps", "30", "--save_steps", "1", "--save_total_limit", "3",
-        "--logging_steps", "1", "--lmbda", "0.5", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2",
+        "--logging_steps", "1", "--lmbda", "0.5", "--seq_kd", "true", "--lmbda_schedule", "constant",
+        "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2",
         "--max_new_tokens", "6", "--eval_before_after", "false", "--progress_bar", "false", "--learning_rate", "1e-3", *extra,
     ]
 

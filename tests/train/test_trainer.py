@@ -94,7 +94,7 @@ def test_seq_kd_with_lmbda_1_never_calls_teacher_generation(tokenizer, tmp_path,
 
 def test_teacher_generates_once_per_step_and_only_for_its_micro_batches(tokenizer, tmp_path, monkeypatch):
     distiller = make_distiller(tokenizer, tmp_path, lmbda=0.5, seq_kd=True, gradient_accumulation_steps=4, max_steps=4,
-                               rows=chat_rows(16, with_completion=False))
+                               rows=chat_rows(16, with_completion=False), seq_kd_generation_steps=1)
     calls = []
     monkeypatch.setattr("distill.trainer.generate_completions", _record_generate(distiller, calls))
     distiller.setup()
@@ -106,6 +106,31 @@ def test_teacher_generates_once_per_step_and_only_for_its_micro_batches(tokenize
         student_calls = [n for who, n in calls if who == "student"]
         assert teacher_calls == ([2 * sources.count("teacher")] if "teacher" in sources else [])
         assert student_calls == ([2 * sources.count("student")] if "student" in sources else [])
+
+
+def test_teacher_samples_a_window_of_steps_in_one_call(tokenizer, tmp_path, monkeypatch):
+    distiller = make_distiller(tokenizer, tmp_path, lmbda=0.5, seq_kd=True, gradient_accumulation_steps=4, max_steps=7,
+                               rows=chat_rows(16, with_completion=False), seq_kd_generation_steps=3)
+    calls = []
+    monkeypatch.setattr("distill.trainer.generate_completions", _record_generate(distiller, calls))
+    distiller.setup()
+    windows = {0: [], 3: [], 6: []}
+    for step in range(7):
+        before = len(calls)
+        batches = distiller.rollout(step, {})
+        teacher_calls = [n for who, n in calls[before:] if who == "teacher"]
+        first = step - step % 3
+        expected_prompts = sum(2 * distiller.sources_for_step(s).count("teacher") for s in range(first, min(first + 3, 7)))
+        assert teacher_calls == ([expected_prompts] if step == first and expected_prompts else [])
+        windows[first] += [c.completion_ids for mb in batches if mb.source == "teacher" for c in mb.completions]
+    # A fresh run resumed in the middle of a window regenerates exactly the same teacher samples.
+    again = make_distiller(tokenizer, tmp_path / "again", lmbda=0.5, seq_kd=True, gradient_accumulation_steps=4, max_steps=7,
+                           rows=chat_rows(16, with_completion=False), seq_kd_generation_steps=3)
+    again.setup()
+    torch.manual_seed(1234)  # a different global RNG must not matter
+    resumed = [c.completion_ids for step in (4, 5) for mb in again.rollout(step, {}) if mb.source == "teacher" for c in mb.completions]
+    original = [c for c in windows[3]][-len(resumed):] if resumed else []
+    assert resumed == original
 
 
 class Scripted:
@@ -238,6 +263,22 @@ def test_bad_input_fails_before_any_model_is_loaded(tmp_path, no_model_loading, 
     values = {"teacher": "/no/such/teacher" if "teacher" in overrides else "smollm2-135m-instruct", **overrides}
     with pytest.raises(error, match=match):
         Distiller(make_config(tmp_path, **values), train_dataset=dataset)
+
+
+def test_missing_tracker_is_reported_before_loading(tmp_path, no_model_loading, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(ValueError, match="report_to: wandb is not installed"):
+        Distiller(make_config(tmp_path, report_to="wandb"), train_dataset=datasets.Dataset.from_list(chat_rows(16)))
+
+
+def test_gradient_checkpointing_trains(tokenizer, tmp_path):
+    distiller = make_distiller(tokenizer, tmp_path, gradient_checkpointing=True, lmbda=0.5)
+    before = snapshot(distiller.student_model)
+    distiller.train()
+    assert not torch.equal(before["model.embed_tokens.weight"], distiller.student_model.get_input_embeddings().weight)
 
 
 def test_existing_output_dir_needs_overwrite(tmp_path, no_model_loading):

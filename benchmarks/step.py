@@ -1,0 +1,164 @@
+"""Time per optimizer step of the default recipe, split into generation / teacher forward / student
+forward+backward, with tokens/s and peak memory; optionally against the reference library.
+
+    python benchmarks/step.py                 # distill's default recipe (gkd), its step-time breakdown
+    python benchmarks/step.py --vs-trl        # + TRL's DistillationTrainer on the same models, prompts and
+                                              #   settings (always on-policy there, so both run on-policy)
+
+Each measurement runs in a fresh process (so peak resident memory is its own); with --vs-trl the two
+implementations alternate, `--rounds` times each, and the table reports medians and our/their ratios.
+The first `--warmup` steps of every process are not timed. Writes benchmarks/results/step.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_distill(args) -> dict:
+    from distill import DistillConfig
+    from distill.trainer import Distiller
+
+    overrides = dict(per_device_train_batch_size=args.batch, gradient_accumulation_steps=1, max_new_tokens=args.new_tokens,
+                     max_steps=args.warmup + args.steps, eval_before_after=False, progress_bar=False, save_steps=0,
+                     logging_steps=1, output_dir=tempfile.mkdtemp(prefix="bench-step-"), overwrite_output_dir=True)
+    if args.mode == "on_policy":
+        overrides.update(method="on_policy", beta=args.beta)
+    distiller = Distiller(DistillConfig(**overrides))
+    distiller.setup()
+    step_times, parts = [], {"generation": 0.0, "teacher": 0.0, "student": 0.0}
+    tokens = 0
+    for step in range(args.warmup + args.steps):
+        timings: dict[str, float] = {}
+        window = distiller._new_window()
+        start = time.perf_counter()
+        distiller.train_step(step, window, timings, log_step=False)
+        elapsed = time.perf_counter() - start
+        if step >= args.warmup:
+            step_times.append(elapsed)
+            parts["generation"] += timings.get("generation_student", 0.0) + timings.get("generation_teacher", 0.0)
+            parts["teacher"] += timings.get("teacher", 0.0)
+            parts["student"] += timings.get("student", 0.0)
+            tokens += int(timings.get("tokens_scored", 0))
+    return {"impl": "distill", "seconds_per_step": statistics.median(step_times), "step_times": step_times,
+            "parts_per_step": {k: v / args.steps for k, v in parts.items()}, "completion_tokens_per_second": tokens / sum(step_times),
+            "peak_rss_mb": _peak_rss_mb()}
+
+
+def run_trl(args) -> dict:
+    import datasets
+    import torch
+    from transformers import TrainerCallback
+    from trl import DistillationConfig, DistillationTrainer
+
+    from distill.config import DistillConfig
+    from distill.data import load_dataset_spec
+    from distill.models import load_causal_lm, load_tokenizer, make_student, resolve_model_source
+
+    source = resolve_model_source(DistillConfig().teacher, "teacher")
+    teacher = load_causal_lm(source, torch.float32)
+    tokenizer = load_tokenizer(source)
+    student = make_student(teacher, DistillConfig().resolved_student_init(False))
+    prompts = load_dataset_spec("bundled", "train", "dataset")
+    dataset = datasets.Dataset.from_list([{"prompt": m} for m in prompts["messages"]])
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.times, self.start = [], None
+
+        def on_step_begin(self, *a, **k):
+            self.start = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            self.times.append(time.perf_counter() - self.start)
+
+    timer = StepTimer()
+    config = DistillationConfig(
+        output_dir=tempfile.mkdtemp(prefix="bench-trl-"), per_device_train_batch_size=args.batch, gradient_accumulation_steps=1,
+        max_completion_length=args.new_tokens, max_steps=args.warmup + args.steps, beta=args.beta, learning_rate=1e-4,
+        use_cpu=True, report_to="none", logging_steps=1, save_strategy="no", gradient_checkpointing=False, bf16=False,
+        temperature=1.0, seed=42,
+    )
+    trainer = DistillationTrainer(model=student, teacher_model=teacher, args=config, train_dataset=dataset,
+                                  processing_class=tokenizer, callbacks=[timer])
+    trainer.train()
+    times = timer.times[args.warmup:]
+    return {"impl": "trl", "seconds_per_step": statistics.median(times), "step_times": times, "peak_rss_mb": _peak_rss_mb()}
+
+
+def fresh_process(args, impl: str) -> dict:
+    command = [sys.executable, __file__, "--worker", impl, "--mode", args.mode, "--steps", str(args.steps), "--warmup", str(args.warmup),
+               "--batch", str(args.batch), "--new-tokens", str(args.new_tokens), "--beta", str(args.beta)]
+    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--vs-trl", action="store_true", help="also run TRL's DistillationTrainer (needs `pip install trl`)")
+    parser.add_argument("--mode", choices=["default", "on_policy"], default=None,
+                        help="distill's recipe: the default (gkd) or on_policy (always, with --vs-trl)")
+    parser.add_argument("--steps", type=int, default=4, help="timed steps per process")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps per process")
+    parser.add_argument("--rounds", type=int, default=2, help="with --vs-trl: processes per implementation, alternating")
+    parser.add_argument("--batch", type=int, default=4, help="prompts per step")
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--beta", type=float, default=0.5)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "step.json")
+    parser.add_argument("--worker", choices=["distill", "trl"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.mode = args.mode or ("on_policy" if args.vs_trl else "default")
+
+    if args.worker:
+        result = run_distill(args) if args.worker == "distill" else run_trl(args)
+        print(json.dumps(result))
+        return
+
+    if args.vs_trl and args.mode != "on_policy":
+        parser.error("--vs-trl compares on-policy training (TRL's DistillationTrainer always samples from the student)")
+    impls = ["distill", "trl"] if args.vs_trl else ["distill"]
+    results = {impl: [] for impl in impls}
+    for _ in range(args.rounds if args.vs_trl else 1):
+        for impl in impls:
+            results[impl].append(fresh_process(args, impl))
+            print(f"{impl}: {results[impl][-1]['seconds_per_step']:.2f} s/step", flush=True)
+
+    ours = results["distill"]
+    median = lambda rows, key: statistics.median(r[key] for r in rows)  # noqa: E731
+    print(f"\nmode {args.mode}, batch {args.batch}, {args.new_tokens} new tokens, CPU")
+    print(f"{'impl':>8} {'s/step':>8} {'generation':>11} {'teacher':>8} {'student f+b':>12} {'tok/s':>7} {'peak MB':>8}")
+    parts = {k: statistics.median(r["parts_per_step"][k] for r in ours) for k in ("generation", "teacher", "student")}
+    print(f"{'distill':>8} {median(ours, 'seconds_per_step'):>8.2f} {parts['generation']:>11.2f} {parts['teacher']:>8.2f} "
+          f"{parts['student']:>12.2f} {median(ours, 'completion_tokens_per_second'):>7.0f} {median(ours, 'peak_rss_mb'):>8.0f}")
+    summary = {"mode": args.mode, "batch": args.batch, "new_tokens": args.new_tokens, "machine": platform.machine(),
+               "distill": {"seconds_per_step": median(ours, "seconds_per_step"), "parts_per_step": parts,
+                           "completion_tokens_per_second": median(ours, "completion_tokens_per_second"),
+                           "peak_rss_mb": median(ours, "peak_rss_mb")}, "runs": results}
+    if args.vs_trl:
+        theirs = results["trl"]
+        print(f"{'trl':>8} {median(theirs, 'seconds_per_step'):>8.2f} {'':>11} {'':>8} {'':>12} {'':>7} {median(theirs, 'peak_rss_mb'):>8.0f}")
+        ratio_time = median(ours, "seconds_per_step") / median(theirs, "seconds_per_step")
+        ratio_memory = median(ours, "peak_rss_mb") / median(theirs, "peak_rss_mb")
+        print(f"ours / theirs: time {ratio_time:.2f}, peak memory {ratio_memory:.2f}")
+        summary["trl"] = {"seconds_per_step": median(theirs, "seconds_per_step"), "peak_rss_mb": median(theirs, "peak_rss_mb")}
+        summary["ratios"] = {"time": ratio_time, "peak_memory": ratio_memory}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(summary, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

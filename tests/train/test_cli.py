@@ -1,0 +1,37 @@
+"""The command line end to end on tiny models: train with a recipe and flags, eval, plot."""
+
+import json
+
+from distill.cli import main
+from tests.conftest import chat_rows
+
+
+def test_train_eval_plot_commands(tmp_path, model_dirs, capsys):
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in chat_rows(16)))
+    heldout = tmp_path / "heldout.jsonl"
+    heldout.write_text("".join(json.dumps({"prompt": row["prompt"]}) + "\n" for row in chat_rows(3, seed=5)))
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        f"teacher: {model_dirs['teacher']}\nstudent: {model_dirs['student']}\ndataset: {data}\n"
+        f"eval_dataset: {heldout}\neval_split: train\nmax_steps: 3\nlogging_steps: 1\nmax_new_tokens: 6\n"
+        "eval_max_new_tokens: 6\nper_device_train_batch_size: 2\ngradient_accumulation_steps: 1\nprogress_bar: false\n"
+    )
+    run = tmp_path / "run"
+    assert main(["train", str(recipe), "--output-dir", str(run), "--beta", "0", "--lmbda", "0.25"]) == 0
+    out = capsys.readouterr().out
+    assert "# Evaluation on 3 held-out prompts" in out and "Forward KL on teacher completions" in out
+    config = (run / "config.yaml").read_text()
+    assert "beta: 0.0" in config and "lmbda: 0.25" in config
+
+    assert main(["eval", str(run), "--out", str(tmp_path / "eval")]) == 0
+    report = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert report["num_prompts"] == 3 and "student" in report["metrics"]
+    after = json.loads((run / "eval" / "eval.json").read_text())["metrics"]["after"]["on_teacher_completions"]
+    assert report["metrics"]["student"]["on_teacher_completions"]["forward_kl"] == after["forward_kl"]
+
+    assert main(["plot", str(run)]) == 0
+    assert (run / "plots" / "kl.png").is_file()
+
+    assert main(["train", str(recipe), "--output-dir", str(run)]) == 2
+    assert "--resume" in capsys.readouterr().err
