@@ -7,7 +7,8 @@ forward+backward, with tokens/s and peak memory; optionally against the referenc
 
 Each measurement runs in a fresh process (so peak resident memory is its own); with --vs-trl the two
 implementations alternate, `--rounds` times each, and the table reports medians and our/their ratios.
-The first `--warmup` steps of every process are not timed. Writes benchmarks/results/step.json.
+The first `--warmup` steps of every process are not timed; a process reports its mean step time (with
+seq_kd the teacher samples every `seq_kd_generation_steps` steps, so keep `--steps` a multiple of it). Writes benchmarks/results/step.json.
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ def run_distill(args) -> dict:
     from distill import DistillConfig
     from distill.trainer import Distiller
 
-    overrides = dict(per_device_train_batch_size=args.batch, gradient_accumulation_steps=1, max_new_tokens=args.new_tokens,
-                     max_steps=args.warmup + args.steps, eval_before_after=False, progress_bar=False, save_steps=0,
+    overrides = dict(max_steps=args.warmup + args.steps, eval_before_after=False, progress_bar=False, save_steps=0,
                      logging_steps=1, output_dir=tempfile.mkdtemp(prefix="bench-step-"), overwrite_output_dir=True)
-    if args.mode == "on_policy":
-        overrides.update(method="on_policy", beta=args.beta)
+    if args.mode == "on_policy":  # the settings TRL's trainer gets too
+        overrides.update(method="on_policy", beta=args.beta, per_device_train_batch_size=args.batch,
+                         gradient_accumulation_steps=1, max_new_tokens=args.new_tokens)
     distiller = Distiller(DistillConfig(**overrides))
     distiller.setup()
     step_times, parts = [], {"generation": 0.0, "teacher": 0.0, "student": 0.0}
@@ -53,7 +54,7 @@ def run_distill(args) -> dict:
             parts["teacher"] += timings.get("teacher", 0.0)
             parts["student"] += timings.get("student", 0.0)
             tokens += int(timings.get("tokens_scored", 0))
-    return {"impl": "distill", "seconds_per_step": statistics.median(step_times), "step_times": step_times,
+    return {"impl": "distill", "seconds_per_step": statistics.fmean(step_times), "step_times": step_times,
             "parts_per_step": {k: v / args.steps for k, v in parts.items()}, "completion_tokens_per_second": tokens / sum(step_times),
             "peak_rss_mb": _peak_rss_mb()}
 
@@ -96,7 +97,7 @@ def run_trl(args) -> dict:
                                   processing_class=tokenizer, callbacks=[timer])
     trainer.train()
     times = timer.times[args.warmup:]
-    return {"impl": "trl", "seconds_per_step": statistics.median(times), "step_times": times, "peak_rss_mb": _peak_rss_mb()}
+    return {"impl": "trl", "seconds_per_step": statistics.fmean(times), "step_times": times, "peak_rss_mb": _peak_rss_mb()}
 
 
 def fresh_process(args, impl: str) -> dict:
@@ -114,9 +115,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="timed steps per process")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per process")
     parser.add_argument("--rounds", type=int, default=2, help="with --vs-trl: processes per implementation, alternating")
-    parser.add_argument("--batch", type=int, default=4, help="prompts per step")
-    parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--beta", type=float, default=0.5)
+    parser.add_argument("--batch", type=int, default=4, help="on_policy mode: prompts per step (the default recipe keeps its own)")
+    parser.add_argument("--new-tokens", type=int, default=64, help="on_policy mode: completion length")
+    parser.add_argument("--beta", type=float, default=0.5, help="on_policy mode: loss beta")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "step.json")
     parser.add_argument("--worker", choices=["distill", "trl"], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -138,12 +139,13 @@ def main() -> None:
 
     ours = results["distill"]
     median = lambda rows, key: statistics.median(r[key] for r in rows)  # noqa: E731
-    print(f"\nmode {args.mode}, batch {args.batch}, {args.new_tokens} new tokens, CPU")
+    settings = f"batch {args.batch}, {args.new_tokens} new tokens" if args.mode == "on_policy" else "the default recipe's settings"
+    print(f"\nmode {args.mode}, {settings}, CPU")
     print(f"{'impl':>8} {'s/step':>8} {'generation':>11} {'teacher':>8} {'student f+b':>12} {'tok/s':>7} {'peak MB':>8}")
     parts = {k: statistics.median(r["parts_per_step"][k] for r in ours) for k in ("generation", "teacher", "student")}
     print(f"{'distill':>8} {median(ours, 'seconds_per_step'):>8.2f} {parts['generation']:>11.2f} {parts['teacher']:>8.2f} "
           f"{parts['student']:>12.2f} {median(ours, 'completion_tokens_per_second'):>7.0f} {median(ours, 'peak_rss_mb'):>8.0f}")
-    summary = {"mode": args.mode, "batch": args.batch, "new_tokens": args.new_tokens, "machine": platform.machine(),
+    summary = {"mode": args.mode, "settings": settings, "machine": platform.machine(),
                "distill": {"seconds_per_step": median(ours, "seconds_per_step"), "parts_per_step": parts,
                            "completion_tokens_per_second": median(ours, "completion_tokens_per_second"),
                            "peak_rss_mb": median(ours, "peak_rss_mb")}, "runs": results}

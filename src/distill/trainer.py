@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
+import json
 import logging
 import math
 import shutil
@@ -195,7 +196,8 @@ class Distiller:
 
         student_model = student_model.float()
         if config.gradient_checkpointing:
-            student_model.gradient_checkpointing_enable()
+            enable = getattr(student_model, "activation_checkpointing_enable", None) or student_model.gradient_checkpointing_enable
+            enable()
             student_model.config.use_cache = False
         if config.use_peft:
             try:
@@ -505,18 +507,14 @@ class Distiller:
                          self.pad_id, self.device, settings)
 
     def _evaluate_before(self, evaluator: Evaluator | None, student: nn.Module) -> dict | None:
-        path = self.run_dir / "eval" / "before.json"
+        path = self.run_dir / "eval" / "before.json"  # kept, so a resumed run reports the same "before"
         result = None
         if evaluator is not None:
             if path.exists():
-                import json
-
                 result = json.loads(path.read_text())
             else:
                 result = evaluator.evaluate(student)
                 path.parent.mkdir(parents=True, exist_ok=True)
-                import json
-
                 path.write_text(json.dumps(result, indent=2, ensure_ascii=False))
         self.accelerator.wait_for_everyone()
         return result

@@ -116,3 +116,12 @@ def test_fields_that_are_read_are_accepted():
     DistillConfig(seq_kd=True, teacher_top_p=0.9, lmbda=0.5, off_policy_beta=0.0).validate()
     DistillConfig(lmbda_schedule="linear", lmbda_start=0.2, lmbda_schedule_steps=10).validate()
     DistillConfig(method="on_policy", beta=1.0).validate()
+
+
+def test_bundled_recipes_are_valid():
+    from pathlib import Path
+
+    recipes = sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*.yaml"))
+    assert len(recipes) >= 4
+    for recipe in recipes:
+        DistillConfig.from_yaml(recipe).validate()

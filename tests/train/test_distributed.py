@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 
-import datasets
 import pytest
 import torch
 
