@@ -196,7 +196,8 @@ class DistillConfig:
         """Whether any micro-batch can be off-policy under the lmbda schedule."""
         if self.method == "on_policy":
             return False
-        values = [self.lmbda] + ([self.lmbda_start] if self.lmbda_schedule != "constant" else [])
+        scheduled = self.lmbda_schedule != "constant" and self.lmbda_schedule_steps > 0
+        values = [self.lmbda] + ([self.lmbda_start] if scheduled else [])
         return any(v < 1.0 for v in values)
 
     def validate(self) -> "DistillConfig":

@@ -131,14 +131,14 @@ class PromptEncoder:
     Prompts go through the tokenizer's chat template (with the generation prompt) when they are messages;
     text prompts are tokenized as they are. Prompts longer than `max_prompt_length` keep their end, where
     the question and the assistant header are. A dataset completion is its text followed by EOS (what
-    ChatML-style templates render for an assistant turn), cut to `max_new_tokens`.
+    ChatML-style templates render for an assistant turn), ending at its first EOS, cut to `max_new_tokens`.
     """
 
-    def __init__(self, tokenizer, max_prompt_length: int, max_new_tokens: int, eos_token_id: int):
+    def __init__(self, tokenizer, max_prompt_length: int, max_new_tokens: int, eos_token_ids: list[int]):
         self.tokenizer = tokenizer
         self.max_prompt_length = max_prompt_length
         self.max_new_tokens = max_new_tokens
-        self.eos_token_id = eos_token_id
+        self.eos_token_ids = list(eos_token_ids)
 
     def render(self, prompt: str | list[dict[str, str]]) -> str:
         if isinstance(prompt, str):
@@ -157,5 +157,7 @@ class PromptEncoder:
         return ids, False
 
     def completion_ids(self, completion: str) -> list[int]:
-        ids = self.tokenizer(completion, add_special_tokens=False)["input_ids"] + [self.eos_token_id]
-        return ids[: self.max_new_tokens]
+        """Token ids of a dataset completion, ending at its first EOS (an EOS string inside the text counts)."""
+        ids = self.tokenizer(completion, add_special_tokens=False)["input_ids"] + [self.eos_token_ids[0]]
+        first_eos = next(i for i, token in enumerate(ids) if token in self.eos_token_ids)
+        return ids[: first_eos + 1][: self.max_new_tokens]

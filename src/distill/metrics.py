@@ -35,17 +35,17 @@ class MetricWindow:
     def add_sum(self, name: str, value: float) -> None:
         self.sums[name] += float(value)
 
-    def reduce(self, names: list[str] | None = None) -> dict[str, float]:
-        """Reduce across processes. Every process must call it with the same metric names: pass the
-        agreed list via `names` (the trainer registers every name it may use before the first step)."""
+    def reduce(self, device: torch.device | str = "cpu") -> dict[str, float]:
+        """Reduce across processes (tensors on `device`: NCCL cannot reduce CPU tensors). Every process must
+        hold the same metric names: the trainer registers every name it may use before the first step."""
         mean_names = sorted(self.pairs)
         sum_names = sorted(self.sums)
         max_names = sorted(self.maxima)
         packed = torch.tensor(
-            [v for n in mean_names for v in self.pairs[n]] + [self.sums[n] for n in sum_names], dtype=torch.float64
+            [v for n in mean_names for v in self.pairs[n]] + [self.sums[n] for n in sum_names], dtype=torch.float64, device=device
         )
         totals = all_reduce_sum(packed).tolist() if packed.numel() else []
-        maxima = torch.tensor([self.maxima[n] for n in max_names], dtype=torch.float64)
+        maxima = torch.tensor([self.maxima[n] for n in max_names], dtype=torch.float64, device=device)
         if maxima.numel() and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(maxima, op=dist.ReduceOp.MAX)
         result: dict[str, float] = {}

@@ -47,7 +47,7 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
         num_examples=run_config.get("eval_examples", 3),
         seed=run_config.get("seed", 42),
     )
-    encoder = PromptEncoder(tokenizer, run_config.get("max_prompt_length", 256), settings.max_new_tokens, eos_ids[0])
+    encoder = PromptEncoder(tokenizer, run_config.get("max_prompt_length", 256), settings.max_new_tokens, eos_ids)
     evaluator = Evaluator(LocalTeacher(teacher_model, vocab), tokenizer, encoder, examples, vocab, eos_ids,
                           tokenizer.pad_token_id, device, settings)
     report = build_report(evaluator, {"student": evaluator.evaluate(student)})

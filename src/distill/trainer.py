@@ -15,6 +15,7 @@ processes (DESIGN.md §4.1).
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import importlib.util
 import json
@@ -23,6 +24,7 @@ import math
 import shutil
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -115,7 +117,8 @@ class Distiller:
                 raise ValueError(
                     f"lmbda={config.lmbda} (schedule {config.lmbda_schedule!r}) makes some micro-batches off-policy, "
                     f"but {len(missing)} dataset rows have no completion (first: row {missing[0]}). Add a 'completion' "
-                    "column (or assistant turns in 'messages'), set seq_kd: true to let the teacher write them, or set lmbda: 1"
+                    "column (or assistant turns in 'messages'), set seq_kd: true to let the teacher write them, or set lmbda: 1 "
+                    "with lmbda_schedule: constant"
                 )
         if not resume:
             check_output_dir(self.run_dir, config.overwrite_output_dir)
@@ -149,6 +152,9 @@ class Distiller:
                 f"({config.gradient_accumulation_steps}) x processes ({self.accelerator.num_processes}) = {global_batch} "
                 f"prompts per optimizer step, more than the dataset's {len(self.train_examples)}; lower the batch sizes"
             )
+        if self.accelerator.distributed_type.value == "DEEPSPEED":
+            raise ValueError("DeepSpeed is not supported yet: its engine steps the optimizer on every backward, which "
+                             "breaks distill's step-wide loss denominator; use DDP or FSDP from your accelerate config")
         if config.device not in ("auto", "cpu") and self.accelerator.num_processes > 1:
             raise ValueError("device: with several processes accelerate places each on its own device; leave device 'auto'")
         self.device = self.accelerator.device if config.device in ("auto", "cpu") else torch.device(config.device)
@@ -211,7 +217,7 @@ class Distiller:
         teacher_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed, torch.float32) if self.device.type != "cpu" else torch.float32
         self.teacher = LocalTeacher(teacher_model.to(self.device, teacher_dtype), self.vocab_size)
         self.student_model = student_model
-        self.encoder = PromptEncoder(self.tokenizer, config.max_prompt_length, config.max_new_tokens, self.eos_ids[0])
+        self.encoder = PromptEncoder(self.tokenizer, config.max_prompt_length, config.max_new_tokens, self.eos_ids)
         self.encoded = [self._encode(e) for e in self.train_examples]
 
     def _encode(self, example: Example) -> EncodedExample:
@@ -314,6 +320,7 @@ class Distiller:
 
         config, accelerator = self.config, self.accelerator
         set_seed(config.seed)
+        self.student_model.train()  # from_pretrained returns eval mode: no dropout, no activation checkpointing
         params = [p for p in self.student_model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
                                       eps=config.adam_epsilon, weight_decay=config.weight_decay)
@@ -355,39 +362,48 @@ class Distiller:
         step = start_step
         progress = self._progress(start_step)
         window, timings = self._new_window(), {}
+        stop = StopRequest()
         interrupted = False
-        previous_handler = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
         started = time.perf_counter()
-        try:
-            while step < config.max_steps:
-                self.train_step(step, window, timings, log_step=(step + 1) % config.logging_steps == 0 or step + 1 == config.max_steps)
-                step += 1
-                if step % config.logging_steps == 0 or step == config.max_steps:
-                    last_record = self._log(step, window, timings, progress)
-                    window, timings = self._new_window(), {}
-                if config.save_steps and step % config.save_steps == 0 and step < config.max_steps:
-                    self.save_checkpoint(step)
-                if progress is not None:
-                    progress.update(1)
-                if config.max_time_minutes and self._time_is_up(started):
-                    if step % config.logging_steps:
+        with stop.installed():
+            try:
+                while step < config.max_steps:
+                    self.train_step(step, window, timings, log_step=(step + 1) % config.logging_steps == 0 or step + 1 == config.max_steps)
+                    step += 1
+                    if step % config.logging_steps == 0 or step == config.max_steps:
                         last_record = self._log(step, window, timings, progress)
-                    break
-        except KeyboardInterrupt:
-            interrupted = True
-        finally:
-            signal.signal(signal.SIGTERM, previous_handler)
-            if progress is not None:
-                progress.close()
+                        window, timings = self._new_window(), {}
+                    if config.save_steps and step % config.save_steps == 0 and step < config.max_steps:
+                        self.save_checkpoint(step)
+                    if progress is not None:
+                        progress.update(1)
+                    # Interrupts and the time budget are acted on here, between steps, by every process at once.
+                    time_up = bool(config.max_time_minutes) and time.perf_counter() - started >= 60.0 * config.max_time_minutes
+                    interrupted, time_up = self._agree([stop.requested, time_up])
+                    if interrupted:
+                        break
+                    if time_up and step < config.max_steps:
+                        if step % config.logging_steps:
+                            last_record = self._log(step, window, timings, progress)
+                        break
+            finally:
+                if progress is not None:
+                    progress.close()
         if interrupted:
-            if step > start_step:
-                path = self.save_checkpoint(step)
+            path = self.save_checkpoint(step)
+            if self.accelerator.is_main_process:
                 print(f"interrupted: saved {path}; continue with `distill train --resume {self.run_dir}`", file=sys.stderr)
             raise KeyboardInterrupt
 
         self.save_checkpoint(step)
         return self._finish(step, last_record, evaluator, before)
+
+    def _agree(self, flags: list[bool]) -> list[bool]:
+        """Each flag true if it is true on any process (one all-reduce)."""
+        values = torch.tensor([float(f) for f in flags], device=self.device)
+        if self.accelerator.num_processes > 1:
+            values = self.accelerator.reduce(values, reduction="sum")
+        return [bool(v > 0) for v in values.tolist()]
 
     def train_step(self, step: int, window: MetricWindow, timings: dict[str, float], log_step: bool) -> None:
         config, accelerator = self.config, self.accelerator
@@ -414,8 +430,8 @@ class Distiller:
             self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        window.add_mean("grad_norm", float(grad_norm), 1.0 / accelerator.num_processes)
-        window.add_mean("learning_rate", self.scheduler.get_last_lr()[0], 1.0 / accelerator.num_processes)
+        window.add_mean("grad_norm", float(grad_norm), 1.0)
+        window.add_mean("learning_rate", self.scheduler.get_last_lr()[0], 1.0)
 
     def _record_micro_batch(self, window: MetricWindow, mb: MicroBatch, out, log_step: bool) -> None:
         tokens = int(out.num_tokens)
@@ -452,7 +468,7 @@ class Distiller:
             window.add_sum("tokens_per_second/teacher", scored / timings["teacher"])
         if timings.get("student"):
             window.add_sum("tokens_per_second/student", scored / timings["student"])
-        reduced = window.reduce()
+        reduced = window.reduce(self.device)
         record = {"step": step, "epoch": step * self._global_batch() / len(self.train_examples)}
         record.update({k: v for k, v in reduced.items() if not (k.startswith("micro_batches/") and v == 0)})
         for source in SOURCES:
@@ -467,12 +483,6 @@ class Distiller:
             progress.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}", kl=f"{record.get('forward_kl', float('nan')):.3f}",
                                  tok_s=f"{record.get('tokens_per_second/student', 0):.0f}", refresh=False)
         return record
-
-    def _time_is_up(self, started: float) -> bool:
-        """Whether the time budget is spent; decided on the main process so every process stops together."""
-        spent = time.perf_counter() - started >= 60.0 * self.config.max_time_minutes
-        flag = torch.tensor(float(spent), device=self.device)
-        return bool(self.accelerator.reduce(flag, reduction="sum").item() > 0) if self.accelerator.num_processes > 1 else spent
 
     def _global_batch(self) -> int:
         return self.config.per_device_train_batch_size * self.config.gradient_accumulation_steps * self.accelerator.num_processes
@@ -495,8 +505,12 @@ class Distiller:
             self.tokenizer.save_pretrained(directory)
 
     def save_checkpoint(self, step: int) -> Path:
-        return ckpt.save_checkpoint(self.accelerator, self.run_dir, step, self.save_student, self.optimizer, self.scheduler,
-                                    self.config.save_total_limit)
+        """Checkpoint `step` unless this run already wrote it (an interrupt right after a periodic save)."""
+        if getattr(self, "_saved_step", None) != step:
+            ckpt.save_checkpoint(self.accelerator, self.run_dir, step, self.save_student, self.optimizer, self.scheduler,
+                                 self.config.save_total_limit)
+            self._saved_step = step
+        return ckpt.checkpoint_dir(self.run_dir, step)
 
     def _evaluator(self) -> Evaluator | None:
         if not self.eval_examples or not self.accelerator.is_main_process:
@@ -519,9 +533,20 @@ class Distiller:
         self.accelerator.wait_for_everyone()
         return result
 
+    def save_final_model(self, directory: Path) -> None:
+        """The final student for plain transformers: LoRA adapters are merged into a copy of the weights."""
+        if not self.config.use_peft:
+            self.save_student(directory)
+            return
+        if self.accelerator.is_main_process:
+            merged = copy.deepcopy(self.student_for_generation()).merge_and_unload()
+            merged.save_pretrained(directory, safe_serialization=True)
+            self.tokenizer.save_pretrained(directory)
+        self.accelerator.wait_for_everyone()
+
     def _finish(self, step: int, last_record: dict, evaluator: Evaluator | None, before: dict | None) -> dict[str, Any]:
         model_dir = self.run_dir / "model"
-        self.save_student(model_dir)
+        self.save_final_model(model_dir)
         report = None
         if evaluator is not None:
             after = evaluator.evaluate(self.student_for_generation())
@@ -550,8 +575,34 @@ class Distiller:
         return record
 
 
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt
+class StopRequest:
+    """Ctrl-C (SIGINT) or SIGTERM during training: remembered, acted on at the next step boundary.
+
+    Stopping only between steps keeps a checkpoint consistent (the optimizer state, the weights and the RNG
+    all belong to the same completed step) and lets every process stop at the same step. A second Ctrl-C
+    falls back to Python's default and interrupts at once.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def _handle(self, signum, frame) -> None:
+        self.requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    @contextlib.contextmanager
+    def installed(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        for sig in previous:
+            signal.signal(sig, self._handle)
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def resume_config(run_dir: Path, overrides: dict[str, Any] | None = None) -> DistillConfig:

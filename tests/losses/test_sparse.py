@@ -183,3 +183,15 @@ def test_sampled_ids_need_their_log_probs_and_tail_needs_tail():
         sparse_generalized_jsd(case["hidden"], case["weight"], case["ids"], case["lps"], sampled_ids=case["sampled"])
     with pytest.raises(ValueError, match="tail"):
         sparse_generalized_jsd(case["hidden"], case["weight"], case["ids"], case["lps"], tail=False, teacher_tail_log_probs=case["lps"][:, 0])
+
+
+def test_zero_mass_teacher_cell_where_the_student_has_no_mass_is_finite():
+    from distill.losses import coarse_generalized_jsd
+
+    student_lp = torch.tensor([[0.0, -200.0, -300.0]], dtype=torch.float32).requires_grad_()  # exp(-200) underflows
+    teacher_lp = torch.tensor([[0.0, float("-inf"), -1.0]])
+    valid = torch.tensor([[True, True, False]])
+    for beta in (0.0, 0.5, 1.0):
+        loss = coarse_generalized_jsd(student_lp, teacher_lp, valid, beta)
+        (grad,) = torch.autograd.grad(loss.sum(), student_lp)
+        assert torch.isfinite(loss).all() and torch.isfinite(grad).all(), beta

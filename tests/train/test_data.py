@@ -64,15 +64,17 @@ def test_local_jsonl_file_and_missing_path(tmp_path):
 
 
 def test_long_prompts_keep_their_end(tokenizer):
-    encoder = PromptEncoder(tokenizer, max_prompt_length=12, max_new_tokens=5, eos_token_id=tokenizer.eos_token_id)
+    encoder = PromptEncoder(tokenizer, max_prompt_length=12, max_new_tokens=5, eos_token_ids=[tokenizer.eos_token_id])
     long_prompt = [{"role": "user", "content": "word " * 50 + "final question?"}]
     ids, truncated = encoder.prompt_ids(long_prompt)
     full = tokenizer(encoder.render(long_prompt), add_special_tokens=False)["input_ids"]
     assert truncated and len(ids) == 12 and ids == full[-12:]
     assert tokenizer.decode(ids).endswith("<|im_start|>assistant\n")
-    roomy = PromptEncoder(tokenizer, max_prompt_length=64, max_new_tokens=5, eos_token_id=tokenizer.eos_token_id)
+    roomy = PromptEncoder(tokenizer, max_prompt_length=64, max_new_tokens=5, eos_token_ids=[tokenizer.eos_token_id])
     short_ids, short_truncated = roomy.prompt_ids([{"role": "user", "content": "hi"}])
     assert not short_truncated and short_ids == tokenizer(roomy.render([{"role": "user", "content": "hi"}]))["input_ids"]
     completion = encoder.completion_ids("a b c d e f g h")
     assert len(completion) == 5
     assert encoder.completion_ids("ok")[-1] == tokenizer.eos_token_id
+    cut = roomy.completion_ids("yes<|im_end|> and more after it")
+    assert cut.count(tokenizer.eos_token_id) == 1 and cut[-1] == tokenizer.eos_token_id

@@ -51,7 +51,7 @@ def test_gradient_is_split_invariant_across_processes_and_micro_batches(tmp_path
         for name, grad in single["grads"].items():
             torch.testing.assert_close(rank["grads"][name], grad, rtol=1e-4, atol=1e-7, msg=name)
     # Logged means are token-weighted over both processes: identical to the single process's.
-    for key in ("loss", "forward_kl", "reverse_kl", "completion_length"):
+    for key in ("loss", "forward_kl", "reverse_kl", "completion_length", "grad_norm", "learning_rate"):
         assert ranks[0]["metrics"][key] == pytest.approx(single["metrics"][key], rel=1e-5), key
     assert ranks[0]["metrics"] == ranks[1]["metrics"]
 

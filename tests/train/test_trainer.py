@@ -191,19 +191,37 @@ def test_run_directory_final_model_card_and_metrics(tokenizer, tmp_path):
     assert [p.name for p in sorted((run / "checkpoints").iterdir())] == ["step-000001", "step-000002"]
 
 
-def test_ctrl_c_saves_a_checkpoint_before_exiting(tokenizer, tmp_path):
+def test_ctrl_c_finishes_the_step_saves_a_checkpoint_and_resumes(tokenizer, tmp_path):
+    import os
+    import signal
+
     distiller = make_distiller(tokenizer, tmp_path, max_steps=5)
     original = distiller.train_step
 
-    def interrupt_at_third(step, *args, **kwargs):
+    def interrupted_during_third(step, *args, **kwargs):
         if step == 2:
-            raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGINT)  # arrives in the middle of the step
         return original(step, *args, **kwargs)
 
-    distiller.train_step = interrupt_at_third
+    distiller.train_step = interrupted_during_third
     with pytest.raises(KeyboardInterrupt):
         distiller.train()
-    assert (tmp_path / "run" / "checkpoints" / "step-000002" / "state.json").is_file()
+    checkpoints = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert checkpoints == ["step-000003"]  # the interrupted step was completed, then saved
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    from distill.trainer import resume_config
+
+    resumed = Distiller(resume_config(tmp_path / "run"), student=tiny_lm(len(tokenizer), layers=2, seed=2, eos_token_id=tokenizer.eos_token_id),
+                        teacher=tiny_lm(len(tokenizer), layers=3, seed=1, eos_token_id=tokenizer.eos_token_id), tokenizer=tokenizer,
+                        train_dataset=datasets.Dataset.from_list(chat_rows(16)), resume=True)
+    assert resumed.train()["steps"] == 5
+
+
+def test_models_loaded_from_disk_train_in_training_mode(tokenizer, tmp_path, model_dirs):
+    distiller = make_distiller(tokenizer, tmp_path, student=str(model_dirs["student"]))
+    distiller.setup()
+    assert distiller.student_model.training
 
 
 def test_padded_embeddings_are_aligned_to_the_tokenizer(tokenizer, tmp_path):
@@ -228,6 +246,13 @@ def test_lora_student_trains_its_adapters(tokenizer, tmp_path):
     after = dict(distiller.student_model.named_parameters())
     assert before and all("lora" in n for n in before)
     assert all(not torch.equal(before[n], after[n].detach()) for n in before if "lora_B" in n)
+    from transformers import AutoModelForCausalLM
+
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "model")  # adapters merged: plain transformers loads it
+    assert not (tmp_path / "run" / "model" / "adapter_config.json").exists()
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        torch.testing.assert_close(merged(ids).logits, distiller.student_model(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
 
 
 @pytest.fixture

@@ -175,11 +175,14 @@ def run_chunked(
     n = student_hidden.shape[0]
     valid_rows = torch.arange(n, device=student_hidden.device) if mask is None else mask.nonzero().squeeze(1)
     hidden = student_hidden.index_select(0, valid_rows)
+    weight, bias = student_head.weight, student_head.bias
+    if not torch.is_grad_enabled():  # needs_input_grad ignores no_grad: detach so no gradient buffers are built
+        hidden, weight, bias = hidden.detach(), weight.detach(), None if bias is None else bias.detach()
     num_stats = len(STAT_NAMES) if return_stats else 0
     loss_sum, compact_stats = ChunkedHeadLoss.apply(
         hidden,
-        student_head.weight,
-        student_head.bias,
+        weight,
+        bias,
         student_head,
         make_objective(valid_rows),
         temperature,

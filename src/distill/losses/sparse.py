@@ -64,7 +64,9 @@ def coarse_generalized_jsd(
     if beta == 0.0:
         terms = teacher_p * (teacher_lp - student_lp)
     elif beta == 1.0:
-        teacher_for_reverse = torch.where(valid, teacher_log_probs, 0.0)
+        # A zero-mass teacher cell costs +inf where the student puts mass there, nothing where it does not
+        # (0 * inf would be NaN, in the value and in the gradient).
+        teacher_for_reverse = torch.where(valid & (torch.isfinite(teacher_log_probs) | (student_p > 0)), teacher_log_probs, 0.0)
         terms = student_p * (student_lp - teacher_for_reverse)
     else:
         teacher_mix = torch.where(teacher_finite, teacher_lp + math.log(beta), -math.inf)
