@@ -77,7 +77,7 @@ class DistillConfig:
                              "goes from `lmbda_start` to `lmbda` over `lmbda_schedule_steps`; 'step' uses "
                              "`lmbda_start` before step `lmbda_schedule_steps` and `lmbda` from it on.")
     lmbda_start: float = _f(0.0, "lmbda at step 0 for the 'linear' and 'step' schedules.")
-    lmbda_schedule_steps: int = _f(60, "Length of the lmbda ramp ('linear') or the switch step ('step').")
+    lmbda_schedule_steps: int = _f(54, "Length of the lmbda ramp ('linear') or the switch step ('step').")
     seq_kd: bool = _f(True, "Sequence-level KD: off-policy micro-batches use completions sampled by the "
                       "teacher instead of the dataset's (works for prompt-only datasets).")
     seq_kd_generation_steps: int = _f(4, "With seq_kd, the teacher samples the completions of this many optimizer "
@@ -117,7 +117,7 @@ class DistillConfig:
     lr_scheduler_type: str = _f("cosine", f"Learning-rate schedule after warmup: {SCHEDULERS}.")
     warmup_ratio: float = _f(0.05, "Fraction of max_steps spent warming up (ignored when warmup_steps > 0).")
     warmup_steps: int = _f(0, "Warmup steps (overrides warmup_ratio when > 0).")
-    max_steps: int = _f(80, "Optimizer steps to train.")
+    max_steps: int = _f(72, "Optimizer steps to train.")
     max_time_minutes: float = _f(0.0, "Stop after the optimizer step that crosses this much training time "
                                  "(minutes, excluding loading and evaluation; 0 = no limit). For comparisons at "
                                  "equal wall time; the learning-rate schedule still follows max_steps.")
