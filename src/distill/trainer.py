@@ -471,10 +471,9 @@ class Distiller:
         reduced = window.reduce(self.device)
         record = {"step": step, "epoch": step * self._global_batch() / len(self.train_examples)}
         record.update({k: v for k, v in reduced.items() if not (k.startswith("micro_batches/") and v == 0)})
-        for source in SOURCES:
+        for source in SOURCES:  # a source absent from the window has no maximum length to report
             if reduced.get(f"micro_batches/{source}", 0) == 0:
-                for key in (f"completion_length/{source}_max",):
-                    record.pop(key, None)
+                record.pop(f"completion_length/{source}_max", None)
         record["lmbda"] = self.config.effective_lmbda(step - 1)
         self.metrics_log.write(record)
         if self.config.report_to != "none":

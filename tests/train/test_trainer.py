@@ -92,12 +92,18 @@ def test_seq_kd_with_lmbda_1_never_calls_teacher_generation(tokenizer, tmp_path,
     assert calls and all(who == "student" for who, _ in calls)
 
 
-def test_teacher_generates_once_per_step_and_only_for_its_micro_batches(tokenizer, tmp_path, monkeypatch):
-    distiller = make_distiller(tokenizer, tmp_path, lmbda=0.5, seq_kd=True, gradient_accumulation_steps=4, max_steps=4,
-                               rows=chat_rows(16, with_completion=False), seq_kd_generation_steps=1)
+def _mixed_seq_kd(tokenizer, tmp_path, monkeypatch, max_steps, generation_steps):
+    """A set-up seq_kd run mixing student and teacher micro-batches, and the list its generate calls go to."""
+    distiller = make_distiller(tokenizer, tmp_path, lmbda=0.5, seq_kd=True, gradient_accumulation_steps=4, max_steps=max_steps,
+                               rows=chat_rows(16, with_completion=False), seq_kd_generation_steps=generation_steps)
     calls = []
     monkeypatch.setattr("distill.trainer.generate_completions", _record_generate(distiller, calls))
     distiller.setup()
+    return distiller, calls
+
+
+def test_teacher_generates_once_per_step_and_only_for_its_micro_batches(tokenizer, tmp_path, monkeypatch):
+    distiller, calls = _mixed_seq_kd(tokenizer, tmp_path, monkeypatch, max_steps=4, generation_steps=1)
     for step in range(4):
         calls.clear()
         distiller.train_step(step, distiller._new_window(), {}, log_step=False)
@@ -109,11 +115,7 @@ def test_teacher_generates_once_per_step_and_only_for_its_micro_batches(tokenize
 
 
 def test_teacher_samples_a_window_of_steps_in_one_call(tokenizer, tmp_path, monkeypatch):
-    distiller = make_distiller(tokenizer, tmp_path, lmbda=0.5, seq_kd=True, gradient_accumulation_steps=4, max_steps=7,
-                               rows=chat_rows(16, with_completion=False), seq_kd_generation_steps=3)
-    calls = []
-    monkeypatch.setattr("distill.trainer.generate_completions", _record_generate(distiller, calls))
-    distiller.setup()
+    distiller, calls = _mixed_seq_kd(tokenizer, tmp_path, monkeypatch, max_steps=7, generation_steps=3)
     windows = {0: [], 3: [], 6: []}
     for step in range(7):
         before = len(calls)
