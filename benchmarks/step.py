@@ -67,7 +67,12 @@ def run_trl(args) -> dict:
 
     from distill.config import DistillConfig
     from distill.data import load_dataset_spec
-    from distill.models import load_causal_lm, load_tokenizer, make_student, resolve_model_source
+    from distill.models import (
+        load_causal_lm,
+        load_tokenizer,
+        make_student,
+        resolve_model_source,
+    )
 
     source = resolve_model_source(DistillConfig().teacher, "teacher")
     teacher = load_causal_lm(source, torch.float32)

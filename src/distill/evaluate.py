@@ -15,10 +15,9 @@ from pathlib import Path
 import torch
 
 from distill.data import Example, PromptEncoder
-from distill.losses import chunked_generalized_jsd
-from distill.objective import LocalTeacher, backbone_hidden, predicting_positions
-from distill.models import logit_head
+from distill.objective import student_loss
 from distill.rollout import Completion, SamplingParams, collate, generate_completions
+from distill.teachers import LossSettings, Teacher
 
 
 @dataclass
@@ -31,25 +30,21 @@ class EvalSettings:
 
 
 @torch.no_grad()
-def score_completions(student, teacher: LocalTeacher, completions: list[Completion], vocab_size: int, pad_id: int,
+def score_completions(student, teacher: Teacher, completions: list[Completion], vocab_size: int, pad_id: int,
                       device: torch.device, settings: EvalSettings) -> dict[str, float]:
-    """Token means of forward KL, reverse KL and top-1 agreement over the given completions."""
+    """Token means of forward KL, reverse KL and top-1 agreement over the given completions.
+
+    Over the full vocabulary for a local teacher; on the coarsened support (top-k + tail) for a sparse one.
+    """
     totals = {"forward_kl": 0.0, "reverse_kl": 0.0, "top1_agreement": 0.0}
     tokens = 0
-    student_head = logit_head(student, vocab_size)
+    loss_settings = LossSettings(beta=0.0, temperature=1.0, chunk_size=settings.chunk_size, return_stats=True)
     for start in range(0, len(completions), settings.batch_size):
         batch = collate(completions[start : start + settings.batch_size], "eval", pad_id).to(device)
         if batch.num_completion_tokens == 0:
             continue
-        positions = predicting_positions(batch.completion_mask)
-        student_hidden = backbone_hidden(student, batch.input_ids, batch.attention_mask)[:, :-1][positions]
-        teacher_hidden = teacher.hidden_states(batch.input_ids, batch.attention_mask, batch.completion_mask)
-        out = chunked_generalized_jsd(
-            student_hidden.float(), student_head.weight, teacher_hidden.to(device), teacher.head.weight, beta=0.0,
-            chunk_size=settings.chunk_size, student_bias=student_head.bias, teacher_bias=teacher.head.bias,
-            student_logit_scale=student_head.scale, teacher_logit_scale=teacher.head.scale,
-            student_softcap=student_head.softcap, teacher_softcap=teacher.head.softcap, return_stats=True,
-        )
+        signal = teacher.score(batch, 1.0)
+        out = student_loss(student, vocab_size, batch.input_ids, batch.attention_mask, batch.completion_mask, signal, loss_settings)
         for name in totals:
             totals[name] += float(getattr(out.stats, name).double().sum())
         tokens += int(out.num_tokens)
@@ -58,18 +53,19 @@ def score_completions(student, teacher: LocalTeacher, completions: list[Completi
     return result
 
 
-def _sample(model, prompts, settings: EvalSettings, eos_ids, pad_id, device, greedy: bool) -> list[list[int]]:
+def _sample(generate, prompts, settings: EvalSettings, device, greedy: bool) -> list[list[int]]:
+    """`generate(prompts, sampling, batch_size)` in a forked RNG seeded by `settings.seed`."""
     sampling = SamplingParams(1.0, 1.0, 0, settings.max_new_tokens, do_sample=not greedy)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(settings.seed)
-        outputs = generate_completions(model, prompts, sampling, eos_ids, pad_id, device, settings.batch_size)
+        outputs = generate(prompts, sampling, settings.batch_size)
     return [ids for ids, _ in outputs]
 
 
 class Evaluator:
     """Evaluates students against one teacher on one prompt set; the teacher's outputs are computed once."""
 
-    def __init__(self, teacher: LocalTeacher, tokenizer, encoder: PromptEncoder, examples: list[Example],
+    def __init__(self, teacher: Teacher, tokenizer, encoder: PromptEncoder, examples: list[Example],
                  vocab_size: int, eos_ids: list[int], pad_id: int, device: torch.device, settings: EvalSettings):
         self.teacher, self.tokenizer, self.examples = teacher, tokenizer, examples
         self.vocab_size, self.eos_ids, self.pad_id, self.device, self.settings = vocab_size, eos_ids, pad_id, device, settings
@@ -83,26 +79,30 @@ class Evaluator:
 
     def teacher_samples(self) -> list[list[int]]:
         if self._teacher_samples is None:
-            self._teacher_samples = _sample(self.teacher.model, self.prompts, self.settings, self.eos_ids, self.pad_id, self.device, greedy=False)
+            self._teacher_samples = _sample(self.teacher.generate, self.prompts, self.settings, self.device, greedy=False)
         return self._teacher_samples
 
     def teacher_answers(self) -> list[str]:
         if self._teacher_greedy is None:
             shown = self.prompts[: self.settings.num_examples]
-            self._teacher_greedy = _sample(self.teacher.model, shown, self.settings, self.eos_ids, self.pad_id, self.device, greedy=True)
+            self._teacher_greedy = _sample(self.teacher.generate, shown, self.settings, self.device, greedy=True)
         return [self.decode(ids) for ids in self._teacher_greedy]
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
+
+    def _student_generate(self, student):
+        return lambda prompts, sampling, batch_size: generate_completions(
+            student, prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size)
 
     def evaluate(self, student) -> dict:
         """{"on_teacher_completions": {...}, "on_student_completions": {...}, "answers": [...]}"""
         was_training = student.training
         student.eval()
         try:
-            own = _sample(student, self.prompts, self.settings, self.eos_ids, self.pad_id, self.device, greedy=False)
+            own = _sample(self._student_generate(student), self.prompts, self.settings, self.device, greedy=False)
             shown = self.prompts[: self.settings.num_examples]
-            greedy = _sample(student, shown, self.settings, self.eos_ids, self.pad_id, self.device, greedy=True)
+            greedy = _sample(self._student_generate(student), shown, self.settings, self.device, greedy=True)
             return {
                 "on_teacher_completions": score_completions(student, self.teacher, self._completions(self.teacher_samples(), "teacher"),
                                                             self.vocab_size, self.pad_id, self.device, self.settings),

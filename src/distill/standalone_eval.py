@@ -10,8 +10,14 @@ import yaml
 from distill.config import BUNDLED_DATASET, DEFAULT_TEACHER
 from distill.data import PromptEncoder, examples_from_dataset, load_dataset_spec
 from distill.evaluate import EvalSettings, Evaluator, build_report, write_report
-from distill.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_source, shared_vocab_size
-from distill.objective import LocalTeacher
+from distill.models import (
+    eos_token_ids,
+    load_causal_lm,
+    load_tokenizer,
+    resolve_model_source,
+    shared_vocab_size,
+)
+from distill.teachers import LocalTeacher
 
 
 def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
@@ -48,7 +54,8 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
         seed=run_config.get("seed", 42),
     )
     encoder = PromptEncoder(tokenizer, run_config.get("max_prompt_length", 256), settings.max_new_tokens, eos_ids)
-    evaluator = Evaluator(LocalTeacher(teacher_model, vocab), tokenizer, encoder, examples, vocab, eos_ids,
+    teacher = LocalTeacher(teacher_model, vocab, eos_ids, tokenizer.pad_token_id, device)
+    evaluator = Evaluator(teacher, tokenizer, encoder, examples, vocab, eos_ids,
                           tokenizer.pad_token_id, device, settings)
     report = build_report(evaluator, {"student": evaluator.evaluate(student)})
     return report, write_report(report, Path(args.out) if args.out else out_default)

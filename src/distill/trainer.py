@@ -35,8 +35,19 @@ from torch import nn
 
 from distill import checkpoint as ckpt
 from distill.config import BUNDLED_DATASET, DistillConfig
-from distill.data import Example, PromptEncoder, examples_from_dataset, load_dataset_spec
-from distill.evaluate import EvalSettings, Evaluator, build_report, summary_lines, write_report
+from distill.data import (
+    Example,
+    PromptEncoder,
+    examples_from_dataset,
+    load_dataset_spec,
+)
+from distill.evaluate import (
+    EvalSettings,
+    Evaluator,
+    build_report,
+    summary_lines,
+    write_report,
+)
 from distill.losses import STAT_NAMES
 from distill.metrics import MetricsLog, MetricWindow
 from distill.model_card import write_model_card
@@ -49,8 +60,17 @@ from distill.models import (
     resolve_model_source,
     shared_vocab_size,
 )
-from distill.objective import LocalTeacher, StudentObjective
-from distill.rollout import SOURCES, Completion, MicroBatch, SamplingParams, collate, draw_sources, generate_completions
+from distill.objective import StudentObjective
+from distill.rollout import (
+    SOURCES,
+    Completion,
+    MicroBatch,
+    SamplingParams,
+    collate,
+    draw_sources,
+    generate_completions,
+)
+from distill.teachers import LocalTeacher, LossSettings
 
 logger = logging.getLogger(__name__)
 
@@ -215,7 +235,7 @@ class Distiller:
             student_model = get_peft_model(student_model, lora)
         mixed = self.accelerator.mixed_precision
         teacher_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed, torch.float32) if self.device.type != "cpu" else torch.float32
-        self.teacher = LocalTeacher(teacher_model.to(self.device, teacher_dtype), self.vocab_size)
+        self.teacher = LocalTeacher(teacher_model.to(self.device, teacher_dtype), self.vocab_size, self.eos_ids, self.pad_id, self.device)
         self.student_model = student_model
         self.encoder = PromptEncoder(self.tokenizer, config.max_prompt_length, config.max_new_tokens, self.eos_ids)
         self.encoded = [self._encode(e) for e in self.train_examples]
@@ -303,7 +323,7 @@ class Distiller:
         start = time.perf_counter()
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(config.seed * 1_000_003 + first + 104_729 * (self.accelerator.process_index + 1))
-            outputs = iter(generate_completions(self.teacher.model, prompts, sampling, self.eos_ids, self.pad_id, self.device))
+            outputs = iter(self.teacher.generate(prompts, sampling))
         timings["generation_teacher"] = timings.get("generation_teacher", 0.0) + time.perf_counter() - start
         window = {(s, i): [next(outputs) for _ in groups[s][i]] for s, i in keys}
         self._teacher_cache = (first, window)
@@ -414,13 +434,13 @@ class Distiller:
         for index, mb in enumerate(micro_batches):
             mb = mb.to(self.device)
             start = time.perf_counter()
-            teacher_hidden = self.teacher.hidden_states(mb.input_ids, mb.attention_mask, mb.completion_mask)
+            signal = self.teacher.score(mb, config.temperature)
             timings["teacher"] = timings.get("teacher", 0.0) + time.perf_counter() - start
             start = time.perf_counter()
             sync = contextlib.nullcontext() if index == len(micro_batches) - 1 else accelerator.no_sync(self.objective)
             with sync, accelerator.autocast():
-                out = self.objective(mb.input_ids, mb.attention_mask, mb.completion_mask, teacher_hidden, self.teacher.head,
-                                     config.beta_for(mb.source), config.temperature, config.loss_chunk_size, return_stats=log_step)
+                settings = LossSettings(config.beta_for(mb.source), config.temperature, config.loss_chunk_size, return_stats=log_step)
+                out = self.objective(mb.input_ids, mb.attention_mask, mb.completion_mask, signal, settings)
                 accelerator.backward(out.loss_sum * scale)
             timings["student"] = timings.get("student", 0.0) + time.perf_counter() - start
             self._record_micro_batch(window, mb, out, log_step)

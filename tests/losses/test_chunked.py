@@ -3,7 +3,11 @@
 import pytest
 import torch
 
-from distill.losses import chunked_generalized_jsd, divergence_diagnostics, generalized_jsd_loss
+from distill.losses import (
+    chunked_generalized_jsd,
+    divergence_diagnostics,
+    generalized_jsd_loss,
+)
 from distill.losses.chunked import LogitHead
 from tests.losses import reference as ref
 

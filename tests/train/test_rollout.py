@@ -2,7 +2,14 @@
 
 import torch
 
-from distill.rollout import Completion, SamplingParams, collate, draw_sources, first_eos_mask, generate_completions
+from distill.rollout import (
+    Completion,
+    SamplingParams,
+    collate,
+    draw_sources,
+    first_eos_mask,
+    generate_completions,
+)
 from tests.distributed import run_in_processes
 
 EOS = 1

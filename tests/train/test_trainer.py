@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from distill.rollout import draw_sources
+from distill.teachers import LossSettings
 from distill.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
 from tests.train.helpers import make_config, make_distiller
@@ -64,17 +65,15 @@ def test_loss_denominator_is_the_completion_tokens_of_the_whole_step(tokenizer, 
     fresh.setup()
     with torch.no_grad():
         for mb, recorded in zip(rollouts, backward_losses):
-            hidden = fresh.teacher.hidden_states(mb.input_ids, mb.attention_mask, mb.completion_mask)
-            out = fresh.objective(mb.input_ids, mb.attention_mask, mb.completion_mask, hidden, fresh.teacher.head,
-                                  fresh.config.beta_for(mb.source), 1.0, 16)
+            signal = fresh.teacher.score(mb, 1.0)
+            out = fresh.objective(mb.input_ids, mb.attention_mask, mb.completion_mask, signal,
+                                  LossSettings(fresh.config.beta_for(mb.source), 1.0, 16))
             assert int(out.num_tokens) == int(mb.completion_mask.sum())
             assert recorded == pytest.approx(out.loss_sum.item() / trained_tokens, rel=1e-5)
 
 
 def _record_generate(distiller, log):
-    import distill.trainer as trainer_module
-
-    original = trainer_module.generate_completions
+    from distill.rollout import generate_completions as original
 
     def recording(model, prompts, *args, **kwargs):
         who = "teacher" if model is distiller.teacher.model else "student"
@@ -87,7 +86,8 @@ def _record_generate(distiller, log):
 def test_seq_kd_with_lmbda_1_never_calls_teacher_generation(tokenizer, tmp_path, monkeypatch):
     distiller = make_distiller(tokenizer, tmp_path, lmbda=1.0, seq_kd=True, rows=chat_rows(16, with_completion=False))
     calls = []
-    monkeypatch.setattr("distill.trainer.generate_completions", _record_generate(distiller, calls))
+    for module in ("distill.trainer", "distill.teachers.local"):
+        monkeypatch.setattr(f"{module}.generate_completions", _record_generate(distiller, calls))
     distiller.train()
     assert calls and all(who == "student" for who, _ in calls)
 
@@ -97,7 +97,8 @@ def _mixed_seq_kd(tokenizer, tmp_path, monkeypatch, max_steps, generation_steps)
     distiller = make_distiller(tokenizer, tmp_path, lmbda=0.5, seq_kd=True, gradient_accumulation_steps=4, max_steps=max_steps,
                                rows=chat_rows(16, with_completion=False), seq_kd_generation_steps=generation_steps)
     calls = []
-    monkeypatch.setattr("distill.trainer.generate_completions", _record_generate(distiller, calls))
+    for module in ("distill.trainer", "distill.teachers.local"):
+        monkeypatch.setattr(f"{module}.generate_completions", _record_generate(distiller, calls))
     distiller.setup()
     return distiller, calls
 

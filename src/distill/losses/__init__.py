@@ -7,7 +7,12 @@
 - `divergence_diagnostics`, `TokenStats`: per-token entropies, KLs, top-1 agreement, top-k overlap.
 """
 
-from distill.losses.chunked import DEFAULT_CHUNK_SIZE, DistillLoss, LogitHead, chunked_generalized_jsd
+from distill.losses.chunked import (
+    DEFAULT_CHUNK_SIZE,
+    DistillLoss,
+    LogitHead,
+    chunked_generalized_jsd,
+)
 from distill.losses.diagnostics import STAT_NAMES, TokenStats, divergence_diagnostics
 from distill.losses.divergence import generalized_jsd_loss
 from distill.losses.reduce import all_reduce_sum, global_masked_mean, masked_sum

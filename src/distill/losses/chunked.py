@@ -25,6 +25,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from distill.losses.blocks import Workspace, log_softmax_, rowwise_dot
 from distill.losses.checks import (
     check_beta,
     check_chunk_size,
@@ -33,8 +34,12 @@ from distill.losses.checks import (
     check_same_vocab,
     check_temperature,
 )
-from distill.losses.blocks import Workspace, log_softmax_, rowwise_dot
-from distill.losses.diagnostics import DEFAULT_OVERLAP_K, STAT_NAMES, TokenStats, token_statistics
+from distill.losses.diagnostics import (
+    DEFAULT_OVERLAP_K,
+    STAT_NAMES,
+    TokenStats,
+    token_statistics,
+)
 
 DEFAULT_CHUNK_SIZE = 256
 _TINY = torch.finfo(torch.float32).tiny

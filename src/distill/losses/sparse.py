@@ -36,7 +36,13 @@ from distill.losses.checks import (
     check_matrix,
     check_temperature,
 )
-from distill.losses.chunked import DEFAULT_CHUNK_SIZE, ChunkObjective, DistillLoss, LogitHead, run_chunked
+from distill.losses.chunked import (
+    DEFAULT_CHUNK_SIZE,
+    ChunkObjective,
+    DistillLoss,
+    LogitHead,
+    run_chunked,
+)
 from distill.losses.diagnostics import DEFAULT_OVERLAP_K
 
 DEFAULT_MIN_TAIL_MASS = 1e-6

@@ -1,0 +1,22 @@
+"""Hidden states of a causal LM at the positions that predict completion tokens."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def predicting_positions(completion_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T-1) bool: positions whose next-token distribution predicts a completion token."""
+    return completion_mask[:, 1:]
+
+
+def completion_targets(input_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+    """(N,) long: the completion tokens, in the row-major order of `predicting_positions`."""
+    return input_ids[:, 1:][predicting_positions(completion_mask)]
+
+
+def backbone_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Last hidden states (B, T, H) of a causal LM's decoder, without computing any logits."""
+    decoder = model.get_decoder()
+    return decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state

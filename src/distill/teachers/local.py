@@ -1,0 +1,35 @@
+"""A same-tokenizer teacher model on this process."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from distill.models import logit_head
+from distill.rollout import MicroBatch, SamplingParams, generate_completions
+from distill.teachers.base import DenseSignal
+from distill.teachers.hidden import backbone_hidden, predicting_positions
+
+
+class LocalTeacher:
+    """Teacher hidden states at completion positions plus its lm_head (a `DenseSignal`); samples for seq_kd."""
+
+    can_generate = True
+
+    def __init__(self, model: nn.Module, vocab_size: int, eos_ids: list[int], pad_id: int, device: torch.device):
+        self.model = model.eval().requires_grad_(False)
+        self.head = logit_head(model, vocab_size)
+        self.eos_ids, self.pad_id, self.device = eos_ids, pad_id, device
+
+    @torch.inference_mode()
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+        """(N, H_t) teacher hidden states at the N completion-predicting positions, in row-major order."""
+        hidden = backbone_hidden(self.model, input_ids, attention_mask)
+        return hidden[:, :-1][predicting_positions(completion_mask)].clone()
+
+    def score(self, batch: MicroBatch, temperature: float) -> DenseSignal:
+        # The full distribution travels as hidden states: the loss applies `temperature` to both sides.
+        return DenseSignal(self.hidden_states(batch.input_ids, batch.attention_mask, batch.completion_mask), self.head)
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None) -> list[tuple[list[int], bool]]:
+        return generate_completions(self.model, prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size)
