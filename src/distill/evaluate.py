@@ -75,7 +75,7 @@ class Evaluator:
         self._teacher_greedy: list[list[int]] | None = None
 
     def _completions(self, samples: list[list[int]], source: str) -> list[Completion]:
-        return [Completion(p, c, source) for p, c in zip(self.prompts, samples)]
+        return [Completion(p, c, source, example=e) for p, c, e in zip(self.prompts, samples, self.examples)]
 
     def teacher_samples(self) -> list[list[int]]:
         if self._teacher_samples is None:

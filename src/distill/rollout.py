@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from distill.data import Example
+
 SOURCES = ("student", "dataset", "teacher")
 
 
@@ -31,13 +33,18 @@ class SamplingParams:
 
 @dataclass
 class Completion:
-    """One prompt with its completion, as token ids (completion ends at its first EOS, which is kept)."""
+    """One prompt with its completion, as token ids (completion ends at its first EOS, which is kept).
+
+    `example` is the dataset example it came from (its text and index), for teachers that need more than
+    the student's token ids: another tokenizer's rendering, a cache keyed by example id, a teacher route.
+    """
 
     prompt_ids: list[int]
     completion_ids: list[int]
     source: str
     hit_max_new_tokens: bool = False
     prompt_truncated: bool = False
+    example: Example | None = None
 
 
 @dataclass

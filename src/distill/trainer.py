@@ -297,7 +297,7 @@ class Distiller:
                     hit_max = bool(ids) and ids[-1] not in self.eos_ids
                 else:
                     ids, hit_max = generated[i][position]
-                completions.append(Completion(example.prompt_ids, ids, source, hit_max, example.prompt_truncated))
+                completions.append(Completion(example.prompt_ids, ids, source, hit_max, example.prompt_truncated, self.train_examples[j]))
             micro_batches.append(collate(completions, source, self.pad_id))
         return micro_batches
 
