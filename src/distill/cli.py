@@ -5,6 +5,8 @@
     distill train --resume RUN_DIR                 continue from the last checkpoint
     distill eval MODEL_OR_RUN_DIR [--teacher T] [--dataset D]
     distill plot RUN_DIR
+    distill serve-teacher MODEL [--host 127.0.0.1] [--port 8000]     teacher log-probs over vLLM's completions API
+    distill cache-teacher --teacher MODEL --dataset D --top-k K --out DIR [--generate]   offline teacher cache
 Config flags are the DistillConfig field names (`--per_device_train_batch_size 4`; `--per-device-train-batch-size`
 works too). `distill train --help` lists them all with their help.
 """
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from distill.config import DistillConfig, coerce, unknown_field_message
+from distill.errors import TeacherServerError
 
 
 def parse_field_flags(tokens: list[str]) -> dict[str, Any]:
@@ -118,7 +121,57 @@ def cmd_plot(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot}
+def cmd_serve_teacher(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="distill serve-teacher",
+                                     description="Serve a teacher's prompt log-probs over vLLM's OpenAI-compatible /v1/completions.")
+    parser.add_argument("model", help="teacher model: a directory, a .gguf file, a hub id, or smollm2-135m-instruct")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default loopback only; 0.0.0.0 exposes it)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--served-model-name", default=None, help="the `model` name clients send (default: MODEL)")
+    parser.add_argument("--max-batch-tokens", type=int, default=16384, help="prompt tokens per forward pass of batched requests")
+    args = parser.parse_args(argv)
+    from distill.serve import serve
+
+    serve(args.model, args.host, args.port, args.device, args.served_model_name, args.max_batch_tokens)
+    return 0
+
+
+def cmd_cache_teacher(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="distill cache-teacher",
+                                     description="Precompute a teacher's top-K log-probs of a dataset's completions to disk.")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--teacher", help="a local teacher model (directory, .gguf, hub id, smollm2-135m-instruct)")
+    source.add_argument("--teacher-url", help="a teacher server (vLLM or `distill serve-teacher`)")
+    parser.add_argument("--tokenizer", help="with --teacher-url: the (shared) tokenizer, e.g. the student's directory")
+    parser.add_argument("--dataset", required=True, help="dataset (same forms as the `dataset` config field)")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--top-k", type=int, required=True, help="K: log-probs kept per token")
+    parser.add_argument("--out", required=True, help="cache directory (re-running resumes it)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="loss temperature the log-probs are computed at")
+    parser.add_argument("--generate", action="store_true", help="the teacher writes the completions (sequence-level KD)")
+    parser.add_argument("--sampling-temperature", type=float, default=1.0, help="with --generate: sampling temperature")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--max-prompt-length", type=int, default=256)
+    parser.add_argument("--shard-size", type=int, default=256, help="examples per shard file")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    from distill.cache_teacher import CacheJob, run_cache_teacher
+
+    job = CacheJob(args.teacher, args.teacher_url, args.tokenizer, args.dataset, args.split, args.top_k, args.out,
+                   args.temperature, args.generate, args.max_new_tokens, args.max_prompt_length, args.shard_size,
+                   args.batch_size, args.seed, args.sampling_temperature, args.device, not args.no_progress)
+    manifest = run_cache_teacher(job)
+    print(f"{args.out}: {manifest['num_examples']} examples, {manifest['tokens']} tokens, "
+          f"{manifest['bytes_per_token']:.1f} bytes/token (K={manifest['top_k']})")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "serve-teacher": cmd_serve_teacher,
+            "cache-teacher": cmd_cache_teacher}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,3 +190,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except TeacherServerError as error:
+        print(f"distill {command}: error: {error}", file=sys.stderr)
+        return 3

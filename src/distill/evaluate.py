@@ -82,7 +82,10 @@ class Evaluator:
             self._teacher_samples = _sample(self.teacher.generate, self.prompts, self.settings, self.device, greedy=False)
         return self._teacher_samples
 
-    def teacher_answers(self) -> list[str]:
+    def teacher_answers(self) -> list[str | None]:
+        """Greedy teacher answers, or None for each shown prompt when the teacher only scores (a server)."""
+        if not self.teacher.can_generate:
+            return [None] * min(self.settings.num_examples, len(self.prompts))
         if self._teacher_greedy is None:
             shown = self.prompts[: self.settings.num_examples]
             self._teacher_greedy = _sample(self.teacher.generate, shown, self.settings, self.device, greedy=True)
@@ -103,13 +106,15 @@ class Evaluator:
             own = _sample(self._student_generate(student), self.prompts, self.settings, self.device, greedy=False)
             shown = self.prompts[: self.settings.num_examples]
             greedy = _sample(self._student_generate(student), shown, self.settings, self.device, greedy=True)
-            return {
-                "on_teacher_completions": score_completions(student, self.teacher, self._completions(self.teacher_samples(), "teacher"),
-                                                            self.vocab_size, self.pad_id, self.device, self.settings),
-                "on_student_completions": score_completions(student, self.teacher, self._completions(own, "student"),
-                                                            self.vocab_size, self.pad_id, self.device, self.settings),
-                "answers": [self.decode(ids) for ids in greedy],
-            }
+            result = {}
+            if self.teacher.can_generate:  # a scoring-only teacher (server) has no samples of its own
+                result["on_teacher_completions"] = score_completions(
+                    student, self.teacher, self._completions(self.teacher_samples(), "teacher"), self.vocab_size, self.pad_id,
+                    self.device, self.settings)
+            result["on_student_completions"] = score_completions(student, self.teacher, self._completions(own, "student"),
+                                                                 self.vocab_size, self.pad_id, self.device, self.settings)
+            result["answers"] = [self.decode(ids) for ids in greedy]
+            return result
         finally:
             student.train(was_training)
 
@@ -118,7 +123,7 @@ def build_report(evaluator: Evaluator, results: dict[str, dict]) -> dict:
     """Combine evaluations (e.g. {"before": ..., "after": ...}) with the teacher's answers."""
     examples = []
     for i, answer in enumerate(evaluator.teacher_answers()):
-        entry = {"prompt": evaluator.prompt_texts[i], "teacher": answer}
+        entry = {"prompt": evaluator.prompt_texts[i]} | ({"teacher": answer} if answer is not None else {})
         for name, result in results.items():
             entry[f"student_{name}"] = result["answers"][i]
         examples.append(entry)
@@ -128,17 +133,21 @@ def build_report(evaluator: Evaluator, results: dict[str, dict]) -> dict:
 
 def report_markdown(report: dict) -> str:
     lines = [f"# Evaluation on {report['num_prompts']} held-out prompts", "",
-             "Per-token means over the full vocabulary at temperature 1 (nats).", "",
+             "Per-token means at temperature 1 (nats), over the full vocabulary for a local teacher, over the "
+             "teacher's top-K + the token + a tail bucket for a server teacher (a lower bound).", "",
              "| student | completions | forward KL | reverse KL | top-1 agreement | tokens |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
     for name, metrics in report["metrics"].items():
         for key, label in (("on_teacher_completions", "teacher's"), ("on_student_completions", "student's own")):
+            if key not in metrics:
+                continue
             m = metrics[key]
             lines.append(f"| {name} | {label} | {m['forward_kl']:.3f} | {m['reverse_kl']:.3f} | {m['top1_agreement']:.3f} | {m['tokens']} |")
     if "before" in report["metrics"] and "after" in report["metrics"]:
-        before = report["metrics"]["before"]["on_teacher_completions"]["forward_kl"]
-        after = report["metrics"]["after"]["on_teacher_completions"]["forward_kl"]
-        lines += ["", f"Forward KL on teacher completions: {before:.3f} -> {after:.3f} (after / before = {after / max(before, 1e-12):.3f})."]
+        key = "on_teacher_completions" if "on_teacher_completions" in report["metrics"]["before"] else "on_student_completions"
+        before, after = report["metrics"]["before"][key]["forward_kl"], report["metrics"]["after"][key]["forward_kl"]
+        where = "teacher" if key == "on_teacher_completions" else "the student's own"
+        lines += ["", f"Forward KL on {where} completions: {before:.3f} -> {after:.3f} (after / before = {after / max(before, 1e-12):.3f})."]
     lines += ["", "## Greedy answers", ""]
     for example in report["examples"]:
         lines.append(f"**Prompt:** {example['prompt']}")

@@ -8,6 +8,16 @@ PAPERS = {
     "gkd": ("On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes (GKD)", "Agarwal et al., 2024", "2306.13649"),
     "on_policy": ("On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes (GKD)", "Agarwal et al., 2024", "2306.13649"),
 }
+# A server or cache teacher changes where the teacher's log-probs come from, not the objective (GKD's JSD).
+PAPERS["server"] = PAPERS["offline"] = PAPERS["gkd"]
+
+
+def teacher_description(config: dict) -> str:
+    if config.get("teacher_cache"):
+        return f"the teacher cache {config['teacher_cache']}"
+    if config.get("teacher_url"):
+        return f"the teacher server {config['teacher_url']}"
+    return str(config["teacher"])
 
 
 def write_model_card(model_dir: Path, config: dict, num_parameters: int, steps: int, report: dict | None) -> Path:
@@ -18,7 +28,7 @@ def write_model_card(model_dir: Path, config: dict, num_parameters: int, steps: 
         "tags: [distill, knowledge-distillation, " + config["method"] + "]",
         "---",
         "",
-        f"# Student distilled from {config['teacher']}",
+        f"# Student distilled from {teacher_description(config)}",
         "",
         f"Trained with [distill](https://pypi.org/project/distill/) using the `{config['method']}` method: "
         f"{title}, {authors}, [arXiv:{arxiv}](https://arxiv.org/abs/{arxiv}).",
@@ -42,8 +52,9 @@ def write_model_card(model_dir: Path, config: dict, num_parameters: int, steps: 
         lines += ["", "## Held-out evaluation", ""]
         lines += ["| student | forward KL (teacher completions) | reverse KL (own completions) | top-1 agreement |", "| --- | ---: | ---: | ---: |"]
         for name, metrics in report["metrics"].items():
-            lines.append(f"| {name} | {metrics['on_teacher_completions']['forward_kl']:.3f} | "
-                         f"{metrics['on_student_completions']['reverse_kl']:.3f} | {metrics['on_teacher_completions']['top1_agreement']:.3f} |")
+            on_teacher = metrics.get("on_teacher_completions")  # absent for a teacher that only scores
+            shown = (f"{on_teacher['forward_kl']:.3f}", f"{on_teacher['top1_agreement']:.3f}") if on_teacher else ("n/a", "n/a")
+            lines.append(f"| {name} | {shown[0]} | {metrics['on_student_completions']['reverse_kl']:.3f} | {shown[1]} |")
     lines += ["", "## Citation", "", "```bibtex", "@inproceedings{agarwal2024onpolicy,", f"  title={{{title}}},",
               "  author={Agarwal, Rishabh and Vieillard, Nino and Zhou, Yongchao and Stanczyk, Piotr and Ramos, Sabela and Geist, Matthieu and Bachem, Olivier},",
               "  booktitle={ICLR}, year={2024},", f"  eprint={{{arxiv}}}, archivePrefix={{arXiv}}", "}", "```", ""]

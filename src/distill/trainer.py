@@ -41,6 +41,7 @@ from distill.data import (
     examples_from_dataset,
     load_dataset_spec,
 )
+from distill.errors import TeacherServerError
 from distill.evaluate import (
     EvalSettings,
     Evaluator,
@@ -71,6 +72,8 @@ from distill.rollout import (
     generate_completions,
 )
 from distill.teachers import LocalTeacher, LossSettings
+from distill.teachers.cache import prompt_crc
+from distill.teachers.remote import build_remote_teacher, check_routes, teachers_of
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +134,7 @@ class Distiller:
             load_dataset_spec(train_dataset if train_dataset is not None else config.dataset, config.dataset_split, "dataset"), "dataset"
         )
         self.eval_examples = self._load_eval_examples(train_dataset, eval_dataset)
-        if config.uses_off_policy() and not config.seq_kd:
+        if config.uses_off_policy() and not config.seq_kd and config.method != "offline":
             missing = [e.index for e in self.train_examples if e.completion is None]
             if missing:
                 raise ValueError(
@@ -143,6 +146,11 @@ class Distiller:
         if not resume:
             check_output_dir(self.run_dir, config.overwrite_output_dir)
         teacher_spec = teacher if teacher is not None else config.teacher
+        if config.remote_teacher() is not None:
+            if teacher is not None:
+                raise ValueError(f"teacher: this run's teacher is {'teacher_cache' if config.teacher_cache else 'teacher_url'}; "
+                                 "do not also pass a teacher model")
+            teacher_spec = None
         teacher_source = resolve_model_source(teacher_spec, "teacher") if isinstance(teacher_spec, str) else None
         student_source = None
         student_spec = student if student is not None else config.student
@@ -194,7 +202,13 @@ class Distiller:
 
     def _load_models(self, student, student_source, teacher, teacher_source, tokenizer) -> None:
         config = self.config
-        if isinstance(teacher, nn.Module):
+        remote = config.remote_teacher()
+        teacher_model = teacher_tokenizer = None
+        if remote is not None:
+            if not isinstance(student, nn.Module) and student_source is None:
+                raise ValueError(f"student: with a {remote} teacher there are no teacher weights here to start a student "
+                                 "from; give `student` (a model directory, .gguf file or hub id)")
+        elif isinstance(teacher, nn.Module):
             teacher_model, teacher_tokenizer = teacher, tokenizer
             if teacher_tokenizer is None:
                 raise ValueError("tokenizer: pass the tokenizer when the teacher is given as a model object")
@@ -203,12 +217,16 @@ class Distiller:
             teacher_tokenizer = load_tokenizer(teacher_source)
         if isinstance(student, nn.Module):
             student_model, student_tokenizer = student, tokenizer or teacher_tokenizer
+            if student_tokenizer is None:
+                raise ValueError("tokenizer: pass the tokenizer when the student is given as a model object")
         elif student_source is not None:
             student_model, student_tokenizer = load_causal_lm(student_source, torch.float32), load_tokenizer(student_source)
         else:
             student_model, student_tokenizer = teacher_model, teacher_tokenizer
         given = isinstance(student, nn.Module) or student_source is not None
         student_model = make_student(student_model, config.resolved_student_init(given))
+        if teacher_model is None:  # the teacher's vocabulary is checked against the student's tokenizer remotely
+            teacher_model, teacher_tokenizer = student_model, student_tokenizer
         if teacher_tokenizer.pad_token_id is None:
             teacher_tokenizer.pad_token = teacher_tokenizer.eos_token
         self.vocab_size = shared_vocab_size(student_tokenizer, teacher_tokenizer, student_model, teacher_model)
@@ -235,10 +253,29 @@ class Distiller:
             student_model = get_peft_model(student_model, lora)
         mixed = self.accelerator.mixed_precision
         teacher_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed, torch.float32) if self.device.type != "cpu" else torch.float32
-        self.teacher = LocalTeacher(teacher_model.to(self.device, teacher_dtype), self.vocab_size, self.eos_ids, self.pad_id, self.device)
         self.student_model = student_model
         self.encoder = PromptEncoder(self.tokenizer, config.max_prompt_length, config.max_new_tokens, self.eos_ids)
         self.encoded = [self._encode(e) for e in self.train_examples]
+        if remote is None:
+            self.teacher = LocalTeacher(teacher_model.to(self.device, teacher_dtype), self.vocab_size, self.eos_ids, self.pad_id, self.device)
+        else:
+            self.teacher = build_remote_teacher(config, self.tokenizer, self.vocab_size, self.pad_id, self.encoded[0].prompt_ids)
+            check_routes(self.teacher, self.train_examples)
+            if remote == "offline":
+                self._use_cached_completions()
+
+    def _use_cached_completions(self) -> None:
+        """Method offline trains on the completions the cache scored; their prompts must be the run's."""
+        for example, encoded in zip(self.train_examples, self.encoded):
+            cache = teachers_of(self.teacher)[example.teacher_id if len(teachers_of(self.teacher)) > 1 else ""].cache
+            if example.index not in cache:
+                raise ValueError(f"teacher_cache {cache.directory} has no entry for dataset row {example.index}: was it made "
+                                 "from this dataset and split?")
+            entry = cache.get(example.index)
+            if entry.prompt_crc != prompt_crc(encoded.prompt_ids):
+                raise ValueError(f"teacher_cache {cache.directory}: dataset row {example.index} has another prompt than the one "
+                                 "the cache scored (another dataset, split, chat template or max_prompt_length?)")
+            encoded.completion_ids = entry.tokens.tolist()
 
     def _encode(self, example: Example) -> EncodedExample:
         ids, truncated = self.encoder.prompt_ids(example.prompt)
@@ -388,7 +425,7 @@ class Distiller:
         with stop.installed():
             try:
                 while step < config.max_steps:
-                    self.train_step(step, window, timings, log_step=(step + 1) % config.logging_steps == 0 or step + 1 == config.max_steps)
+                    self._train_step_or_checkpoint(step, window, timings)
                     step += 1
                     if step % config.logging_steps == 0 or step == config.max_steps:
                         last_record = self._log(step, window, timings, progress)
@@ -417,6 +454,23 @@ class Distiller:
 
         self.save_checkpoint(step)
         return self._finish(step, last_record, evaluator, before)
+
+    def _train_step_or_checkpoint(self, step: int, window: MetricWindow, timings: dict[str, float]) -> None:
+        """One step; when the teacher server fails for good, checkpoint the state before the step and stop.
+
+        The checkpoint holds the weights, optimizer and RNG as they were when the step started, so a resumed
+        run repeats the failed step exactly as an uninterrupted run would have taken it.
+        """
+        log_step = (step + 1) % self.config.logging_steps == 0 or step + 1 == self.config.max_steps
+        rng = ckpt.rng_state()
+        try:
+            self.train_step(step, window, timings, log_step=log_step)
+        except TeacherServerError as error:
+            self.optimizer.zero_grad(set_to_none=True)
+            ckpt.set_rng_state(rng)
+            path = self.save_checkpoint(step)
+            raise TeacherServerError(f"{error}\nThe run is checkpointed at step {step} ({path}); when the server is back, "
+                                     f"continue with `distill train --resume {self.run_dir}`") from error
 
     def _agree(self, flags: list[bool]) -> list[bool]:
         """Each flag true if it is true on any process (one all-reduce)."""
@@ -465,6 +519,8 @@ class Distiller:
         window.add_mean("clipped_ratio", sum(c.hit_max_new_tokens for c in mb.completions), len(lengths))
         window.add_sum("prompts_truncated", sum(c.prompt_truncated for c in mb.completions))
         window.add_sum(f"micro_batches/{mb.source}", 1)
+        for teacher_id, (group_loss, group_tokens) in (out.groups or {}).items():
+            window.add_mean(f"loss/teacher/{teacher_id}", float(group_loss), int(group_tokens))
         if log_step and out.stats is not None:
             for name in STAT_NAMES:
                 window.add_mean(name, float(getattr(out.stats, name).double().sum()), tokens)
@@ -473,6 +529,7 @@ class Distiller:
         window = MetricWindow()
         means = ["loss", "completion_length", "clipped_ratio", "grad_norm", "learning_rate", *STAT_NAMES]
         means += [f"{kind}/{s}" for s in SOURCES for kind in ("loss", "completion_length")]
+        means += [f"loss/teacher/{tid}" for tid in teachers_of(self.teacher) if tid]
         window.register(means, ["prompts_truncated", *[f"micro_batches/{s}" for s in SOURCES], "tokens_per_second/generation",
                                 "tokens_per_second/teacher", "tokens_per_second/student"],
                         ["completion_length_max", *[f"completion_length/{s}_max" for s in SOURCES]])

@@ -161,6 +161,7 @@ class DistillLoss(NamedTuple):
     loss_sum: torch.Tensor  # () float32, differentiable w.r.t. the student
     num_tokens: torch.Tensor  # () int64, tokens that entered the sum
     stats: TokenStats | None  # per-token diagnostics, (N,) each, zero at masked positions
+    groups: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None  # per teacher id: (loss_sum, num_tokens)
 
 
 def run_chunked(

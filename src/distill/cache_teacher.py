@@ -1,0 +1,199 @@
+"""`distill cache-teacher`: run a teacher over a dataset once and store its sparse log-probs on disk.
+
+The completions scored are the dataset's own, or, with `--generate`, ones the teacher samples (seeded per
+shard, so a resumed run samples the same ones). The format is documented in `distill.teachers.cache`.
+Re-running the same command resumes: complete shards whose checksum matches are skipped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from distill.data import PromptEncoder, examples_from_dataset, load_dataset_spec
+from distill.losses import DEFAULT_CHUNK_SIZE
+from distill.losses.sparse import DEFAULT_MIN_TAIL_MASS
+from distill.rollout import Completion, SamplingParams, collate
+from distill.teachers.base import DenseSignal, SparseSignal
+from distill.teachers.cache import (
+    FORMAT,
+    MANIFEST,
+    SETTING_KEYS,
+    VERSION,
+    ShardRecords,
+    id_bytes_for,
+    prompt_crc,
+    sha256_file,
+    tokenizer_hash,
+    write_manifest,
+    write_shard,
+)
+from distill.teachers.hidden import completion_targets
+from distill.teachers.topk import TopK, topk_log_probs
+
+
+@dataclass
+class CacheJob:
+    teacher: str | None
+    teacher_url: str | None
+    tokenizer: str | None
+    dataset: str
+    split: str
+    top_k: int
+    out: str
+    temperature: float = 1.0
+    generate: bool = False
+    max_new_tokens: int = 48
+    max_prompt_length: int = 256
+    shard_size: int = 256
+    batch_size: int = 8
+    seed: int = 42
+    sampling_temperature: float = 1.0
+    device: str = "auto"
+    progress: bool = True
+
+
+def sparse_top_k(signal, batch, k: int, temperature: float) -> TopK:
+    """The cacheable top-k of any teacher signal: exact from a dense one, tail derived for a sparse one."""
+    if isinstance(signal, DenseSignal):
+        targets = completion_targets(batch.input_ids, batch.completion_mask)
+        return topk_log_probs(signal.hidden.float(), signal.head, targets.to(signal.hidden.device), k, temperature, DEFAULT_CHUNK_SIZE)
+    if isinstance(signal, SparseSignal):
+        targets = completion_targets(batch.input_ids, batch.completion_mask)
+        in_top = (signal.topk_ids == targets.unsqueeze(1)).any(1)
+        mass = signal.topk_log_probs.double().exp().sum(1) + torch.where(in_top, 0.0, signal.sampled_log_probs.double().exp())
+        tail = (1.0 - mass).clamp_min(DEFAULT_MIN_TAIL_MASS).log().float()
+        return TopK(signal.topk_ids, signal.topk_log_probs, signal.sampled_log_probs, tail)
+    raise TypeError(f"cannot cache a {type(signal).__name__}")
+
+
+def _open_teacher(job: CacheJob, device: torch.device):
+    """(teacher, tokenizer, teacher name) for a local model or a server."""
+    from distill.models import (
+        eos_token_ids,
+        load_causal_lm,
+        load_tokenizer,
+        resolve_model_source,
+    )
+    from distill.teachers.local import LocalTeacher
+    from distill.teachers.server import ServerSettings, ServerTeacher
+
+    if job.teacher_url:
+        if job.generate:
+            raise ValueError("--generate needs a local --teacher model: a server teacher only scores")
+        if not job.tokenizer:
+            raise ValueError("--tokenizer: with --teacher-url give the tokenizer the cache is for (a model directory or .gguf)")
+        tokenizer = load_tokenizer(resolve_model_source(job.tokenizer, "tokenizer"))
+        teacher = ServerTeacher(ServerSettings(job.teacher_url, job.top_k), len(tokenizer))
+        teacher.check(tokenizer)
+        return teacher, tokenizer, job.teacher_url
+    source = resolve_model_source(job.teacher, "teacher")
+    tokenizer = load_tokenizer(source)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = load_causal_lm(source, torch.float32).to(device)
+    teacher = LocalTeacher(model, len(tokenizer), eos_token_ids(tokenizer, model), tokenizer.pad_token_id, device)
+    return teacher, tokenizer, job.teacher
+
+
+def run_cache_teacher(job: CacheJob) -> dict:
+    """Write (or finish) the cache; returns the manifest."""
+    if (job.teacher is None) == (job.teacher_url is None):
+        raise ValueError("give exactly one of --teacher MODEL and --teacher-url URL")
+    if job.top_k < 1 or job.shard_size < 1 or job.batch_size < 1 or not job.temperature > 0:
+        raise ValueError("--top-k, --shard-size and --batch-size must be >= 1 and --temperature > 0")
+    out = Path(job.out)
+    if out.exists() and not (out / MANIFEST).is_file() and any(out.iterdir()):
+        raise ValueError(f"--out {out} exists and is not a teacher cache; choose another directory")
+    examples = examples_from_dataset(load_dataset_spec(job.dataset, job.split, "dataset"), "dataset")
+    if not job.generate:
+        missing = [e.index for e in examples if e.completion is None]
+        if missing:
+            raise ValueError(f"dataset row {missing[0]} (and {len(missing) - 1} more) has no completion; add a 'completion' "
+                             "column or pass --generate to let the teacher write them")
+    device = torch.device("cuda" if job.device == "auto" and torch.cuda.is_available() else ("cpu" if job.device == "auto" else job.device))
+    teacher, tokenizer, teacher_name = _open_teacher(job, device)
+    from distill.models import eos_token_ids
+
+    eos_ids = eos_token_ids(tokenizer, getattr(teacher, "model", None))
+    encoder = PromptEncoder(tokenizer, job.max_prompt_length, job.max_new_tokens, eos_ids)
+    vocab = len(tokenizer)
+    settings = {"teacher": teacher_name, "tokenizer_hash": tokenizer_hash(tokenizer), "vocab_size": vocab, "top_k": job.top_k,
+                "temperature": job.temperature, "max_prompt_length": job.max_prompt_length, "max_new_tokens": job.max_new_tokens,
+                "completions": f"generated (temperature {job.sampling_temperature})" if job.generate else "dataset",
+                "dataset": str(job.dataset), "split": job.split, "shard_size": job.shard_size, "num_examples": len(examples),
+                "seed": job.seed}
+    manifest = {"format": FORMAT, "version": VERSION, **settings, "id_bytes": id_bytes_for(vocab), "shards": [], "complete": False}
+    if (out / MANIFEST).is_file():
+        import json
+
+        existing = json.loads((out / MANIFEST).read_text())
+        differing = [k for k in SETTING_KEYS if existing.get(k) != settings[k]]
+        if differing:
+            shown = ", ".join(f"{k}: {existing.get(k)!r} vs {settings[k]!r}" for k in differing)
+            raise ValueError(f"--out {out} holds a cache made with other settings ({shown}); re-run with the same settings "
+                             "to resume it, or choose another --out")
+        manifest["shards"] = existing["shards"]
+    out.mkdir(parents=True, exist_ok=True)
+
+    num_shards = math.ceil(len(examples) / job.shard_size)
+    done = {s["file"]: s for s in manifest["shards"] if (out / s["file"]).is_file() and sha256_file(out / s["file"]) == s["sha256"]}
+    progress = None
+    if job.progress:
+        from tqdm.auto import tqdm
+
+        progress = tqdm(total=len(examples), desc="cache-teacher", unit="ex", dynamic_ncols=True)
+    entries = []
+    for shard in range(num_shards):
+        name = f"shard-{shard:05d}.safetensors"
+        part = examples[shard * job.shard_size : (shard + 1) * job.shard_size]
+        if name in done:
+            entries.append(done[name])
+        else:
+            records = _score_shard(job, shard, part, teacher, encoder, tokenizer.pad_token_id, eos_ids)
+            entries.append(write_shard(out, shard, records, manifest["id_bytes"], job.top_k))
+            manifest["shards"] = sorted(entries + [s for s in manifest["shards"] if s["file"] not in {e["file"] for e in entries}],
+                                        key=lambda s: s["file"])
+            write_manifest(out, manifest)
+        if progress is not None:
+            progress.update(len(part))
+    if progress is not None:
+        progress.close()
+    manifest["shards"] = entries
+    manifest["tokens"] = sum(e["tokens"] for e in entries)
+    manifest["bytes"] = sum(e["bytes"] for e in entries)
+    manifest["bytes_per_token"] = manifest["bytes"] / max(manifest["tokens"], 1)
+    manifest["complete"] = True
+    write_manifest(out, manifest)
+    return manifest
+
+
+def _score_shard(job: CacheJob, shard: int, examples, teacher, encoder: PromptEncoder, pad_id: int, eos_ids) -> ShardRecords:
+    prompts = [encoder.prompt_ids(e.prompt)[0] for e in examples]
+    if job.generate:
+        sampling = SamplingParams(job.sampling_temperature, 1.0, 0, job.max_new_tokens)
+        with torch.random.fork_rng(devices=[teacher.device] if teacher.device.type == "cuda" else []):
+            torch.manual_seed(job.seed * 1_000_003 + shard)
+            completions = [ids for ids, _ in teacher.generate(prompts, sampling, job.batch_size)]
+    else:
+        completions = [encoder.completion_ids(e.completion) for e in examples]
+    records = ShardRecords.empty()
+    for start in range(0, len(examples), job.batch_size):
+        rows = [Completion(p, c, "cache", example=e) for p, c, e in
+                zip(prompts[start : start + job.batch_size], completions[start : start + job.batch_size], examples[start : start + job.batch_size])]
+        batch = collate(rows, "cache", pad_id)
+        device = getattr(teacher, "device", torch.device("cpu"))
+        top = sparse_top_k(teacher.score(batch.to(device), job.temperature), batch, job.top_k, job.temperature)
+        position = 0
+        for row in rows:
+            n = len(row.completion_ids)
+            span = slice(position, position + n)
+            records.add(row.example.index, prompt_crc(row.prompt_ids), np.asarray(row.completion_ids, dtype=np.int64),
+                        top.ids[span].cpu().numpy(), top.log_probs[span].cpu().numpy(), top.target_log_probs[span].cpu().numpy(),
+                        top.tail_log_probs[span].cpu().numpy())
+            position += n
+    return records

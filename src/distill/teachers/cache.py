@@ -1,0 +1,233 @@
+"""Offline teacher caches: sparse teacher log-probs of a dataset's completions, on disk.
+
+Layout of a cache directory (format "distill-teacher-cache", version 1):
+
+    manifest.json             settings (teacher, tokenizer hash, vocabulary, K, temperature, prompt and
+                              completion lengths, where completions came from), and one entry per shard:
+                              file, first example, examples, tokens, bytes, sha256
+    shard-00000.safetensors   examples [0, S), S = shard_size, in dataset order
+    shard-00001.safetensors   ...
+
+Each shard is a safetensors file (plain numpy arrays, little-endian) holding, for its E examples and their
+T completion tokens in total:
+
+    example_ids     (E,)      int64    the example's row index in the dataset split ("example id")
+    prompt_crc      (E,)      int64    CRC-32 of the prompt token ids the teacher saw (catches another dataset)
+    offsets         (E + 1,)  int64    example e's tokens are rows offsets[e]:offsets[e+1]
+    tokens          (T, b)    uint8    completion token ids, b-byte little-endian (b = id_bytes)
+    topk_ids        (T, K, b) uint8    the teacher's top-K token ids, in decreasing probability
+    topk_logprobs   (T, K)    float16  their log-probs at `temperature`
+    token_logprobs  (T,)      float16  the log-prob of the completion token itself
+    tail_logprobs   (T,)      float16  log of the mass outside top-K and the completion token
+
+`id_bytes` is 2 when the vocabulary fits in 16 bits, else 3 (24 bits; 16.7M ids). Per token that is
+K (b + 2) + b + 4 bytes: 4K + 6 with b = 2 (86 bytes at K = 20), 5K + 7 with b = 3, within 6K + 4 for
+every K >= 3. Log-probs in float16 keep ~3 significant digits (an error of ~0.004 nats at -10).
+
+Shards are written to a temporary name and renamed, and the manifest is rewritten after each shard, so an
+interrupted `cache-teacher` resumes by skipping shards whose checksum matches; a shard whose bytes do not
+match its checksum is detected when the cache is opened (and rewritten by re-running `cache-teacher`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+FORMAT = "distill-teacher-cache"
+VERSION = 1
+MANIFEST = "manifest.json"
+# Settings that must agree between a cache and the run (or the cache-teacher re-run) that uses it.
+SETTING_KEYS = ("teacher", "tokenizer_hash", "vocab_size", "top_k", "temperature", "max_prompt_length", "max_new_tokens",
+                "completions", "dataset", "split", "shard_size", "num_examples", "seed")
+
+
+def tokenizer_hash(tokenizer) -> str:
+    """SHA-256 of the vocabulary (token -> id) and the special tokens: equal for interchangeable tokenizers."""
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    special = sorted(str(t) for t in getattr(tokenizer, "all_special_tokens", []))
+    return hashlib.sha256(json.dumps([vocab, special], ensure_ascii=False).encode()).hexdigest()
+
+
+def prompt_crc(prompt_ids: list[int]) -> int:
+    return zlib.crc32(np.asarray(prompt_ids, dtype="<i8").tobytes())
+
+
+def id_bytes_for(vocab_size: int) -> int:
+    if vocab_size <= 1 << 16:
+        return 2
+    if vocab_size <= 1 << 24:
+        return 3
+    raise ValueError(f"vocabulary of {vocab_size} tokens is too large for the cache format (at most 2^24)")
+
+
+def pack_ids(ids: np.ndarray, nbytes: int) -> np.ndarray:
+    """Integer array (...,) -> uint8 (..., nbytes), little-endian."""
+    return ids.astype("<u4").view(np.uint8).reshape(*ids.shape, 4)[..., :nbytes].copy()
+
+
+def unpack_ids(packed: np.ndarray) -> np.ndarray:
+    """uint8 (..., nbytes) -> int64 (...,)."""
+    padded = np.zeros((*packed.shape[:-1], 4), dtype=np.uint8)
+    padded[..., : packed.shape[-1]] = packed
+    return padded.view("<u4")[..., 0].astype(np.int64)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass
+class CachedExample:
+    """One example's cached teacher signal: tokens (L,) long; topk_ids (L, K) long; topk_logprobs (L, K),
+    token_logprobs (L,), tail_logprobs (L,) float32."""
+
+    tokens: torch.Tensor
+    topk_ids: torch.Tensor
+    topk_logprobs: torch.Tensor
+    token_logprobs: torch.Tensor
+    tail_logprobs: torch.Tensor
+    prompt_crc: int
+
+
+@dataclass
+class ShardRecords:
+    """What a shard writer collects before writing: one entry per example, in order."""
+
+    example_ids: list[int]
+    prompt_crcs: list[int]
+    tokens: list[np.ndarray]
+    topk_ids: list[np.ndarray]
+    topk_logprobs: list[np.ndarray]
+    token_logprobs: list[np.ndarray]
+    tail_logprobs: list[np.ndarray]
+
+    @classmethod
+    def empty(cls) -> "ShardRecords":
+        return cls([], [], [], [], [], [], [])
+
+    def add(self, example_id: int, crc: int, tokens, topk_ids, topk_logprobs, token_logprobs, tail_logprobs) -> None:
+        self.example_ids.append(example_id)
+        self.prompt_crcs.append(crc)
+        for name, value in (("tokens", tokens), ("topk_ids", topk_ids), ("topk_logprobs", topk_logprobs),
+                            ("token_logprobs", token_logprobs), ("tail_logprobs", tail_logprobs)):
+            getattr(self, name).append(np.asarray(value))
+
+    def arrays(self, id_bytes: int, k: int) -> dict[str, np.ndarray]:
+        lengths = [len(t) for t in self.tokens]
+        cat = lambda parts, shape, dtype: np.concatenate(parts).astype(dtype) if parts else np.zeros(shape, dtype)  # noqa: E731
+        return {
+            "example_ids": np.asarray(self.example_ids, dtype=np.int64),
+            "prompt_crc": np.asarray(self.prompt_crcs, dtype=np.int64),
+            "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+            "tokens": pack_ids(cat(self.tokens, (0,), np.int64), id_bytes),
+            "topk_ids": pack_ids(cat(self.topk_ids, (0, k), np.int64), id_bytes),
+            "topk_logprobs": cat(self.topk_logprobs, (0, k), np.float16),
+            "token_logprobs": cat(self.token_logprobs, (0,), np.float16),
+            "tail_logprobs": cat(self.tail_logprobs, (0,), np.float16),
+        }
+
+
+def write_shard(directory: Path, index: int, records: ShardRecords, id_bytes: int, k: int) -> dict:
+    """Write shard `index` atomically; returns its manifest entry."""
+    from safetensors.numpy import save_file
+
+    name = f"shard-{index:05d}.safetensors"
+    arrays = records.arrays(id_bytes, k)
+    temporary = directory / f".{name}.tmp"
+    save_file(arrays, str(temporary))
+    os.replace(temporary, directory / name)
+    return {"file": name, "first": int(records.example_ids[0]) if records.example_ids else None,
+            "examples": len(records.example_ids), "tokens": int(arrays["offsets"][-1]),
+            "bytes": (directory / name).stat().st_size, "sha256": sha256_file(directory / name)}
+
+
+def write_manifest(directory: Path, manifest: dict) -> None:
+    temporary = directory / f".{MANIFEST}.tmp"
+    temporary.write_text(json.dumps(manifest, indent=2))
+    os.replace(temporary, directory / MANIFEST)
+
+
+def read_manifest(directory: Path) -> dict:
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        raise ValueError(f"teacher_cache: {directory} has no {MANIFEST}; write one with `distill cache-teacher --out {directory}`")
+    manifest = json.loads(path.read_text())
+    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+        raise ValueError(f"teacher_cache: {directory} is not a {FORMAT} v{VERSION} directory")
+    return manifest
+
+
+class TeacherCache:
+    """Read side: verifies every shard's checksum on opening, then serves examples by example id."""
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+        self.manifest = read_manifest(self.directory)
+        if not self.manifest.get("complete"):
+            raise ValueError(f"teacher_cache: {self.directory} is incomplete (cache-teacher was interrupted); re-run the "
+                             "same `distill cache-teacher` command to finish it")
+        self.location: dict[int, tuple[int, int]] = {}
+        self._shards: dict[int, dict[str, np.ndarray]] = {}
+        for number, entry in enumerate(self.manifest["shards"]):
+            path = self.directory / entry["file"]
+            if not path.is_file() or sha256_file(path) != entry["sha256"]:
+                raise ValueError(f"teacher_cache: shard {path} is missing or corrupt (checksum mismatch); re-run the same "
+                                 "`distill cache-teacher` command to rewrite it")
+            for local, example_id in enumerate(self._load(number)["example_ids"].tolist()):
+                self.location[example_id] = (number, local)
+
+    @property
+    def top_k(self) -> int:
+        return int(self.manifest["top_k"])
+
+    @property
+    def temperature(self) -> float:
+        return float(self.manifest["temperature"])
+
+    def _load(self, number: int) -> dict[str, np.ndarray]:
+        if number not in self._shards:
+            from safetensors.numpy import load_file
+
+            self._shards[number] = load_file(str(self.directory / self.manifest["shards"][number]["file"]))
+        return self._shards[number]
+
+    def __contains__(self, example_id: int) -> bool:
+        return example_id in self.location
+
+    def get(self, example_id: int) -> CachedExample:
+        if example_id not in self.location:
+            raise KeyError(f"teacher_cache {self.directory} has no example {example_id}")
+        number, local = self.location[example_id]
+        shard = self._load(number)
+        lo, hi = int(shard["offsets"][local]), int(shard["offsets"][local + 1])
+        as_float = lambda name: torch.from_numpy(shard[name][lo:hi].astype(np.float32))  # noqa: E731
+        return CachedExample(
+            torch.from_numpy(unpack_ids(shard["tokens"][lo:hi])), torch.from_numpy(unpack_ids(shard["topk_ids"][lo:hi])),
+            as_float("topk_logprobs"), as_float("token_logprobs"), as_float("tail_logprobs"), int(shard["prompt_crc"][local]),
+        )
+
+    def check_run(self, tokenizer, top_k: int, temperature: float, max_prompt_length: int) -> None:
+        """Reject a cache made with another tokenizer, K, temperature or prompt budget than the run asks for."""
+        wanted = {"tokenizer_hash": tokenizer_hash(tokenizer), "top_k": top_k, "temperature": temperature,
+                  "max_prompt_length": max_prompt_length}
+        fixes = {"tokenizer_hash": "use the student tokenizer the cache was made for, or re-cache with it",
+                 "top_k": "set teacher_logprobs to the cache's K", "temperature": "set temperature to the cache's",
+                 "max_prompt_length": "set max_prompt_length to the cache's"}
+        for key, value in wanted.items():
+            have = self.manifest[key]
+            if (abs(have - value) > 1e-9 if isinstance(value, float) else have != value):
+                shown = "another tokenizer" if key == "tokenizer_hash" else f"{key} {have}"
+                raise ValueError(f"teacher_cache {self.directory} was made with {shown}, the run asks for "
+                                 f"{'this one' if key == 'tokenizer_hash' else value}: {fixes[key]}")

@@ -1,0 +1,34 @@
+"""The teacher of method offline: sparse log-probs read from a `distill cache-teacher` directory."""
+
+from __future__ import annotations
+
+import torch
+
+from distill.rollout import MicroBatch
+from distill.teachers.base import SparseSignal
+from distill.teachers.cache import TeacherCache
+
+
+class OfflineTeacher:
+    """Looks up each completion's example id in the cache; the completion must be the cached one."""
+
+    can_generate = False
+
+    def __init__(self, cache: TeacherCache):
+        self.cache = cache
+
+    def score(self, batch: MicroBatch, temperature: float) -> SparseSignal:
+        if abs(temperature - self.cache.temperature) > 1e-9:
+            raise ValueError(f"teacher_cache holds log-probs at temperature {self.cache.temperature}, not {temperature}")
+        parts = []
+        for completion in batch.completions:
+            if completion.example is None:
+                raise ValueError("an offline teacher scores dataset examples only (this completion has no example id)")
+            entry = self.cache.get(completion.example.index)
+            if entry.tokens.tolist() != list(completion.completion_ids):
+                raise ValueError(f"example {completion.example.index}: the completion is not the one the cache scored")
+            parts.append(entry)
+        k = self.cache.top_k
+        cat = lambda name, empty: torch.cat([getattr(p, name) for p in parts]) if parts else empty  # noqa: E731
+        return SparseSignal(cat("topk_ids", torch.empty(0, k, dtype=torch.long)), cat("topk_logprobs", torch.empty(0, k)),
+                            cat("token_logprobs", torch.empty(0)), cat("tail_logprobs", torch.empty(0)), self.cache.temperature)

@@ -1,0 +1,133 @@
+"""A real `distill serve-teacher` in a subprocess, and a fault-injecting proxy in front of it."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(port: int, process: subprocess.Popen | None = None, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"serve-teacher exited with {process.returncode}: {process.stderr.read().decode()[-2000:]}")
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            connection.request("GET", "/health")
+            if connection.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"serve-teacher on port {port} did not become healthy")
+
+
+@contextlib.contextmanager
+def serve_teacher(model_dir, *extra: str):
+    """Start `distill serve-teacher model_dir` on a free loopback port; yields (url, process)."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "distill", "serve-teacher", str(model_dir), "--port", str(port),
+                                "--device", "cpu", *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_healthy(port, process)
+        yield f"http://127.0.0.1:{port}", process
+    finally:
+        process.kill()
+        process.wait()
+
+
+class FaultProxy:
+    """Forwards to `upstream`; each POST /v1/completions takes the next fault from `faults` (then 'ok').
+
+    Faults: 'ok', 'garbage' (not JSON), '500', 'slow' (answers after `delay` s), 'short' (one prompt_logprobs
+    entry missing), 'bad_id' (an id outside the vocabulary), 'drop' (closes the connection).
+    """
+
+    def __init__(self, upstream: str, faults: list[str], delay: float = 3.0, ignore_temperature: bool = False):
+        self.upstream = upstream.removeprefix("http://")
+        self.faults, self.delay, self.seen = list(faults), delay, []
+        self.ignore_temperature = ignore_temperature  # behave like stock vLLM: prompt log-probs at temperature 1
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _forward(self, method: str, body: bytes | None) -> tuple[int, bytes]:
+                host, port = proxy.upstream.split(":")
+                connection = http.client.HTTPConnection(host, int(port), timeout=60)
+                connection.request(method, self.path, body=body, headers={"Content-Type": "application/json"} if body else {})
+                response = connection.getresponse()
+                return response.status, response.read()
+
+            def _answer(self, status: int, data: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._answer(*self._forward("GET", None))
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.path != "/v1/completions":
+                    self._answer(*self._forward("POST", body))
+                    return
+                if proxy.ignore_temperature:
+                    request = json.loads(body)
+                    request.pop("prompt_logprobs_temperature", None)
+                    body = json.dumps(request).encode()
+                fault = proxy.faults.pop(0) if proxy.faults else "ok"
+                proxy.seen.append(fault)
+                if fault == "drop":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if fault == "500":
+                    self._answer(500, b'{"error": "boom"}')
+                    return
+                if fault == "garbage":
+                    self._answer(200, b"<html>not json")
+                    return
+                if fault == "slow":
+                    time.sleep(proxy.delay)
+                status, data = self._forward("POST", body)
+                if fault in ("short", "bad_id"):
+                    answer = json.loads(data)
+                    if fault == "short":
+                        answer["choices"][0]["prompt_logprobs"].pop()
+                    else:
+                        entry = answer["choices"][0]["prompt_logprobs"][-1]
+                        entry["99999999"] = next(iter(entry.values()))
+                    data = json.dumps(answer).encode()
+                self._answer(status, data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "FaultProxy":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()

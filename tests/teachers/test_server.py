@@ -1,0 +1,191 @@
+"""The server teacher against a real `distill serve-teacher` subprocess (tiny model, loopback)."""
+
+from __future__ import annotations
+
+import datasets
+import pytest
+import torch
+
+from distill.errors import TeacherServerError
+from distill.losses import LogitHead
+from distill.rollout import Completion, collate
+from distill.teachers import DenseSignal, LocalTeacher, LossSettings
+from distill.teachers.hidden import (
+    backbone_hidden,
+    completion_targets,
+    predicting_positions,
+)
+from distill.teachers.server import ServerSettings, ServerTeacher
+from distill.trainer import Distiller
+from tests.conftest import chat_rows, train_tiny_tokenizer
+from tests.losses.reference import probs
+from tests.teachers.servers import FaultProxy, serve_teacher
+from tests.train.helpers import make_config
+
+
+@pytest.fixture(scope="module")
+def server(model_dirs):
+    with serve_teacher(model_dirs["teacher"]) as (url, _):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def local_teacher(model_dirs, tokenizer):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dirs["teacher"], dtype=torch.float32)
+    return LocalTeacher(model, len(tokenizer), [tokenizer.eos_token_id], tokenizer.pad_token_id, torch.device("cpu"))
+
+
+def _batch(tokenizer, n=3):
+    rows = chat_rows(n)
+    completions = []
+    for i, row in enumerate(rows):
+        text = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+        prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+        answer = tokenizer(row["completion"] + " café 東京 🙂", add_special_tokens=False)["input_ids"][: 5 + 3 * i]
+        completions.append(Completion(prompt, answer + [tokenizer.eos_token_id], "dataset"))
+    return collate(completions, "dataset", tokenizer.pad_token_id)
+
+
+def _teacher(url, k, **kwargs):
+    settings = {"retries": 0, "timeout_s": 30.0, "backoff_s": 0.01, **kwargs}
+    return ServerTeacher(ServerSettings(url, k, **settings), vocab_size=320)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 2.0])
+def test_server_log_probs_are_the_teachers(server, local_teacher, tokenizer, temperature):
+    batch = _batch(tokenizer)
+    teacher = _teacher(server, 5)
+    teacher.check(tokenizer)
+    signal = teacher.score(batch, temperature)
+    with torch.no_grad():
+        hidden = backbone_hidden(local_teacher.model, batch.input_ids, batch.attention_mask)[:, :-1][predicting_positions(batch.completion_mask)]
+    p = probs(local_teacher.head.full_logits(hidden), temperature)
+    expected_top = p.topk(5, dim=1)
+    targets = completion_targets(batch.input_ids, batch.completion_mask)
+    assert signal.topk_ids.shape == (batch.num_completion_tokens, 5) and signal.topk_ids.dtype == torch.long
+    assert torch.equal(signal.topk_ids, expected_top.indices)
+    torch.testing.assert_close(signal.topk_log_probs.double(), expected_top.values.log(), atol=2e-5, rtol=0)
+    torch.testing.assert_close(signal.sampled_log_probs.double(), p.gather(1, targets[:, None]).squeeze(1).log(), atol=2e-5, rtol=0)
+
+
+def test_sparse_loss_at_k_equals_vocab_is_the_dense_loss(server, local_teacher, tokenizer, model_dirs):
+    """With K = V the server's sparse signal carries the whole distribution: values and gradients match."""
+    from transformers import AutoModelForCausalLM
+
+    batch = _batch(tokenizer)
+    student = AutoModelForCausalLM.from_pretrained(model_dirs["student"], dtype=torch.float32)
+    positions = predicting_positions(batch.completion_mask)
+    targets = completion_targets(batch.input_ids, batch.completion_mask)
+    hidden = backbone_hidden(student, batch.input_ids, batch.attention_mask)[:, :-1][positions].detach()
+    head = LogitHead(student.lm_head.weight.detach())
+    settings = LossSettings(beta=0.5, temperature=1.0, chunk_size=8)
+    dense_signal = local_teacher.score(batch, 1.0)
+    sparse_signal = _teacher(server, len(tokenizer)).score(batch, 1.0)
+    results = []
+    for signal in (dense_signal, sparse_signal):
+        h = hidden.clone().requires_grad_(True)
+        out = signal.loss(h, head, targets, settings)
+        out.loss_sum.backward()
+        results.append((out.loss_sum.detach(), h.grad))
+    assert isinstance(dense_signal, DenseSignal)
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(results[1][1], results[0][1], rtol=1e-3, atol=1e-6)
+
+
+def test_other_tokenizer_is_rejected_at_set_up(server):
+    with pytest.raises(ValueError, match="tokenizer differs"):
+        _teacher(server, 5).check(train_tiny_tokenizer(600))
+
+
+def test_server_that_ignores_temperature_is_rejected(server, tokenizer):
+    batch = _batch(tokenizer, 1)
+    with FaultProxy(server, [], ignore_temperature=True) as proxy:
+        with pytest.raises(ValueError, match="ignores prompt_logprobs_temperature"):
+            _teacher(proxy.url, 5).check_temperature(2.0, batch.completions[0].prompt_ids)
+    _teacher(server, 5).check_temperature(2.0, batch.completions[0].prompt_ids)  # the real server honours it
+
+
+def test_transient_faults_are_retried_to_the_same_answer(server, tokenizer):
+    batch = _batch(tokenizer)
+    expected = _teacher(server, 4, request_size=8).score(batch, 1.0)
+    with FaultProxy(server, ["garbage", "500", "slow", "drop"], delay=8.0) as proxy:
+        got = _teacher(proxy.url, 4, retries=4, timeout_s=4.0, request_size=8).score(batch, 1.0)
+    assert proxy.seen == ["garbage", "500", "slow", "drop", "ok"]
+    assert torch.equal(got.topk_ids, expected.topk_ids) and torch.equal(got.topk_log_probs, expected.topk_log_probs)
+
+
+@pytest.mark.parametrize("fault, message", [("short", "prompt_logprobs has"), ("bad_id", "outside the vocabulary"),
+                                            ("garbage", "malformed response"), ("slow", "timed out|TimeoutError")])
+def test_persistent_faults_end_in_a_clear_error(server, tokenizer, fault, message):
+    timeout = 0.5 if fault == "slow" else 20.0
+    with FaultProxy(server, [fault] * 3, delay=2.0) as proxy:
+        with pytest.raises(TeacherServerError, match=message):
+            _teacher(proxy.url, 4, retries=2, timeout_s=timeout, request_size=8).score(_batch(tokenizer), 1.0)
+    assert proxy.seen == [fault] * 3
+
+
+def test_bad_request_is_not_retried(server):
+    teacher = _teacher(server, 4, retries=3)
+    with pytest.raises(TeacherServerError, match="refused.*400.*max_tokens"):
+        teacher.client.request("POST", "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 2, "prompt_logprobs": 2})
+
+
+def _server_config(tmp_path, url, **overrides):
+    return make_config(tmp_path, method="server", teacher_url=url, student=None, teacher_logprobs=8, teacher_concurrency=1,
+                       teacher_retries=1, teacher_timeout=5.0, lmbda=0.5, **overrides)
+
+
+def test_train_against_the_server(server, tokenizer, model_dirs, tmp_path):
+    config = _server_config(tmp_path, server, max_steps=3)
+    config.student = str(model_dirs["student"])
+    distiller = Distiller(config, train_dataset=datasets.Dataset.from_list(chat_rows(16)))
+    before = {k: v.clone() for k, v in distiller.student_model.state_dict().items()}
+    result = distiller.train()
+    after = distiller.student_for_generation().state_dict()
+    assert result["steps"] == 3 and result["train"]["loss"] > 0
+    assert not all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_server_killed_mid_run_checkpoints_and_resumes_identically(tokenizer, model_dirs, tmp_path):
+    """The server dies after step 2: the run stops with a clear error and a checkpoint of step 2, which
+    resumes (against a new server) to exactly the weights of an uninterrupted run."""
+    from distill.trainer import resume_config
+
+    rows = datasets.Dataset.from_list(chat_rows(16))
+    with serve_teacher(model_dirs["teacher"]) as (url, _):
+        config = _server_config(tmp_path / "full", url, max_steps=4, save_steps=1)
+        config.student = str(model_dirs["student"])
+        full = Distiller(config, train_dataset=rows)
+        full.train()
+        reference = {k: v.clone() for k, v in full.student_for_generation().state_dict().items()}
+
+    with serve_teacher(model_dirs["teacher"]) as (url, process):
+        config = _server_config(tmp_path / "cut", url, max_steps=4, save_steps=1)
+        config.student = str(model_dirs["student"])
+        cut = Distiller(config, train_dataset=rows)
+        original_step = cut.train_step
+
+        def step_then_kill(step, *args, **kwargs):
+            if step == 2:
+                process.kill()
+                process.wait()
+            return original_step(step, *args, **kwargs)
+
+        cut.train_step = step_then_kill
+        with pytest.raises(TeacherServerError, match="checkpointed at step 2"):
+            cut.train()
+    from transformers import AutoModelForCausalLM
+
+    from distill.checkpoint import checkpoint_dir, latest_checkpoint
+
+    run_dir = tmp_path / "cut" / "run"
+    assert latest_checkpoint(run_dir) == checkpoint_dir(run_dir, 2)
+    AutoModelForCausalLM.from_pretrained(checkpoint_dir(run_dir, 2) / "student")  # intact and loadable
+
+    with serve_teacher(model_dirs["teacher"]) as (url, _):
+        resumed = Distiller(resume_config(run_dir, {"teacher_url": url}), train_dataset=rows, resume=True)
+        assert resumed.train()["steps"] == 4
+    weights = resumed.student_for_generation().state_dict()
+    assert all(torch.equal(reference[k], weights[k]) for k in reference)
