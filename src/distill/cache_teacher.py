@@ -167,6 +167,7 @@ def run_cache_teacher(job: CacheJob) -> dict:
     manifest["tokens"] = sum(e["tokens"] for e in entries)
     manifest["bytes"] = sum(e["bytes"] for e in entries)
     manifest["bytes_per_token"] = manifest["bytes"] / max(manifest["tokens"], 1)
+    manifest["token_bytes_per_token"] = sum(e["token_bytes"] for e in entries) / max(manifest["tokens"], 1)
     manifest["complete"] = True
     write_manifest(out, manifest)
     return manifest

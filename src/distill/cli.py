@@ -166,7 +166,7 @@ def cmd_cache_teacher(argv: list[str]) -> int:
                    args.batch_size, args.seed, args.sampling_temperature, args.device, not args.no_progress)
     manifest = run_cache_teacher(job)
     print(f"{args.out}: {manifest['num_examples']} examples, {manifest['tokens']} tokens, "
-          f"{manifest['bytes_per_token']:.1f} bytes/token (K={manifest['top_k']})")
+          f"{manifest['bytes_per_token']:.1f} bytes/token on disk ({manifest['token_bytes_per_token']:.0f} in per-token arrays; K={manifest['top_k']})")
     return 0
 
 

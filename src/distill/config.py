@@ -308,8 +308,9 @@ class DistillConfig:
             "off-policy micro-batches (lmbda < 1, method gkd)": (not self.uses_off_policy(), ["off_policy_beta"]),
             "on-policy micro-batches (lmbda > 0)": (never_on_policy, ["sampling_temperature", "top_p", "top_k"]),
             "a local teacher (no teacher_url / teacher_cache)": (self.remote_teacher() is not None, ["teacher"]),
+            "a server or cache teacher": (self.remote_teacher() is None, ["teacher_logprobs"]),
             "teacher_url (a server teacher)": (self.teacher_url is None, [
-                "teacher_model_name", "teacher_logprobs", "teacher_concurrency", "teacher_request_size", "teacher_timeout",
+                "teacher_model_name", "teacher_concurrency", "teacher_request_size", "teacher_timeout",
                 "teacher_retries"]),
             "eval_before_after: true": (not self.eval_before_after, ["eval_dataset", "eval_max_prompts", "eval_max_new_tokens",
                                                                       "eval_batch_size", "eval_examples"]),

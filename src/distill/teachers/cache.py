@@ -22,7 +22,9 @@ T completion tokens in total:
 
 `id_bytes` is 2 when the vocabulary fits in 16 bits, else 3 (24 bits; 16.7M ids). Per token that is
 K (b + 2) + b + 4 bytes: 4K + 6 with b = 2 (86 bytes at K = 20), 5K + 7 with b = 3, within 6K + 4 for
-every K >= 3. Log-probs in float16 keep ~3 significant digits (an error of ~0.004 nats at -10).
+every K >= 3. Each file adds a small header and 16 bytes per example (ids, offsets, prompt CRC);
+the manifest reports both `token_bytes_per_token` (the arrays above) and `bytes_per_token` (whole files).
+Log-probs in float16 keep ~3 significant digits (an error of ~0.004 nats at -10).
 
 Shards are written to a temporary name and renamed, and the manifest is rewritten after each shard, so an
 interrupted `cache-teacher` resumes by skipping shards whose checksum matches; a shard whose bytes do not
@@ -148,8 +150,10 @@ def write_shard(directory: Path, index: int, records: ShardRecords, id_bytes: in
     temporary = directory / f".{name}.tmp"
     save_file(arrays, str(temporary))
     os.replace(temporary, directory / name)
+    per_token = ("tokens", "topk_ids", "topk_logprobs", "token_logprobs", "tail_logprobs")
     return {"file": name, "first": int(records.example_ids[0]) if records.example_ids else None,
             "examples": len(records.example_ids), "tokens": int(arrays["offsets"][-1]),
+            "token_bytes": int(sum(arrays[n].nbytes for n in per_token)),
             "bytes": (directory / name).stat().st_size, "sha256": sha256_file(directory / name)}
 
 
