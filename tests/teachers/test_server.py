@@ -148,18 +148,17 @@ def test_train_against_the_server(server, tokenizer, model_dirs, tmp_path):
     assert not all(torch.equal(before[k], after[k]) for k in before)
 
 
-def test_server_killed_mid_run_checkpoints_and_resumes_identically(tokenizer, model_dirs, tmp_path):
+def test_server_killed_mid_run_checkpoints_and_resumes_identically(server, tokenizer, model_dirs, tmp_path):
     """The server dies after step 2: the run stops with a clear error and a checkpoint of step 2, which
     resumes (against a new server) to exactly the weights of an uninterrupted run."""
     from distill.trainer import resume_config
 
     rows = datasets.Dataset.from_list(chat_rows(16))
-    with serve_teacher(model_dirs["teacher"]) as (url, _):
-        config = _server_config(tmp_path / "full", url, max_steps=4, save_steps=1)
-        config.student = str(model_dirs["student"])
-        full = Distiller(config, train_dataset=rows)
-        full.train()
-        reference = {k: v.clone() for k, v in full.student_for_generation().state_dict().items()}
+    config = _server_config(tmp_path / "full", server, max_steps=4, save_steps=1)
+    config.student = str(model_dirs["student"])
+    full = Distiller(config, train_dataset=rows)
+    full.train()
+    reference = {k: v.clone() for k, v in full.student_for_generation().state_dict().items()}
 
     with serve_teacher(model_dirs["teacher"]) as (url, process):
         config = _server_config(tmp_path / "cut", url, max_steps=4, save_steps=1)
