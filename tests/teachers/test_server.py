@@ -138,14 +138,20 @@ def _server_config(tmp_path, url, **overrides):
 
 
 def test_train_against_the_server(server, tokenizer, model_dirs, tmp_path):
-    config = _server_config(tmp_path, server, max_steps=3)
+    """A whole run with the teacher behind the server, evaluation included (on the student's own samples)."""
+    config = _server_config(tmp_path, server, max_steps=3, eval_before_after=True, eval_max_new_tokens=6, eval_max_prompts=4)
     config.student = str(model_dirs["student"])
-    distiller = Distiller(config, train_dataset=datasets.Dataset.from_list(chat_rows(16)))
+    distiller = Distiller(config, train_dataset=datasets.Dataset.from_list(chat_rows(16)),
+                          eval_dataset=datasets.Dataset.from_list(chat_rows(4, seed=5)))
     before = {k: v.clone() for k, v in distiller.student_model.state_dict().items()}
     result = distiller.train()
     after = distiller.student_for_generation().state_dict()
     assert result["steps"] == 3 and result["train"]["loss"] > 0
     assert not all(torch.equal(before[k], after[k]) for k in before)
+    assert set(result["eval"]["after"]) == {"on_student_completions"}  # a server teacher does not sample
+    assert result["eval"]["after"]["on_student_completions"]["tokens"] > 0
+    card = (tmp_path / "run" / "model" / "README.md").read_text()
+    assert f"teacher server {server}" in card
 
 
 def test_server_killed_mid_run_checkpoints_and_resumes_identically(server, tokenizer, model_dirs, tmp_path):

@@ -106,7 +106,7 @@ class CompletionsClient:
                 last = f"HTTP {response.status}: {raw[:200].decode(errors='replace')}"
                 continue
             try:
-                decoded = json.loads(raw)
+                decoded = json.loads(raw) if raw.strip() else None  # vLLM's /health answers with an empty body
                 return parse(decoded)
             except (ValueError, MalformedResponse) as error:
                 last = f"malformed response: {error}"
