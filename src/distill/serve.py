@@ -229,9 +229,10 @@ def build_app(engine: ScoringEngine, model_name: str, max_batch_tokens: int = 16
             logger.exception("scoring failed")
             return error(500, f"scoring failed: {failure}")
         tokens = sum(len(p) for p in prompts)
-        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": model_name, "choices": choices,
-                "usage": {"prompt_tokens": tokens, "completion_tokens": len(prompts), "total_tokens": tokens + len(prompts)}}
+        # JSONResponse serialises with json.dumps directly (FastAPI's generic encoder walks every entry in Python).
+        return JSONResponse({"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                             "model": model_name, "choices": choices,
+                             "usage": {"prompt_tokens": tokens, "completion_tokens": len(prompts), "total_tokens": tokens + len(prompts)}})
 
     return app
 

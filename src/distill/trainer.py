@@ -485,11 +485,15 @@ class Distiller:
         local_tokens = sum(mb.num_completion_tokens for mb in micro_batches)
         step_tokens = int(accelerator.reduce(torch.tensor(local_tokens, device=self.device), reduction="sum").item())
         scale = accelerator.num_processes / step_tokens if step_tokens else 0.0
+        remote_signals = self._score_remotely(micro_batches, timings)
         for index, mb in enumerate(micro_batches):
             mb = mb.to(self.device)
-            start = time.perf_counter()
-            signal = self.teacher.score(mb, config.temperature)
-            timings["teacher"] = timings.get("teacher", 0.0) + time.perf_counter() - start
+            if remote_signals is not None:
+                signal = remote_signals[index]
+            else:
+                start = time.perf_counter()
+                signal = self.teacher.score(mb, config.temperature)
+                timings["teacher"] = timings.get("teacher", 0.0) + time.perf_counter() - start
             start = time.perf_counter()
             sync = contextlib.nullcontext() if index == len(micro_batches) - 1 else accelerator.no_sync(self.objective)
             with sync, accelerator.autocast():
@@ -506,6 +510,25 @@ class Distiller:
         self.optimizer.zero_grad(set_to_none=True)
         window.add_mean("grad_norm", float(grad_norm), 1.0)
         window.add_mean("learning_rate", self.scheduler.get_last_lr()[0], 1.0)
+
+    def _score_remotely(self, micro_batches: list[MicroBatch], timings: dict[str, float]) -> list | None:
+        """A server or cache teacher scores the whole step up front (all requests in one concurrent round),
+        and every process learns whether any failed before anyone enters a collective of the step, so a dead
+        server ends every process with the error instead of leaving the others waiting in an all-reduce.
+        None for a local teacher, which scores each micro-batch just before its loss."""
+        if self.config.remote_teacher() is None:
+            return None
+        start, signals, error = time.perf_counter(), None, None
+        try:
+            score_many = getattr(self.teacher, "score_many", None)
+            signals = (score_many(micro_batches, self.config.temperature) if score_many is not None
+                       else [self.teacher.score(mb, self.config.temperature) for mb in micro_batches])
+        except TeacherServerError as failure:
+            error = failure
+        timings["teacher"] = timings.get("teacher", 0.0) + time.perf_counter() - start
+        if self._agree([error is not None])[0]:
+            raise error or TeacherServerError("the teacher server of another process failed (its error is in that process's log)")
+        return signals
 
     def _record_micro_batch(self, window: MetricWindow, mb: MicroBatch, out, log_step: bool) -> None:
         tokens = int(out.num_tokens)

@@ -246,3 +246,38 @@ def test_cli_writes_a_cache(model_dirs, data_file, tmp_path, capsys):
                  "--out", str(tmp_path / "c"), "--max-prompt-length", "48", "--no-progress", "--device", "cpu"])
     assert code == 0 and "bytes/token" in capsys.readouterr().out
     assert TeacherCache(tmp_path / "c").top_k == 4
+
+
+def _rank_with_a_failing_teacher(rank, world_size, cache_dir, student_dir, data_file, out):
+    from distill import DistillConfig
+    from distill.errors import TeacherServerError
+
+    config = DistillConfig(method="offline", teacher_cache=cache_dir, student=student_dir, dataset=data_file, lmbda=0.0,
+                           lmbda_schedule="constant", seq_kd=False, eval_before_after=False, progress_bar=False,
+                           teacher_logprobs=K, max_new_tokens=12, max_prompt_length=48, per_device_train_batch_size=2,
+                           gradient_accumulation_steps=1, max_steps=3, save_steps=0, output_dir=out)
+    distiller = Distiller(config)
+    if rank == 1:
+        def down(*args, **kwargs):
+            raise TeacherServerError("rank 1's teacher is down")
+
+        distiller.teacher.score = down
+    try:
+        distiller.train()
+        return "finished"
+    except TeacherServerError as error:
+        return str(error)
+
+
+@pytest.mark.timeout(300)
+def test_a_teacher_failing_on_one_process_stops_every_process_with_a_checkpoint(cache_dir, model_dirs, data_file, tmp_path):
+    """No process is left waiting in a collective: all agree on the failure, checkpoint together, and stop."""
+    from distill.checkpoint import latest_checkpoint
+    from tests.distributed import run_in_processes
+
+    out = tmp_path / "run"
+    first, second = run_in_processes(_rank_with_a_failing_teacher, world_size=2,
+                                     args=(str(cache_dir), str(model_dirs["student"]), str(data_file), str(out)))
+    assert "another process" in first and "checkpointed at step 0" in first
+    assert "rank 1's teacher is down" in second and "checkpointed at step 0" in second
+    assert latest_checkpoint(out) is not None

@@ -217,19 +217,27 @@ class ServerTeacher:
         return [result for part in self.pool.map(send, groups) for result in part]
 
     def score(self, batch: MicroBatch, temperature: float) -> SparseSignal:
+        return self.score_many([batch], temperature)[0]
+
+    def score_many(self, batches: list[MicroBatch], temperature: float) -> list[SparseSignal]:
+        """All micro-batches of a step in one concurrent round of requests; one signal per micro-batch."""
         prompts, starts = [], []
-        for completion in batch.completions:
-            if completion.completion_ids:  # an empty completion has no position to score
-                prompts.append(completion.prompt_ids + completion.completion_ids)
-                starts.append(len(completion.prompt_ids))
-        results = self.prompt_logprobs(prompts, starts, temperature) if prompts else []
-        k = self.settings.top_k
-        ids = torch.cat([r.ids for r in results]) if results else torch.empty(0, k, dtype=torch.long)
-        lps = torch.cat([r.log_probs for r in results]) if results else torch.empty(0, k)
-        target = torch.cat([r.target_log_probs for r in results]) if results else torch.empty(0)
-        if ids.shape[0] != batch.num_completion_tokens:
-            raise TeacherServerError(f"the server scored {ids.shape[0]} positions for {batch.num_completion_tokens} completion tokens")
-        return SparseSignal(ids, lps, target, None, temperature)
+        for batch in batches:
+            for completion in batch.completions:
+                if completion.completion_ids:  # an empty completion has no position to score
+                    prompts.append(completion.prompt_ids + completion.completion_ids)
+                    starts.append(len(completion.prompt_ids))
+        results = iter(self.prompt_logprobs(prompts, starts, temperature) if prompts else [])
+        k, signals = self.settings.top_k, []
+        for batch in batches:
+            parts = [next(results) for c in batch.completions if c.completion_ids]
+            ids = torch.cat([r.ids for r in parts]) if parts else torch.empty(0, k, dtype=torch.long)
+            lps = torch.cat([r.log_probs for r in parts]) if parts else torch.empty(0, k)
+            target = torch.cat([r.target_log_probs for r in parts]) if parts else torch.empty(0)
+            if ids.shape[0] != batch.num_completion_tokens:
+                raise TeacherServerError(f"the server scored {ids.shape[0]} positions for {batch.num_completion_tokens} completion tokens")
+            signals.append(SparseSignal(ids, lps, target, None, temperature))
+        return signals
 
 
 def _bad(what: str):
