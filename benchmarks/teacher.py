@@ -178,28 +178,35 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=20)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--parts", default="scoring,cache,steps", help="comma-separated subset to (re)measure; the others are "
+                        "kept from an existing results file (steps need the cache of the same --work)")
     parser.add_argument("--child", choices=("offline", "local"))
     parser.add_argument("--work")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(step_child(args.child, Path(args.work), args.steps, args.k, args.new_tokens)))
         return
-    work = Path(tempfile.mkdtemp(prefix="bench-teacher-"))
-    print("scoring through serve-teacher:", flush=True)
-    scored = scoring(args, work)
-    data, _ = make_data_and_student(args, work)
-    print("offline cache:", flush=True)
-    cache_row = cache(args, work, data)
-    print("training step (batch 4 x 2 micro-batches, off-policy):", flush=True)
-    step_rows = steps(args, work, data)
-    result = {"machine": platform.platform(), "processor": platform.processor(), "teacher": TEACHER, "scoring": scored,
-              "cache": cache_row, "steps": step_rows,
-              "offline_over_local_step_time": step_rows[0]["seconds_per_step"] / step_rows[1]["seconds_per_step"],
-              "offline_over_local_peak_rss": step_rows[0]["peak_rss_mb"] / step_rows[1]["peak_rss_mb"]}
+    parts = set(args.parts.split(","))
     out = Path(__file__).parent / "results" / "teacher.json"
+    result = json.loads(out.read_text()) if out.is_file() and parts != {"scoring", "cache", "steps"} else {}
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-teacher-"))
+    result.update({"machine": platform.platform(), "processor": platform.processor(), "teacher": TEACHER})
+    if "scoring" in parts:
+        print("scoring through serve-teacher:", flush=True)
+        result["scoring"] = scoring(args, work)
+    if "cache" in parts:
+        data, _ = make_data_and_student(args, work)
+        print("offline cache:", flush=True)
+        result["cache"] = cache(args, work, data)
+    if "steps" in parts:
+        print("training step (batch 4 x 2 micro-batches, off-policy):", flush=True)
+        step_rows = steps(args, work, work / "prompts.jsonl")
+        result.update({"steps": step_rows,
+                       "offline_over_local_step_time": step_rows[0]["seconds_per_step"] / step_rows[1]["seconds_per_step"],
+                       "offline_over_local_peak_rss": step_rows[0]["peak_rss_mb"] / step_rows[1]["peak_rss_mb"]})
+        print(f"offline / local: step time {result['offline_over_local_step_time']:.2f}x, peak RSS {result['offline_over_local_peak_rss']:.2f}x")
     out.write_text(json.dumps(result, indent=2))
-    print(f"offline / local: step time {result['offline_over_local_step_time']:.2f}x, peak RSS {result['offline_over_local_peak_rss']:.2f}x")
-    print(f"wrote {out}")
+    print(f"wrote {out} (work directory {work})")
 
 
 if __name__ == "__main__":

@@ -78,8 +78,8 @@ class DistillConfig:
                                  "methods server, gkd and on_policy (then no teacher model is loaded here).")
     teacher_cache: str | None = _f(None, "Directory written by `distill cache-teacher` (method offline); several: "
                                    "'id=dir,id=dir', routed by the dataset's `teacher_id` column.")
-    teacher_model_name: str | None = _f(None, "The `model` name to send to the teacher server (None: none sent; "
-                                        "vLLM then uses its only model).")
+    teacher_model_name: str | None = _f(None, "The `model` name to send to the teacher server (None: the first model "
+                                        "the server lists at /v1/models).")
     teacher_logprobs: int = _f(20, "K: top log-probs per position asked from the teacher server (vLLM's "
                                 "--max-logprobs must allow it). The loss uses these, the completion token, and a "
                                 "tail bucket for the rest of the mass.")

@@ -170,6 +170,7 @@ class ServerTeacher:
         if settings.top_k < 1 or settings.concurrency < 1 or settings.request_size < 1 or settings.retries < 0:
             raise ValueError("teacher_top_k, teacher_concurrency and teacher_request_size must be >= 1, teacher_retries >= 0")
         self.settings, self.vocab_size = settings, vocab_size
+        self.model_name = settings.model
         self.client = CompletionsClient(settings)
         self.pool = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="teacher-http")
 
@@ -179,6 +180,9 @@ class ServerTeacher:
     def check(self, tokenizer) -> None:
         """At set-up: the server answers, shares the student's tokenizer, and honours the loss temperature."""
         self.client.request("GET", "/health")
+        if self.model_name is None:  # older vLLM versions require `model`: take the server's (first) model
+            self.model_name = self.client.request(
+                "GET", "/v1/models", parse=lambda b: b["data"][0]["id"] if isinstance(b, dict) and b.get("data") else _bad("data"))
         probe = ("The quick brown fox explains photosynthesis, gravity and the largest planet in 12345 words; "
                  "Größe, café, naïve, 東京, ありがとう, 🙂 <|im_end|>\n<|im_start|>assistant\n")
         served = self.client.request("POST", "/tokenize", {"prompt": probe, "add_special_tokens": False, **self._model()},
@@ -200,7 +204,7 @@ class ServerTeacher:
                              "from raw logits). Use temperature 1 with this server, or `distill serve-teacher`")
 
     def _model(self) -> dict:
-        return {"model": self.settings.model} if self.settings.model else {}
+        return {"model": self.model_name} if self.model_name else {}
 
     def prompt_logprobs(self, prompts: list[list[int]], starts: list[int], temperature: float) -> list[PositionLogProbs]:
         """Top-K log-probs at positions starts[i].. of each prompt, through concurrent requests."""
