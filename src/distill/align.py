@@ -79,7 +79,8 @@ class TokenBytes:
             raise ValueError(cls._unsupported(who, "its vocabulary is neither byte-level BPE nor SentencePiece"))
         table = [b""] * size
         for token, index in vocab.items():
-            table[index] = token.encode("utf-8") if token in added else spell(token)
+            literal = token in added and not (kind == "sentencepiece" and _BYTE_TOKEN.match(token))
+            table[index] = token.encode("utf-8") if literal else spell(token)
         result = cls(table, kind)
         ids = tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]
         spelled = result.join(ids)

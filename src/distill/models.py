@@ -179,6 +179,14 @@ def shared_vocab_size(student_tokenizer, teacher_tokenizer, student: nn.Module, 
     return vocab
 
 
+def student_vocab_size(tokenizer, model: nn.Module) -> int:
+    """The student's own vocabulary (cross-tokenizer runs compare no vocabularies): its tokenizer's size."""
+    vocab, rows = len(tokenizer), model.get_output_embeddings().weight.shape[0]
+    if rows < vocab:
+        raise ValueError(f"the student's lm_head has {rows} rows but its tokenizer has {vocab} tokens")
+    return vocab
+
+
 def eos_token_ids(tokenizer, model: nn.Module) -> list[int]:
     """The tokenizer's EOS plus the generation config's (int or list), deduplicated, in a stable order."""
     ids: list[int] = []
