@@ -54,6 +54,7 @@ class TokenBytes:
 
     table: list[bytes]
     kind: str
+    max_plain_bytes: int = 1  # the most bytes one non-special token spells
 
     @classmethod
     def from_tokenizer(cls, tokenizer, who: str) -> "TokenBytes":
@@ -81,7 +82,7 @@ class TokenBytes:
         for token, index in vocab.items():
             literal = token in added and not (kind == "sentencepiece" and _BYTE_TOKEN.match(token))
             table[index] = token.encode("utf-8") if literal else spell(token)
-        result = cls(table, kind)
+        result = cls(table, kind, max(1, max((len(table[i]) for i in plain.values()), default=1)))
         ids = tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]
         spelled = result.join(ids)
         expected = PROBE_TEXT.encode("utf-8")

@@ -155,3 +155,25 @@ def test_score_refuses_another_temperature(smol_teacher, smol_tokenizer, tokeniz
     signal = teacher.score(batch, 2.0)
     with pytest.raises(ValueError, match="temperature 2.0"):
         signal.loss(torch.zeros(2, 32), LogitHead(torch.zeros(len(tokenizer), 32)), torch.tensor([7, 8]), LossSettings(0.5, 1.0, 4))
+
+
+def test_teacher_sampling_stops_at_the_students_byte_budget_and_padding_is_not_an_eos(smol_teacher, smol_tokenizer, monkeypatch):
+    from distill.byte_student import byte_tokenizer
+
+    student_tokenizer = byte_tokenizer()  # one byte per token: 6 student tokens are 6 bytes
+    teacher = make_teacher(smol_teacher, smol_tokenizer, student_tokenizer)
+    widths = []
+    original = smol_teacher.generate
+
+    def spy(**kwargs):
+        out = original(**kwargs)
+        widths.append(out.shape[1] - kwargs["input_ids"].shape[1])
+        return out
+
+    monkeypatch.setattr(smol_teacher, "generate", spy)
+    torch.manual_seed(1)
+    examples = [Example(i, CHAT, None) for i in range(3)]
+    outputs = teacher.generate([[1]] * 3, SamplingParams(1.0, 1.0, 0, 6), batch_size=2, examples=examples)
+    assert len(outputs) == 3 and len(widths) == 2 and max(widths) < 6  # stopped long before 6 teacher tokens
+    for ids, clipped in outputs:
+        assert len(ids) == 6 and student_tokenizer.eos_token_id not in ids and clipped

@@ -30,6 +30,38 @@ from distill.rollout import MicroBatch, SamplingParams, generate_completions
 from distill.teachers.hidden import backbone_hidden
 
 
+class ByteBudget:
+    """A transformers stopping criterion: a row stops once its generated tokens spell `budget` bytes.
+
+    The student keeps at most max_new_tokens of its own tokens; each spells at most `max_token_bytes`
+    bytes, so a teacher sample longer than max_new_tokens x that many bytes is cut anyway: sampling past it
+    is wasted (for a byte-level student, 96 tokens are 96 bytes, about 25 SmolLM2 tokens, not 96). Rows it
+    stops are then filled with padding by generate, which must not be mistaken for an EOS when pad == eos:
+    `stop_lengths` says where each row stopped, so the caller cuts there.
+    """
+
+    def __init__(self, token_bytes: TokenBytes, budget: int):
+        self.lengths = torch.tensor([len(b) for b in token_bytes.table], dtype=torch.long)
+        self.budget = budget
+        self._stopped: torch.Tensor | None = None
+        self._width = 0
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        if self._stopped is None:  # first call: one token generated after the (left-padded) prompts
+            self._stopped = torch.full((input_ids.shape[0],), -1, dtype=torch.long)
+            self._width = input_ids.shape[1] - 1
+        generated = input_ids[:, self._width :].cpu()
+        done = self.lengths[generated].sum(dim=1) >= self.budget
+        self._stopped[done & (self._stopped < 0)] = generated.shape[1]
+        return done.to(input_ids.device)
+
+    def stop_lengths(self, rows: int) -> list[int | None]:
+        """Per row of the one generate call this criterion served: the length it stopped at, or None."""
+        if self._stopped is None:
+            return [None] * rows
+        return [int(v) if v >= 0 else None for v in self._stopped]
+
+
 @dataclass
 class MappedCompletion:
     """One completion on the teacher's side: its prompt and completion ids, and the aligned groups
@@ -136,9 +168,22 @@ class CrossTokenizerTeacher:
         """Sample from the teacher's own prompts (`examples`; the student's `prompts` are not its tokens)."""
         if examples is None or len(examples) != len(prompts):
             raise ValueError("a cross-tokenizer teacher renders its own prompts: generate needs the examples")
+        from transformers import StoppingCriteriaList
+
         teacher_prompts = [self.prompt_ids(e) for e in examples]
-        outputs = generate_completions(self.model, teacher_prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size)
-        return [self.to_student(ids, hit_max, sampling.max_new_tokens) for ids, hit_max in outputs]
+        budget_bytes = sampling.max_new_tokens * self.student_bytes.max_plain_bytes
+        size = batch_size or max(len(teacher_prompts), 1)
+        results = []
+        for start in range(0, len(teacher_prompts), size):  # one generate call per criterion
+            chunk = teacher_prompts[start : start + size]
+            budget = ByteBudget(self.teacher_bytes, budget_bytes)
+            outputs = generate_completions(self.model, chunk, sampling, self.eos_ids, self.pad_id, self.device,
+                                           stopping_criteria=StoppingCriteriaList([budget]))
+            for (ids, hit_max), stopped_at in zip(outputs, budget.stop_lengths(len(chunk)), strict=True):
+                if stopped_at is not None and len(ids) > stopped_at:  # what follows a budget stop is padding, not an EOS
+                    ids = ids[:stopped_at]
+                results.append(self.to_student(ids, hit_max or stopped_at is not None, sampling.max_new_tokens))
+        return results
 
     @torch.no_grad()
     def score(self, batch: MicroBatch, temperature: float, divergence_only: bool = False) -> AlignedSignal:
