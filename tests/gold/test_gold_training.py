@@ -119,3 +119,18 @@ def test_gold_fields_are_read_or_rejected(values, match):
     if "byte" not in json.dumps(values):
         DistillConfig(method="gold", uld_use_hybrid_loss=True, uld_hybrid_matched_weight=0.5, uld_hybrid_unmatched_weight=0.5,
                       beta=0.2).validate()
+
+
+def test_a_step_of_empty_teacher_completions_trains_without_a_crash(tokenizer, smol_tokenizer, smol_teacher, tmp_path):
+    """A teacher sample that is half a character re-encodes to no student token at all (see to_student)."""
+    distiller = gold_distiller(tokenizer, smol_tokenizer, smol_teacher, tmp_path, lmbda=0.0, seq_kd=True, max_steps=1)
+    half_character = smol_tokenizer.convert_tokens_to_ids(["ð"])
+    assert distiller.teacher.to_student(half_character, True, 10) == ([], True)
+    distiller.teacher.generate = lambda prompts, sampling, batch_size=None, examples=None: [([], True) for _ in prompts]
+    before = {n: p.detach().clone() for n, p in distiller.student_model.named_parameters()}
+    distiller.setup()
+    micro_batches = distiller.rollout(0, {})
+    assert all(mb.input_ids.dtype == torch.long and mb.num_completion_tokens == 0 for mb in micro_batches)
+    result = distiller.train()
+    assert result["steps"] == 1 and result["train"]["completion_length/teacher"] == 0
+    assert all(torch.equal(before[n], p) for n, p in distiller.student_model.named_parameters())  # nothing to learn from
