@@ -71,8 +71,8 @@ from distill.rollout import (
     draw_sources,
     generate_completions,
 )
-from distill.teachers import LocalTeacher, LossSettings
-from distill.teachers.cross_tokenizer import CrossTokenizerTeacher, uld_settings
+from distill.teachers import CrossTokenizerTeacher, LocalTeacher, LossSettings
+from distill.teachers.cross_tokenizer import uld_settings
 
 logger = logging.getLogger(__name__)
 

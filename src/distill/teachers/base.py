@@ -18,13 +18,13 @@ from typing import Protocol
 
 import torch
 
+from distill.data import Example
 from distill.losses import (
     DistillLoss,
     LogitHead,
     chunked_generalized_jsd,
     sparse_generalized_jsd,
 )
-from distill.data import Example
 from distill.rollout import MicroBatch, SamplingParams
 
 
