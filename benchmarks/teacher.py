@@ -91,7 +91,12 @@ def make_data_and_student(args, work: Path) -> tuple[Path, Path]:
     import torch
 
     from distill.data import examples_from_dataset, load_dataset_spec
-    from distill.models import load_causal_lm, load_tokenizer, make_student, resolve_model_source
+    from distill.models import (
+        load_causal_lm,
+        load_tokenizer,
+        make_student,
+        resolve_model_source,
+    )
 
     examples = examples_from_dataset(load_dataset_spec("bundled", "train", "dataset"), "dataset")[: args.examples]
     data = work / "prompts.jsonl"

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-METHODS = ("on_policy", "gkd", "server", "offline")
+METHODS = ("on_policy", "gkd", "gold", "server", "offline")
 LMBDA_SCHEDULES = ("constant", "linear", "step")
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_min_lr")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -44,7 +44,9 @@ class DistillConfig:
     # --- what to distil ---------------------------------------------------------------------------------
     method: str = _f("gkd", f"Distillation method, one of {METHODS}. 'gkd': generalized JSD with on/off-policy "
                      "mixing (lmbda, seq_kd; GKD, arXiv 2306.13649). 'on_policy': the student always samples "
-                     "(lmbda fixed to 1; the reference's DistillationTrainer). 'server': gkd with the teacher behind an "
+                     "(lmbda fixed to 1; the reference's DistillationTrainer). 'gold': a teacher with another tokenizer; "
+                     "completions are aligned by bytes and compared with ULD or hybrid ULD, with the same lmbda / "
+                     "seq_kd mixing as gkd (the reference's GOLDTrainer). 'server': gkd with the teacher behind an "
                      "HTTP server (`teacher_url`; sparse top-k loss). 'offline': train on completions and sparse "
                      "teacher log-probs precomputed by `distill cache-teacher` (`teacher_cache`).")
     teacher: str = _f(DEFAULT_TEACHER, "Teacher model: a local directory, a .gguf file, a hub id (online), or "
@@ -113,6 +115,16 @@ class DistillConfig:
                                        "Forward KL (0) is the natural loss on teacher samples.")
     temperature: float = _f(1.0, "Loss temperature: divides student and teacher logits inside the loss. Not "
                             "the sampling temperature.")
+    uld_use_hybrid_loss: bool = _f(False, "method gold: compare tokens whose strings exist in both vocabularies "
+                                   "exactly (generalized JSD with `beta`) and only the rest by ULD (sorted probabilities). "
+                                   "False: plain ULD on everything.")
+    uld_hybrid_matched_weight: float | None = _f(None, "method gold, hybrid: weight of the matched-token JSD. None (with "
+                                                 "uld_hybrid_unmatched_weight None): adaptive, the share of the teacher "
+                                                 "vocabulary that is matched.")
+    uld_hybrid_unmatched_weight: float | None = _f(None, "method gold, hybrid: weight of the ULD on unmatched tokens "
+                                                   "(set both weights or neither).")
+    uld_crossentropy_weight: float = _f(0.0, "method gold: weight of a cross-entropy term on the completion tokens "
+                                        "(0 = off).")
     loss_chunk_size: int = _f(256, "Completion tokens projected to the vocabulary at a time in the chunked "
                               "loss (memory ~ 4 x chunk x vocab x 4 bytes).")
 
@@ -223,7 +235,7 @@ class DistillConfig:
 
     def validate(self) -> "DistillConfig":
         """Checks that need no model or data; raises ValueError naming the field and the fix."""
-        _one_of("method", self.method, METHODS, extra="Cross-tokenizer, IW-OPD and self-distillation methods are not available yet.")
+        _one_of("method", self.method, METHODS, extra="IW-OPD and self-distillation methods are not available yet.")
         _one_of("lmbda_schedule", self.lmbda_schedule, LMBDA_SCHEDULES)
         _one_of("lr_scheduler_type", self.lr_scheduler_type, SCHEDULERS)
         _one_of("dtype", self.dtype, DTYPES)
@@ -251,6 +263,13 @@ class DistillConfig:
         trackers = [t.strip() for t in self.report_to.split(",") if t.strip()]
         for tracker in trackers:
             _one_of("report_to", tracker, TRACKERS)
+        if (self.uld_hybrid_matched_weight is None) != (self.uld_hybrid_unmatched_weight is None):
+            raise ValueError("uld_hybrid_matched_weight and uld_hybrid_unmatched_weight: set both (fixed weights) or "
+                             "neither (adaptive weights)")
+        for name in ("uld_hybrid_matched_weight", "uld_hybrid_unmatched_weight", "uld_crossentropy_weight"):
+            value = getattr(self, name)
+            if value is not None and (not value >= 0 or math.isinf(value)):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if self.student_init is not None:
             parse_student_init(self.student_init)
         self._reject_unused_fields()
@@ -298,9 +317,13 @@ class DistillConfig:
                     for f in dataclasses.fields(self)}
         never_on_policy = self.method != "on_policy" and self.lmbda == 0.0 and (self.lmbda_schedule == "constant" or self.lmbda_start == 0.0)
         unused = {
-            "method gkd (on_policy always samples from the student)": (self.method == "on_policy", [
+            "method gkd or gold (on_policy always samples from the student)": (self.method == "on_policy", [
                 "lmbda", "lmbda_schedule", "lmbda_start", "lmbda_schedule_steps", "seq_kd", "seq_kd_generation_steps",
                 "off_policy_beta", "teacher_sampling_temperature", "teacher_top_p", "teacher_top_k"]),
+            "method gold": (self.method != "gold", ["uld_use_hybrid_loss", "uld_hybrid_matched_weight",
+                                                    "uld_hybrid_unmatched_weight", "uld_crossentropy_weight"]),
+            "uld_use_hybrid_loss: true (plain ULD has no beta)": (self.method == "gold" and not self.uld_use_hybrid_loss, [
+                "beta", "off_policy_beta", "uld_hybrid_matched_weight", "uld_hybrid_unmatched_weight"]),
             "use_peft: true": (not self.use_peft, ["lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"]),
             "seq_kd: true": (not self.seq_kd, ["teacher_sampling_temperature", "teacher_top_p", "teacher_top_k",
                                                "seq_kd_generation_steps"]),

@@ -35,7 +35,11 @@ def score_completions(student, teacher: Teacher, completions: list[Completion], 
     """Token means of forward KL, reverse KL and top-1 agreement over the given completions.
 
     Over the full vocabulary for a local teacher; on the coarsened support (top-k + tail) for a sparse one.
+    A teacher with another tokenizer (`teacher.aligned`) has no same-vocabulary KL: its aligned divergence
+    (ULD, or hybrid ULD at beta 0), per student token, is reported instead, as "aligned_divergence".
     """
+    if getattr(teacher, "aligned", False):
+        return _score_aligned(student, teacher, completions, vocab_size, pad_id, device, settings)
     totals = {"forward_kl": 0.0, "reverse_kl": 0.0, "top1_agreement": 0.0}
     tokens = 0
     loss_settings = LossSettings(beta=0.0, temperature=1.0, chunk_size=settings.chunk_size, return_stats=True)
@@ -51,6 +55,30 @@ def score_completions(student, teacher: Teacher, completions: list[Completion], 
     result = {name: value / max(tokens, 1) for name, value in totals.items()}
     result["tokens"] = tokens
     return result
+
+
+def _score_aligned(student, teacher, completions, vocab_size, pad_id, device, settings: EvalSettings) -> dict[str, float]:
+    total, tokens = 0.0, 0
+    loss_settings = LossSettings(beta=0.0, temperature=1.0, chunk_size=settings.chunk_size)
+    for start in range(0, len(completions), settings.batch_size):
+        batch = collate(completions[start : start + settings.batch_size], "eval", pad_id).to(device)
+        if batch.num_completion_tokens == 0:
+            continue
+        signal = teacher.score(batch, 1.0, divergence_only=True)
+        out = student_loss(student, vocab_size, batch.input_ids, batch.attention_mask, batch.completion_mask, signal, loss_settings)
+        total += float(out.loss_sum)
+        tokens += int(out.num_tokens)
+    return {"aligned_divergence": total / max(tokens, 1), "tokens": tokens}
+
+
+def headline(metrics: dict) -> tuple[str, str, str]:
+    """(metric key, completions, label) of the evaluation's main number: forward KL, or the aligned divergence
+    across tokenizers; on the teacher's completions, or the student's own when the teacher only scores."""
+    part = "on_teacher_completions" if "on_teacher_completions" in metrics else "on_student_completions"
+    where = "teacher completions" if part == "on_teacher_completions" else "the student's own completions"
+    if "aligned_divergence" in metrics[part]:
+        return "aligned_divergence", part, f"Aligned divergence (ULD) on {where}"
+    return "forward_kl", part, f"Forward KL on {where}"
 
 
 def _sample(generate, prompts, settings: EvalSettings, device, greedy: bool) -> list[list[int]]:
@@ -77,9 +105,12 @@ class Evaluator:
     def _completions(self, samples: list[list[int]], source: str) -> list[Completion]:
         return [Completion(p, c, source, example=e) for p, c, e in zip(self.prompts, samples, self.examples)]
 
+    def _teacher_generate(self, prompts, sampling, batch_size):
+        return self.teacher.generate(prompts, sampling, batch_size, examples=self.examples[: len(prompts)])
+
     def teacher_samples(self) -> list[list[int]]:
         if self._teacher_samples is None:
-            self._teacher_samples = _sample(self.teacher.generate, self.prompts, self.settings, self.device, greedy=False)
+            self._teacher_samples = _sample(self._teacher_generate, self.prompts, self.settings, self.device, greedy=False)
         return self._teacher_samples
 
     def teacher_answers(self) -> list[str | None]:
@@ -88,7 +119,7 @@ class Evaluator:
             return [None] * min(self.settings.num_examples, len(self.prompts))
         if self._teacher_greedy is None:
             shown = self.prompts[: self.settings.num_examples]
-            self._teacher_greedy = _sample(self.teacher.generate, shown, self.settings, self.device, greedy=True)
+            self._teacher_greedy = _sample(self._teacher_generate, shown, self.settings, self.device, greedy=True)
         return [self.decode(ids) for ids in self._teacher_greedy]
 
     def decode(self, ids: list[int]) -> str:
@@ -132,22 +163,30 @@ def build_report(evaluator: Evaluator, results: dict[str, dict]) -> dict:
 
 
 def report_markdown(report: dict) -> str:
-    lines = [f"# Evaluation on {report['num_prompts']} held-out prompts", "",
-             "Per-token means at temperature 1 (nats), over the full vocabulary for a local teacher, over the "
-             "teacher's top-K + the token + a tail bucket for a server teacher (a lower bound).", "",
-             "| student | completions | forward KL | reverse KL | top-1 agreement | tokens |",
-             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    key, part_shown, label_text = headline(next(iter(report["metrics"].values())))
+    lines = [f"# Evaluation on {report['num_prompts']} held-out prompts", ""]
+    if key == "aligned_divergence":
+        lines += ["The teacher has another tokenizer: per student token, the aligned divergence (ULD, or hybrid ULD at "
+                  "beta 0) between byte-aligned groups of student and teacher tokens, at temperature 1.", "",
+                  "| student | completions | aligned divergence | tokens |", "| --- | --- | ---: | ---: |"]
+    else:
+        lines += ["Per-token means at temperature 1 (nats), over the full vocabulary for a local teacher, over the "
+                  "teacher's top-K + the token + a tail bucket for a server teacher (a lower bound).", "",
+                  "| student | completions | forward KL | reverse KL | top-1 agreement | tokens |",
+                  "| --- | --- | ---: | ---: | ---: | ---: |"]
     for name, metrics in report["metrics"].items():
-        for key, label in (("on_teacher_completions", "teacher's"), ("on_student_completions", "student's own")):
-            if key not in metrics:
+        for part, label in (("on_teacher_completions", "teacher's"), ("on_student_completions", "student's own")):
+            if part not in metrics:  # a teacher that only scores (a server) has no completions of its own
                 continue
-            m = metrics[key]
-            lines.append(f"| {name} | {label} | {m['forward_kl']:.3f} | {m['reverse_kl']:.3f} | {m['top1_agreement']:.3f} | {m['tokens']} |")
+            m = metrics[part]
+            if key == "aligned_divergence":
+                lines.append(f"| {name} | {label} | {m['aligned_divergence']:.4f} | {m['tokens']} |")
+            else:
+                lines.append(f"| {name} | {label} | {m['forward_kl']:.3f} | {m['reverse_kl']:.3f} | {m['top1_agreement']:.3f} | {m['tokens']} |")
     if "before" in report["metrics"] and "after" in report["metrics"]:
-        key = "on_teacher_completions" if "on_teacher_completions" in report["metrics"]["before"] else "on_student_completions"
-        before, after = report["metrics"]["before"][key]["forward_kl"], report["metrics"]["after"][key]["forward_kl"]
-        where = "teacher" if key == "on_teacher_completions" else "the student's own"
-        lines += ["", f"Forward KL on {where} completions: {before:.3f} -> {after:.3f} (after / before = {after / max(before, 1e-12):.3f})."]
+        before = report["metrics"]["before"][part_shown][key]
+        after = report["metrics"]["after"][part_shown][key]
+        lines += ["", f"{label_text}: {before:.3f} -> {after:.3f} (after / before = {after / max(before, 1e-12):.3f})."]
     lines += ["", "## Greedy answers", ""]
     for example in report["examples"]:
         lines.append(f"**Prompt:** {example['prompt']}")

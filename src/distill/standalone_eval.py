@@ -1,13 +1,19 @@
-"""`distill eval`: the training run's evaluation for any student directory or run directory."""
+"""`distill eval`: the training run's evaluation for any student directory or run directory.
+
+A teacher with another tokenizer than the student's (a gold run, or any such pair) is scored by the aligned
+divergence (ULD, or the run's hybrid ULD) on byte-aligned token groups instead of same-vocabulary KLs.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import yaml
 
-from distill.config import BUNDLED_DATASET, DEFAULT_TEACHER
+from distill.config import BUNDLED_DATASET, DEFAULT_TEACHER, DistillConfig
 from distill.data import PromptEncoder, examples_from_dataset, load_dataset_spec
 from distill.evaluate import EvalSettings, Evaluator, build_report, write_report
 from distill.models import (
@@ -16,8 +22,10 @@ from distill.models import (
     load_tokenizer,
     resolve_model_source,
     shared_vocab_size,
+    student_vocab_size,
 )
 from distill.teachers import LocalTeacher
+from distill.teachers.cross_tokenizer import CrossTokenizerTeacher, uld_settings
 
 
 def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
@@ -45,7 +53,13 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
     student = load_causal_lm(student_source).to(device).eval()
     tokenizer = load_tokenizer(student_source)
     teacher_model = load_causal_lm(teacher_source).to(device)
-    vocab = shared_vocab_size(tokenizer, load_tokenizer(teacher_source), student, teacher_model)
+    teacher_tokenizer = load_tokenizer(teacher_source)
+    # A teacher with another tokenizer is evaluated like a gold run: the aligned divergence, not a KL.
+    cross = run_config.get("method") == "gold" or tokenizer.get_vocab() != teacher_tokenizer.get_vocab()
+    if cross:
+        vocab = student_vocab_size(tokenizer, student)
+    else:
+        vocab = shared_vocab_size(tokenizer, teacher_tokenizer, student, teacher_model)
     eos_ids = eos_token_ids(tokenizer, student)
     settings = EvalSettings(
         max_new_tokens=args.max_new_tokens or run_config.get("eval_max_new_tokens", 48),
@@ -54,7 +68,13 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
         seed=run_config.get("seed", 42),
     )
     encoder = PromptEncoder(tokenizer, run_config.get("max_prompt_length", 256), settings.max_new_tokens, eos_ids)
-    teacher = LocalTeacher(teacher_model, vocab, eos_ids, tokenizer.pad_token_id, device)
+    if cross:
+        defaults = {f.name: f.default for f in dataclasses.fields(DistillConfig) if f.name.startswith("uld_")}
+        uld = SimpleNamespace(**{name: run_config.get(name, default) for name, default in defaults.items()})
+        divergence = uld_settings(uld, tokenizer, teacher_tokenizer, vocab, len(teacher_tokenizer))
+        teacher = CrossTokenizerTeacher(teacher_model, teacher_tokenizer, tokenizer, eos_ids, encoder.max_prompt_length, divergence, device)
+    else:
+        teacher = LocalTeacher(teacher_model, vocab, eos_ids, tokenizer.pad_token_id, device)
     evaluator = Evaluator(teacher, tokenizer, encoder, examples, vocab, eos_ids,
                           tokenizer.pad_token_id, device, settings)
     report = build_report(evaluator, {"student": evaluator.evaluate(student)})

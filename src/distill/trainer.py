@@ -60,6 +60,7 @@ from distill.models import (
     make_student,
     resolve_model_source,
     shared_vocab_size,
+    student_vocab_size,
 )
 from distill.objective import StudentObjective
 from distill.rollout import (
@@ -71,8 +72,9 @@ from distill.rollout import (
     draw_sources,
     generate_completions,
 )
-from distill.teachers import LocalTeacher, LossSettings
+from distill.teachers import CrossTokenizerTeacher, LocalTeacher, LossSettings
 from distill.teachers.cache import prompt_crc
+from distill.teachers.cross_tokenizer import uld_settings
 from distill.teachers.remote import build_remote_teacher, check_routes, teachers_of
 
 logger = logging.getLogger(__name__)
@@ -119,6 +121,7 @@ class Distiller:
         student: nn.Module | str | None = None,
         teacher: nn.Module | str | None = None,
         tokenizer: Any = None,
+        teacher_tokenizer: Any = None,
         train_dataset: Any = None,
         eval_dataset: Any = None,
         resume: bool = False,
@@ -187,7 +190,7 @@ class Distiller:
             raise ValueError("device: with several processes accelerate places each on its own device; leave device 'auto'")
         self.device = self.accelerator.device if config.device in ("auto", "cpu") else torch.device(config.device)
 
-        self._load_models(student, student_source, teacher_spec, teacher_source, tokenizer)
+        self._load_models(student, student_source, teacher_spec, teacher_source, tokenizer, teacher_tokenizer)
 
     # ---------------------------------------------------------------------------------------- set-up --
     def _load_eval_examples(self, train_dataset, eval_dataset) -> list[Example]:
@@ -200,16 +203,17 @@ class Distiller:
         examples = examples_from_dataset(load_dataset_spec(spec, config.eval_split, "eval_dataset"), "eval_dataset")
         return examples[: config.eval_max_prompts] if config.eval_max_prompts else examples
 
-    def _load_models(self, student, student_source, teacher, teacher_source, tokenizer) -> None:
+    def _load_models(self, student, student_source, teacher, teacher_source, tokenizer, teacher_tokenizer=None) -> None:
         config = self.config
         remote = config.remote_teacher()
-        teacher_model = teacher_tokenizer = None
+        teacher_model = None
         if remote is not None:
             if not isinstance(student, nn.Module) and student_source is None:
                 raise ValueError(f"student: with a {remote} teacher there are no teacher weights here to start a student "
                                  "from; give `student` (a model directory, .gguf file or hub id)")
+            teacher_tokenizer = None
         elif isinstance(teacher, nn.Module):
-            teacher_model, teacher_tokenizer = teacher, tokenizer
+            teacher_model, teacher_tokenizer = teacher, teacher_tokenizer or tokenizer
             if teacher_tokenizer is None:
                 raise ValueError("tokenizer: pass the tokenizer when the teacher is given as a model object")
         else:
@@ -229,7 +233,10 @@ class Distiller:
             teacher_model, teacher_tokenizer = student_model, student_tokenizer
         if teacher_tokenizer.pad_token_id is None:
             teacher_tokenizer.pad_token = teacher_tokenizer.eos_token
-        self.vocab_size = shared_vocab_size(student_tokenizer, teacher_tokenizer, student_model, teacher_model)
+        if config.method == "gold":
+            self.vocab_size = student_vocab_size(student_tokenizer, student_model)
+        else:
+            self.vocab_size = shared_vocab_size(student_tokenizer, teacher_tokenizer, student_model, teacher_model)
         self.tokenizer = student_tokenizer
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -253,12 +260,16 @@ class Distiller:
             student_model = get_peft_model(student_model, lora)
         mixed = self.accelerator.mixed_precision
         teacher_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed, torch.float32) if self.device.type != "cpu" else torch.float32
+        if remote is None and config.method == "gold":  # checks both tokenizers' byte spans before any encoding
+            settings = uld_settings(config, self.tokenizer, teacher_tokenizer, self.vocab_size, len(teacher_tokenizer))
+            self.teacher = CrossTokenizerTeacher(teacher_model.to(self.device, teacher_dtype), teacher_tokenizer, self.tokenizer,
+                                                 self.eos_ids, config.max_prompt_length, settings, self.device)
+        elif remote is None:
+            self.teacher = LocalTeacher(teacher_model.to(self.device, teacher_dtype), self.vocab_size, self.eos_ids, self.pad_id, self.device)
         self.student_model = student_model
         self.encoder = PromptEncoder(self.tokenizer, config.max_prompt_length, config.max_new_tokens, self.eos_ids)
         self.encoded = [self._encode(e) for e in self.train_examples]
-        if remote is None:
-            self.teacher = LocalTeacher(teacher_model.to(self.device, teacher_dtype), self.vocab_size, self.eos_ids, self.pad_id, self.device)
-        else:
+        if remote is not None:  # needs the encoded prompts: the temperature probe scores one
             self.teacher = build_remote_teacher(config, self.tokenizer, self.vocab_size, self.pad_id, self.encoded[0].prompt_ids)
             check_routes(self.teacher, self.train_examples)
             if remote == "offline":
@@ -356,11 +367,12 @@ class Distiller:
                 for i, source in enumerate(self.sources_for_step(s)) if source == "teacher"]
         groups = {s: self.micro_batch_indices(s) for s in {s for s, _ in keys}}
         prompts = [self.encoded[j].prompt_ids for s, i in keys for j in groups[s][i]]
+        examples = [self.train_examples[j] for s, i in keys for j in groups[s][i]]
         sampling = SamplingParams(config.teacher_sampling_temperature, config.teacher_top_p, config.teacher_top_k, config.max_new_tokens)
         start = time.perf_counter()
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(config.seed * 1_000_003 + first + 104_729 * (self.accelerator.process_index + 1))
-            outputs = iter(self.teacher.generate(prompts, sampling))
+            outputs = iter(self.teacher.generate(prompts, sampling, examples=examples))
         timings["generation_teacher"] = timings.get("generation_teacher", 0.0) + time.perf_counter() - start
         window = {(s, i): [next(outputs) for _ in groups[s][i]] for s, i in keys}
         self._teacher_cache = (first, window)

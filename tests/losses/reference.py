@@ -77,3 +77,49 @@ def assert_close_relative(got: torch.Tensor, want: torch.Tensor, rtol: float, ms
     error = (got - want).abs().max().item() if got.numel() else 0.0
     scale = want.abs().max().item() if want.numel() else 0.0
     assert error <= rtol * max(scale, 1e-12), f"{msg}: max error {error:.3e} > {rtol:.0e} x scale {scale:.3e}"
+
+
+def uld_groups_reference(student_logits, teacher_logits, student_targets, teacher_targets, groups, temperature=1.0,
+                         matched=None, matched_weight=0.0, unmatched_weight=1.0, beta=0.5, ce_weight=0.0):
+    """ULD / hybrid ULD summed over aligned groups, each counted once per student token, in float64.
+
+    student_logits: (N, V_s) rows predicting student_targets (N,); teacher_logits: (M, V_t) likewise.
+    groups: [(student rows, teacher rows)], consecutive rows of one group. matched: None (plain ULD) or
+    [(student id, teacher id)] pairs of tokens spelled alike. The merged vector of a group is built
+    literally from the chain rule: the product of the earlier tokens' probabilities times the last row's
+    distribution.
+    """
+    p_s, p_t = probs(student_logits, temperature), probs(teacher_logits, temperature)
+
+    def merged(p, targets, rows):
+        prefix = torch.ones((), dtype=torch.float64)
+        for row in rows[:-1]:
+            prefix = prefix * p[row, targets[row]]
+        return prefix * p[rows[-1]]
+
+    def sorted_desc_padded(v, width):
+        s = torch.sort(v, descending=True).values
+        return torch.cat([s, torch.zeros(width - s.numel(), dtype=torch.float64)])
+
+    total = torch.zeros((), dtype=torch.float64)
+    for s_rows, t_rows in groups:
+        ms, mt = merged(p_s, student_targets, s_rows), merged(p_t, teacher_targets, t_rows)
+        if matched is None:
+            width = max(ms.numel(), mt.numel())
+            divergence = (sorted_desc_padded(ms, width) - sorted_desc_padded(mt, width)).abs().sum()
+        else:
+            s_ids = [a for a, _ in matched]
+            t_ids = [b for _, b in matched]
+            cs = torch.cat([ms[s_ids], (1 - ms[s_ids].sum()).reshape(1)])
+            ct = torch.cat([mt[t_ids], (1 - mt[t_ids].sum()).reshape(1)])
+            us = ms[[i for i in range(ms.numel()) if i not in set(s_ids)]]
+            ut = mt[[i for i in range(mt.numel()) if i not in set(t_ids)]]
+            width = max(us.numel(), ut.numel())
+            uld = (sorted_desc_padded(us, width) - sorted_desc_padded(ut, width)).abs().sum()
+            divergence = matched_weight * jsd(cs.unsqueeze(0), ct.unsqueeze(0), beta)[0] + unmatched_weight * uld
+        total = total + len(s_rows) * divergence
+        if ce_weight:
+            p_raw = probs(student_logits, 1.0)
+            for row in s_rows:
+                total = total - ce_weight * torch.log(p_raw[row, student_targets[row]])
+    return total

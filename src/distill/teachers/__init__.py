@@ -2,6 +2,7 @@
 
 - `LocalTeacher`: a same-tokenizer model on this process (`DenseSignal`, full vocabulary).
 - `SparseSignal`: top-k log-probs + sampled token + tail, from a server or a disk cache.
+- `CrossTokenizerTeacher`: a teacher with another tokenizer (method gold), byte-aligned (`AlignedSignal`).
 """
 
 from distill.teachers.base import (
@@ -12,6 +13,7 @@ from distill.teachers.base import (
     TeacherSignal,
     concat_sparse,
 )
+from distill.teachers.cross_tokenizer import AlignedSignal, CrossTokenizerTeacher
 from distill.teachers.hidden import (
     backbone_hidden,
     completion_targets,
@@ -20,6 +22,8 @@ from distill.teachers.hidden import (
 from distill.teachers.local import LocalTeacher
 
 __all__ = [
+    "AlignedSignal",
+    "CrossTokenizerTeacher",
     "DenseSignal",
     "LocalTeacher",
     "LossSettings",

@@ -8,6 +8,7 @@ the same trainer, denominators and metrics.
 
     local (same tokenizer) -> DenseSignal   -> chunked generalized JSD over the full vocabulary
     server / offline cache -> SparseSignal  -> sparse generalized JSD on top-k + sampled token + tail
+    another tokenizer      -> AlignedSignal -> ULD / hybrid ULD on byte-aligned groups (teachers/cross_tokenizer.py)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Protocol
 
 import torch
 
+from distill.data import Example
 from distill.losses import (
     DistillLoss,
     LogitHead,
@@ -50,7 +52,10 @@ class Teacher(Protocol):
 
     def score(self, batch: MicroBatch, temperature: float) -> TeacherSignal: ...
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None) -> list[tuple[list[int], bool]]: ...
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
+                 examples: list[Example] | None = None) -> list[tuple[list[int], bool]]:
+        """Completions in student ids for the student's `prompts`; `examples` (the same prompts as dataset
+        examples) are for teachers that render their own prompts (another tokenizer)."""
 
 
 @dataclass

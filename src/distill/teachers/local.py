@@ -31,5 +31,7 @@ class LocalTeacher:
         # The full distribution travels as hidden states: the loss applies `temperature` to both sides.
         return DenseSignal(self.hidden_states(batch.input_ids, batch.attention_mask, batch.completion_mask), self.head)
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None) -> list[tuple[list[int], bool]]:
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
+                 examples=None) -> list[tuple[list[int], bool]]:
+        """Samples from the student's prompt ids (same tokenizer); `examples` is not needed."""
         return generate_completions(self.model, prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size)

@@ -1,0 +1,259 @@
+"""A teacher with another tokenizer (method gold): it renders its own prompts and aligns completions by bytes.
+
+The student's completion ids are turned into text through the bytes each token spells (`distill.align`);
+the teacher reads the conversation through its own chat template (its special tokens kept, the prompt cut
+to `max_prompt_length` teacher tokens keeping its end) followed by that text in its own tokens, plus its
+EOS when the student's completion ended with the student's EOS. Groups of tokens spelling the same bytes
+are compared by ULD or hybrid ULD (`distill.losses.uld`); the EOS pair is a group of its own.
+
+For sequence-level KD the teacher samples from its own prompt, and its completion comes back as student
+ids: text through the teacher's token bytes (never a skip_special_tokens decode, which would drop the
+EOS), re-encoded by the student tokenizer, the student's EOS appended exactly when the teacher's sample
+ended with the teacher's EOS (also when pad == eos on either side), cut to max_new_tokens student tokens.
+A teacher without an EOS id samples up to max_new_tokens, and no substitute stop token is invented.
+"""
+
+from __future__ import annotations
+
+import codecs
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from distill.align import TokenBytes, align_groups, paired_groups, text_and_ends
+from distill.data import Example, PromptEncoder
+from distill.losses import DistillLoss, LogitHead
+from distill.losses.uld import Alignment, ULDSettings, VocabularyMatch, chunked_uld
+from distill.models import eos_token_ids, logit_head
+from distill.rollout import MicroBatch, SamplingParams, generate_completions
+from distill.teachers.hidden import backbone_hidden
+
+
+class ByteBudget:
+    """A transformers stopping criterion: a row stops once its generated tokens spell `budget` bytes.
+
+    The student keeps at most max_new_tokens of its own tokens; each spells at most `max_token_bytes`
+    bytes, so a teacher sample longer than max_new_tokens x that many bytes is cut anyway: sampling past it
+    is wasted (for a byte-level student, 96 tokens are 96 bytes, about 25 SmolLM2 tokens, not 96). Rows it
+    stops are then filled with padding by generate, which must not be mistaken for an EOS when pad == eos:
+    `stop_lengths` says where each row stopped, so the caller cuts there.
+    """
+
+    def __init__(self, token_bytes: TokenBytes, budget: int):
+        self.lengths = torch.tensor([len(b) for b in token_bytes.table], dtype=torch.long)
+        self.budget = budget
+        self._stopped: torch.Tensor | None = None
+        self._width = 0
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        if self._stopped is None:  # first call: one token generated after the (left-padded) prompts
+            self._stopped = torch.full((input_ids.shape[0],), -1, dtype=torch.long)
+            self._width = input_ids.shape[1] - 1
+        generated = input_ids[:, self._width :].cpu()
+        done = self.lengths[generated].sum(dim=1) >= self.budget
+        self._stopped[done & (self._stopped < 0)] = generated.shape[1]
+        return done.to(input_ids.device)
+
+    def stop_lengths(self, rows: int) -> list[int | None]:
+        """Per row of the one generate call this criterion served: the length it stopped at, or None."""
+        if self._stopped is None:
+            return [None] * rows
+        return [int(v) if v >= 0 else None for v in self._stopped]
+
+
+@dataclass
+class MappedCompletion:
+    """One completion on the teacher's side: its prompt and completion ids, and the aligned groups
+    [(student completion positions, teacher completion positions)]."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    groups: list[tuple[list[int], list[int]]]
+
+
+@dataclass
+class AlignedSignal:
+    """A cross-tokenizer teacher's view of a micro-batch, G aligned groups over N student rows.
+
+    alignment: the group of each student row; teacher_hidden: (G, H_t) at the position predicting each
+    group's last teacher token; teacher_log_prefix: (G,) the teacher's log-probs of each group's earlier
+    tokens, at `temperature`; head: the teacher's lm_head; settings: plain or hybrid ULD.
+    """
+
+    alignment: Alignment
+    teacher_hidden: torch.Tensor
+    teacher_log_prefix: torch.Tensor
+    head: LogitHead
+    settings: ULDSettings
+    temperature: float
+
+    def to(self, device: torch.device) -> "AlignedSignal":
+        return replace(self, alignment=self.alignment.to(device), teacher_hidden=self.teacher_hidden.to(device),
+                       teacher_log_prefix=self.teacher_log_prefix.to(device))
+
+    def loss(self, student_hidden, student_head, targets, settings) -> DistillLoss:
+        if abs(settings.temperature - self.temperature) > 1e-6:
+            raise ValueError(f"the teacher's group prefixes are at temperature {self.temperature}, the loss asks for "
+                             f"{settings.temperature}: score the teacher at the loss temperature")
+        return chunked_uld(student_hidden, student_head, targets, self.alignment, self.teacher_hidden, self.head,
+                           self.teacher_log_prefix, self.settings, beta=settings.beta, temperature=settings.temperature,
+                           chunk_size=settings.chunk_size)
+
+
+class CrossTokenizerTeacher:
+    """A teacher model whose tokenizer differs from the student's; scores into an `AlignedSignal`."""
+
+    can_generate = True
+    aligned = True  # its divergence is the aligned (ULD / hybrid) one, not a same-vocabulary KL
+
+    def __init__(self, model: nn.Module, tokenizer, student_tokenizer, student_eos_ids: list[int], max_prompt_length: int,
+                 settings: ULDSettings, device: torch.device):
+        self.student_bytes = TokenBytes.from_tokenizer(student_tokenizer, "student")
+        self.teacher_bytes = TokenBytes.from_tokenizer(tokenizer, "teacher")
+        self.model = model.eval().requires_grad_(False)
+        self.tokenizer, self.student_tokenizer = tokenizer, student_tokenizer
+        self.vocab_size = len(tokenizer)
+        rows = model.get_output_embeddings().weight.shape[0]
+        if rows < self.vocab_size:
+            raise ValueError(f"the teacher's lm_head has {rows} rows but its tokenizer has {self.vocab_size} tokens")
+        self.head = logit_head(model, self.vocab_size)
+        self.eos_ids = eos_token_ids(tokenizer, model)  # may be empty: such a teacher samples to max_new_tokens
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0)  # only ever under mask 0
+        self.student_eos_ids = list(student_eos_ids)
+        self.encoder = PromptEncoder(tokenizer, max_prompt_length, 1, self.eos_ids)
+        self.settings = settings
+        self.device = device
+
+    # ------------------------------------------------------------------------------------ mapping --
+    def prompt_ids(self, example: Example) -> list[int]:
+        """The teacher's own rendering of the prompt (chat template, special tokens kept), end kept."""
+        return self.encoder.prompt_ids(example.prompt)[0]
+
+    def map_completion(self, example: Example, student_ids: list[int]) -> MappedCompletion:
+        """The student's completion on the teacher's side, with the aligned groups of both tokenizations."""
+        ended = bool(student_ids) and student_ids[-1] in self.student_eos_ids
+        body = student_ids[:-1] if ended else student_ids
+        text, student_ends = text_and_ends(self.student_bytes, body)
+        teacher_body = self.tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+        student_groups, teacher_groups, count = align_groups(student_ends, self.teacher_bytes.ends(teacher_body))
+        groups = paired_groups(student_groups, teacher_groups, count)
+        completion = list(teacher_body)
+        if ended and self.eos_ids:
+            completion.append(self.eos_ids[0])
+            groups.append(([len(body)], [len(teacher_body)]))
+        return MappedCompletion(self.prompt_ids(example), completion, groups)
+
+    def to_student(self, teacher_ids: list[int], hit_max: bool, max_new_tokens: int) -> tuple[list[int], bool]:
+        """A teacher sample as student ids (EOS rules in the module docstring); (ids, stopped at max_new_tokens)."""
+        ended = bool(teacher_ids) and teacher_ids[-1] in self.eos_ids
+        body = teacher_ids[:-1] if ended else teacher_ids
+        # final=False holds back a character cut in half by max_new_tokens: it is not text yet.
+        text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(self.teacher_bytes.join(body), final=False)
+        ids = self.student_tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+        first_eos = next((k for k, token in enumerate(ids) if token in self.student_eos_ids), None)
+        if first_eos is not None:  # the text spells the student's EOS: it ends there, as a sampled EOS would
+            ids = ids[: first_eos + 1]
+        elif ended:
+            ids = ids + [self.student_eos_ids[0]]
+        cut = len(ids) > max_new_tokens
+        ids = ids[:max_new_tokens]
+        stopped = bool(ids) and ids[-1] in self.student_eos_ids
+        return ids, not stopped and (hit_max or cut)
+
+    # ------------------------------------------------------------------------------ the protocol --
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
+                 examples: list[Example] | None = None) -> list[tuple[list[int], bool]]:
+        """Sample from the teacher's own prompts (`examples`; the student's `prompts` are not its tokens)."""
+        if examples is None or len(examples) != len(prompts):
+            raise ValueError("a cross-tokenizer teacher renders its own prompts: generate needs the examples")
+        from transformers import StoppingCriteriaList
+
+        teacher_prompts = [self.prompt_ids(e) for e in examples]
+        budget_bytes = sampling.max_new_tokens * self.student_bytes.max_plain_bytes
+        size = batch_size or max(len(teacher_prompts), 1)
+        results = []
+        for start in range(0, len(teacher_prompts), size):  # one generate call per criterion
+            chunk = teacher_prompts[start : start + size]
+            budget = ByteBudget(self.teacher_bytes, budget_bytes)
+            outputs = generate_completions(self.model, chunk, sampling, self.eos_ids, self.pad_id, self.device,
+                                           stopping_criteria=StoppingCriteriaList([budget]))
+            for (ids, hit_max), stopped_at in zip(outputs, budget.stop_lengths(len(chunk)), strict=True):
+                if stopped_at is not None and len(ids) > stopped_at:  # what follows a budget stop is padding, not an EOS
+                    ids = ids[:stopped_at]
+                results.append(self.to_student(ids, hit_max or stopped_at is not None, sampling.max_new_tokens))
+        return results
+
+    @torch.no_grad()
+    def score(self, batch: MicroBatch, temperature: float, divergence_only: bool = False) -> AlignedSignal:
+        """The aligned signal of a micro-batch; `divergence_only` drops the cross-entropy term (evaluation)."""
+        mapped = []
+        for row, completion in enumerate(batch.completions):
+            if completion.example is None:
+                raise ValueError("a cross-tokenizer teacher needs each completion's dataset example (Completion.example)")
+            if int(batch.completion_mask[row].sum()) != len(completion.completion_ids):
+                raise ValueError("the micro-batch's completion mask does not match its completions")
+            mapped.append(self.map_completion(completion.example, completion.completion_ids))
+
+        lengths = [len(m.prompt_ids) + len(m.completion_ids) for m in mapped]
+        width = max(lengths)
+        input_ids = torch.full((len(mapped), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(mapped), width), dtype=torch.long)
+        for row, m in enumerate(mapped):
+            input_ids[row, : lengths[row]] = torch.tensor(m.prompt_ids + m.completion_ids, dtype=torch.long)
+            attention_mask[row, : lengths[row]] = 1
+
+        num_rows = batch.num_completion_tokens
+        row_group = torch.full((num_rows,), -1, dtype=torch.long)
+        row_last = torch.zeros(num_rows, dtype=torch.bool)
+        weights, last_at, inner_at, inner_group, inner_target = [], [], [], [], []
+        offset = 0
+        for row, (m, completion) in enumerate(zip(mapped, batch.completions)):
+            start = len(m.prompt_ids)  # the teacher's position start + k - 1 predicts its completion token k
+            for student_positions, teacher_positions in m.groups:
+                group = len(weights)
+                row_group[[offset + p for p in student_positions]] = group
+                row_last[offset + student_positions[-1]] = True
+                weights.append(float(len(student_positions)))
+                last_at.append((row, start + teacher_positions[-1] - 1))
+                for k in teacher_positions[:-1]:
+                    inner_at.append((row, start + k - 1))
+                    inner_group.append(group)
+                    inner_target.append(m.completion_ids[k])
+            offset += len(completion.completion_ids)
+
+        groups = len(weights)
+        hidden_size = self.head.weight.shape[1]
+        teacher_hidden = torch.zeros(groups, hidden_size, dtype=self.head.weight.dtype, device=self.device)
+        log_prefix = torch.zeros(groups, dtype=torch.float32, device=self.device)
+        if groups:
+            hidden = backbone_hidden(self.model, input_ids.to(self.device), attention_mask.to(self.device))
+            rows, positions = zip(*last_at)
+            teacher_hidden = hidden[list(rows), list(positions)].clone()
+            if inner_at:
+                rows, positions = zip(*inner_at)
+                logits = self.head.full_logits(hidden[list(rows), list(positions)]) / temperature
+                targets = torch.tensor(inner_target, dtype=torch.long, device=self.device)
+                picked = torch.log_softmax(logits, dim=-1).gather(1, targets.unsqueeze(1)).squeeze(1)
+                log_prefix.index_add_(0, torch.tensor(inner_group, dtype=torch.long, device=self.device), picked)
+        settings = replace(self.settings, crossentropy_weight=0.0) if divergence_only else self.settings
+        alignment = Alignment(row_group, row_last, torch.tensor(weights, dtype=torch.float32))
+        return AlignedSignal(alignment, teacher_hidden, log_prefix, self.head, settings, temperature)
+
+
+def uld_settings(config, student_tokenizer, teacher_tokenizer, student_vocab: int, teacher_vocab: int) -> ULDSettings:
+    """The ULD variant a gold config asks for; the hybrid's adaptive weights follow the vocabulary overlap.
+
+    Adaptive (both hybrid weights None): w_matched = matched tokens / teacher vocabulary, w_unmatched = 1 - w_matched.
+    """
+    if not config.uld_use_hybrid_loss:
+        return ULDSettings(None, 0.0, 1.0, config.uld_crossentropy_weight)
+    match = VocabularyMatch.from_tokenizers(student_tokenizer, teacher_tokenizer, student_vocab, teacher_vocab)
+    if match.size == 0:
+        raise ValueError("uld_use_hybrid_loss: the student and teacher vocabularies share no token string, so the hybrid "
+                         "loss has nothing to match; set uld_use_hybrid_loss: false (plain ULD)")
+    if config.uld_hybrid_matched_weight is None:
+        matched = match.size / teacher_vocab
+        return ULDSettings(match, matched, 1.0 - matched, config.uld_crossentropy_weight)
+    return ULDSettings(match, config.uld_hybrid_matched_weight, config.uld_hybrid_unmatched_weight, config.uld_crossentropy_weight)

@@ -1,0 +1,179 @@
+"""The cross-tokenizer teacher: its own prompts, byte-aligned scoring, and seq_kd completions re-encoded into
+the student's tokenizer with the EOS rules the reference library got wrong (seed 003)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from distill.data import Example
+from distill.losses import LogitHead
+from distill.losses.uld import ULDSettings
+from distill.rollout import Completion, SamplingParams, collate
+from distill.teachers import LossSettings
+from distill.teachers.cross_tokenizer import CrossTokenizerTeacher
+from tests.conftest import tiny_lm
+from tests.gold.conftest import TEXT
+from tests.losses.reference import uld_groups_reference
+
+CHAT = [{"role": "user", "content": "Où est 東京? Réponds avec un emoji 🙂"}]
+
+
+def make_teacher(smol_teacher, smol_tokenizer, tokenizer, max_prompt_length=256, settings=ULDSettings()):
+    return CrossTokenizerTeacher(smol_teacher, smol_tokenizer, tokenizer, [tokenizer.eos_token_id], max_prompt_length,
+                                 settings, torch.device("cpu"))
+
+
+def test_pad_equals_eos_on_both_sides(tokenizer, smol_tokenizer):
+    assert tokenizer.pad_token_id == tokenizer.eos_token_id and smol_tokenizer.pad_token_id == smol_tokenizer.eos_token_id == 2
+
+
+def test_teacher_eos_becomes_student_eos(smol_teacher, smol_tokenizer, tokenizer):
+    teacher = make_teacher(smol_teacher, smol_tokenizer, tokenizer)
+    body = smol_tokenizer(TEXT, add_special_tokens=False)["input_ids"]
+    ids, clipped = teacher.to_student(body + [2], hit_max=False, max_new_tokens=200)
+    assert ids == tokenizer(TEXT, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] and not clipped
+    # A completion that is only the teacher's EOS is the student's EOS alone, not an empty completion.
+    assert teacher.to_student([2], hit_max=False, max_new_tokens=200) == ([tokenizer.eos_token_id], False)
+    # Without the EOS (stopped by max_new_tokens) no EOS is invented.
+    ids, clipped = teacher.to_student(body, hit_max=True, max_new_tokens=200)
+    assert tokenizer.eos_token_id not in ids and clipped
+
+
+def test_reencoded_completion_is_cut_to_max_new_tokens(smol_teacher, smol_tokenizer, tokenizer):
+    teacher = make_teacher(smol_teacher, smol_tokenizer, tokenizer)
+    body = smol_tokenizer(TEXT, add_special_tokens=False)["input_ids"]
+    ids, clipped = teacher.to_student(body + [2], hit_max=False, max_new_tokens=5)
+    assert len(ids) == 5 and tokenizer.eos_token_id not in ids and clipped
+    # A character cut in half by the teacher's max_new_tokens is held back, not turned into U+FFFD.
+    emoji = smol_tokenizer("🙂", add_special_tokens=False)["input_ids"]
+    byte_of_emoji = smol_tokenizer.convert_tokens_to_ids(["ð"])  # the emoji's first byte as a byte-level token
+    ids, _ = teacher.to_student(smol_tokenizer("ok", add_special_tokens=False)["input_ids"] + byte_of_emoji, True, 50)
+    assert tokenizer.decode(ids) == "ok" and len(emoji) >= 1
+
+
+def test_generation_uses_the_teachers_own_prompt_with_special_tokens_budgeted_at_the_end(smol_teacher, smol_tokenizer, tokenizer, monkeypatch):
+    teacher = make_teacher(smol_teacher, smol_tokenizer, tokenizer, max_prompt_length=12)
+    seen = {}
+    original = smol_teacher.generate
+
+    def spy(input_ids, attention_mask, **kwargs):
+        seen["prompt"] = input_ids[0][attention_mask[0].bool()].tolist()
+        seen["eos"] = kwargs["eos_token_id"]
+        return original(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+    monkeypatch.setattr(smol_teacher, "generate", spy)
+    torch.manual_seed(0)
+    [(ids, _)] = teacher.generate([[5, 6, 7]], SamplingParams(1.0, 1.0, 0, 8), examples=[Example(0, CHAT, None)])
+    full = smol_tokenizer(smol_tokenizer.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+    assert len(full) > 12 and seen["prompt"] == full[-12:]  # keep-end budget, in teacher tokens
+    im_start = smol_tokenizer.convert_tokens_to_ids("<|im_start|>")
+    assert im_start in seen["prompt"] and seen["eos"] == [2]  # special tokens kept: the assistant header
+    assert all(0 <= i < len(tokenizer) for i in ids) and len(ids) <= 8  # student ids
+
+
+def test_teacher_without_eos_runs_to_max_new_tokens(smol_tokenizer, tokenizer):
+    from copy import deepcopy
+
+    no_eos = deepcopy(smol_tokenizer)
+    no_eos.eos_token = None
+    no_eos.pad_token = None
+    model = tiny_lm(len(smol_tokenizer), layers=1, seed=3, eos_token_id=None)
+    model.generation_config.eos_token_id = None
+    teacher = make_teacher(model, no_eos, tokenizer)
+    assert teacher.eos_ids == [] and teacher.pad_id == 0
+    torch.manual_seed(0)
+    outputs = teacher.generate([[1], [1]], SamplingParams(1.0, 1.0, 0, 6), examples=[Example(0, CHAT, None), Example(1, "texte brut 🙂", None)])
+    for ids, clipped in outputs:
+        assert tokenizer.eos_token_id not in ids and clipped
+    # Scoring a student completion that ended with EOS: the student EOS has no teacher counterpart and is not trained.
+    body = tokenizer("déjà", add_special_tokens=False)["input_ids"]
+    mapped = teacher.map_completion(Example(0, CHAT, None), body + [tokenizer.eos_token_id])
+    assert all(len(body) not in s for s, _ in mapped.groups) and 2 not in mapped.completion_ids
+
+
+def score_against_reference(teacher, tokenizer, smol_tokenizer, student, completions, temperature):
+    batch = collate(completions, "teacher", tokenizer.pad_token_id)
+    signal = teacher.score(batch, temperature)
+    from distill.objective import student_loss
+
+    settings = LossSettings(beta=0.5, temperature=temperature, chunk_size=3)
+    got = student_loss(student, len(tokenizer), batch.input_ids, batch.attention_mask, batch.completion_mask, signal, settings)
+    # Naive: full logits of both models at every position, rows picked from the mapped completions by hand.
+    s_rows, t_rows, s_targets, t_targets, groups = [], [], [], [], []
+    for c in completions:
+        m = teacher.map_completion(c.example, c.completion_ids)
+        with torch.no_grad():
+            s_logits = student(torch.tensor([c.prompt_ids + c.completion_ids])).logits[0].double()
+            t_logits = teacher.model(torch.tensor([m.prompt_ids + m.completion_ids])).logits[0].double()
+        s0, t0 = len(s_rows), len(t_rows)
+        s_rows += [s_logits[len(c.prompt_ids) + k - 1] for k in range(len(c.completion_ids))]
+        t_rows += [t_logits[len(m.prompt_ids) + k - 1] for k in range(len(m.completion_ids))]
+        s_targets += c.completion_ids
+        t_targets += m.completion_ids
+        groups += [([s0 + p for p in s], [t0 + p for p in t]) for s, t in m.groups]
+    want = uld_groups_reference(torch.stack(s_rows), torch.stack(t_rows), s_targets, t_targets, groups, temperature)
+    return got, want, groups, batch
+
+
+def test_score_matches_the_naive_reference_and_pairs_eos(smol_teacher, smol_tokenizer, tokenizer):
+    teacher = make_teacher(smol_teacher, smol_tokenizer, tokenizer)
+    student = tiny_lm(len(tokenizer), layers=1, seed=4, eos_token_id=tokenizer.eos_token_id)
+    eos = tokenizer.eos_token_id
+    prompt = tokenizer(tokenizer.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+    completions = [
+        Completion(prompt, tokenizer(TEXT, add_special_tokens=False)["input_ids"] + [eos], "teacher", example=Example(0, CHAT, None)),
+        Completion(prompt[:5], tokenizer("Zoë 東京", add_special_tokens=False)["input_ids"], "teacher", example=Example(1, "Zoë?", None)),
+        Completion(prompt, [eos], "teacher", example=Example(2, CHAT, None)),
+    ]
+    got, want, groups, batch = score_against_reference(teacher, tokenizer, smol_tokenizer, student, completions, 1.5)
+    assert abs(float(got.loss_sum.detach()) - float(want)) <= 1e-4 * float(want)
+    assert int(got.num_tokens) == batch.num_completion_tokens  # every student token is in a group
+    mapped = teacher.map_completion(completions[0].example, completions[0].completion_ids)
+    assert mapped.completion_ids[-1] == 2 and mapped.groups[-1] == ([len(completions[0].completion_ids) - 1], [len(mapped.completion_ids) - 1])
+    assert teacher.map_completion(completions[2].example, [eos]).groups == [([0], [0])]
+
+
+def test_empty_completion_is_long_typed_and_scores_zero(smol_teacher, smol_tokenizer, tokenizer):
+    teacher = make_teacher(smol_teacher, smol_tokenizer, tokenizer)
+    student = tiny_lm(len(tokenizer), layers=1, seed=4, eos_token_id=tokenizer.eos_token_id)
+    batch = collate([Completion([3, 4, 5], [], "teacher", example=Example(0, CHAT, None))], "teacher", tokenizer.pad_token_id)
+    assert batch.input_ids.dtype == torch.long and batch.num_completion_tokens == 0
+    signal = teacher.score(batch, 1.0)
+    assert signal.teacher_hidden.shape[0] == 0 and signal.alignment.row_group.dtype == torch.long
+    from distill.objective import student_loss
+
+    out = student_loss(student, len(tokenizer), batch.input_ids, batch.attention_mask, batch.completion_mask, signal,
+                       LossSettings(0.5, 1.0, 4))
+    out.loss_sum.backward()
+    assert float(out.loss_sum.detach()) == 0.0 and int(out.num_tokens) == 0
+
+
+def test_score_refuses_another_temperature(smol_teacher, smol_tokenizer, tokenizer):
+    teacher = make_teacher(smol_teacher, smol_tokenizer, tokenizer)
+    batch = collate([Completion([3, 4], [7, 8], "teacher", example=Example(0, CHAT, None))], "teacher", tokenizer.pad_token_id)
+    signal = teacher.score(batch, 2.0)
+    with pytest.raises(ValueError, match="temperature 2.0"):
+        signal.loss(torch.zeros(2, 32), LogitHead(torch.zeros(len(tokenizer), 32)), torch.tensor([7, 8]), LossSettings(0.5, 1.0, 4))
+
+
+def test_teacher_sampling_stops_at_the_students_byte_budget_and_padding_is_not_an_eos(smol_teacher, smol_tokenizer, monkeypatch):
+    from distill.byte_student import byte_tokenizer
+
+    student_tokenizer = byte_tokenizer()  # one byte per token: 6 student tokens are 6 bytes
+    teacher = make_teacher(smol_teacher, smol_tokenizer, student_tokenizer)
+    widths = []
+    original = smol_teacher.generate
+
+    def spy(**kwargs):
+        out = original(**kwargs)
+        widths.append(out.shape[1] - kwargs["input_ids"].shape[1])
+        return out
+
+    monkeypatch.setattr(smol_teacher, "generate", spy)
+    torch.manual_seed(1)
+    examples = [Example(i, CHAT, None) for i in range(3)]
+    outputs = teacher.generate([[1]] * 3, SamplingParams(1.0, 1.0, 0, 6), batch_size=2, examples=examples)
+    assert len(outputs) == 3 and len(widths) == 2 and max(widths) < 6  # stopped long before 6 teacher tokens
+    for ids, clipped in outputs:
+        assert len(ids) == 6 and student_tokenizer.eos_token_id not in ids and clipped
