@@ -38,27 +38,16 @@ def _free_port() -> int:
 
 
 def scoring(args, work: Path) -> list[dict]:
-    import http.client
-
     from distill.data import PromptEncoder, examples_from_dataset, load_dataset_spec
     from distill.models import load_tokenizer, resolve_model_source
+    from distill.serve import wait_until_healthy
     from distill.teachers.server import ServerSettings, ServerTeacher
 
     port = _free_port()
     server = subprocess.Popen([sys.executable, "-m", "distill", "serve-teacher", TEACHER, "--port", str(port), "--device", "cpu"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-                connection.request("GET", "/health")
-                if connection.getresponse().status == 200:
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        wait_until_healthy(f"http://127.0.0.1:{port}", 300.0, server)
         tokenizer = load_tokenizer(resolve_model_source(TEACHER, "teacher"))
         examples = examples_from_dataset(load_dataset_spec("bundled", "train", "dataset"), "dataset")[: args.sequences * 2]
         encoder = PromptEncoder(tokenizer, 256, args.new_tokens, [tokenizer.eos_token_id])

@@ -237,6 +237,27 @@ def build_app(engine: ScoringEngine, model_name: str, max_batch_tokens: int = 16
     return app
 
 
+def wait_until_healthy(url: str, timeout: float = 120.0, process=None) -> None:
+    """Poll `url`/health until it answers 200 (a server just started); fail early if `process` exits."""
+    import http.client
+    import urllib.parse
+
+    parsed = urllib.parse.urlsplit(url)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the teacher server exited with code {process.returncode} before answering")
+        try:
+            connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=2)
+            connection.request("GET", "/health")
+            if connection.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"the teacher server at {url} did not become healthy within {timeout:.0f} s")
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True

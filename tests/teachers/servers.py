@@ -12,27 +12,13 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from distill.serve import wait_until_healthy
+
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_healthy(port: int, process: subprocess.Popen | None = None, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(f"serve-teacher exited with {process.returncode}: {process.stderr.read().decode()[-2000:]}")
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            connection.request("GET", "/health")
-            if connection.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"serve-teacher on port {port} did not become healthy")
 
 
 @contextlib.contextmanager
@@ -42,7 +28,10 @@ def serve_teacher(model_dir, *extra: str):
     process = subprocess.Popen([sys.executable, "-m", "distill", "serve-teacher", str(model_dir), "--port", str(port),
                                 "--device", "cpu", *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        wait_healthy(port, process)
+        try:
+            wait_until_healthy(f"http://127.0.0.1:{port}", 120.0, process)
+        except RuntimeError as error:
+            raise RuntimeError(f"{error}: {process.stderr.read().decode()[-2000:]}") from None
         yield f"http://127.0.0.1:{port}", process
     finally:
         process.kill()
