@@ -90,6 +90,9 @@ def _open_teacher(job: CacheJob, device: torch.device):
         tokenizer = load_tokenizer(resolve_model_source(job.tokenizer, "tokenizer"))
         teacher = ServerTeacher(ServerSettings(job.teacher_url, job.top_k), len(tokenizer))
         teacher.check(tokenizer)
+        # A server that ignores the temperature (stock vLLM) would fill a cache labelled with the wrong one.
+        probe = tokenizer("The quick brown fox jumps over the lazy dog.", add_special_tokens=False)["input_ids"]
+        teacher.check_temperature(job.temperature, probe)
         return teacher, tokenizer, job.teacher_url
     source = resolve_model_source(job.teacher, "teacher")
     tokenizer = load_tokenizer(source)

@@ -129,7 +129,7 @@ def cmd_serve_teacher(argv: list[str]) -> int:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--served-model-name", default=None, help="the `model` name clients send (default: MODEL)")
-    parser.add_argument("--max-batch-tokens", type=int, default=16384, help="prompt tokens per forward pass of batched requests")
+    parser.add_argument("--max-batch-tokens", type=int, default=16384, help="padded prompt tokens (rows x longest) per forward pass of batched requests")
     args = parser.parse_args(argv)
     from distill.serve import serve
 

@@ -15,7 +15,7 @@ This server honours `prompt_logprobs_temperature` (the name of vLLM's proposed p
 the wrong temperature.
 
 Concurrent requests are batched: a single worker takes everything waiting (up to `max_batch_tokens` of
-prompt tokens), runs one padded forward pass per batch on its own thread, and answers each request.
+padded prompt tokens), runs one padded forward pass per batch on its own thread, and answers each request.
 """
 
 
@@ -48,8 +48,8 @@ class ScoreJob:
     future: asyncio.Future = field(repr=False)
 
     @property
-    def tokens(self) -> int:
-        return sum(len(p) for p in self.prompts)
+    def width(self) -> int:
+        return max(len(p) for p in self.prompts)
 
 
 class ScoringEngine:
@@ -83,7 +83,9 @@ class ScoringEngine:
         top = topk_log_probs(hidden[predicting].float(), self.head, targets[predicting], k, temperature, self.chunk_size)
         next_logits = self.head.full_logits(hidden[last].float())
         next_ids = next_logits.argmax(-1).tolist()
-        ids, lps, target_lp = top.ids.tolist(), top.log_probs.tolist(), top.target_log_probs.tolist()
+        # JSON has no -inf: like vLLM, a zero-probability token gets -9999.
+        ids = top.ids.tolist()
+        lps, target_lp = top.log_probs.clamp_min(-9999.0).tolist(), top.target_log_probs.clamp_min(-9999.0).tolist()
         choices, position = [], 0
         for row, prompt in enumerate(prompts):
             entries: list[dict | None] = [None]
@@ -119,11 +121,14 @@ class Batcher:
     async def _run(self) -> None:
         while True:
             jobs = [await self.queue.get()]
-            budget = jobs[0].tokens
-            while not self.queue.empty() and budget + self.queue._queue[0].tokens <= self.max_batch_tokens:  # noqa: SLF001
-                job = self.queue.get_nowait()
-                jobs.append(job)
-                budget += job.tokens
+            # The forward pass pads every row to the longest prompt: budget rows x width, not the sum of lengths.
+            rows, width = len(jobs[0].prompts), jobs[0].width
+            while not self.queue.empty():
+                candidate = self.queue._queue[0]  # noqa: SLF001 (peek)
+                if (rows + len(candidate.prompts)) * max(width, candidate.width) > self.max_batch_tokens:
+                    break
+                jobs.append(self.queue.get_nowait())
+                rows, width = rows + len(candidate.prompts), max(width, candidate.width)
             # One forward per (k, temperature): requests in a batch normally share both.
             groups: dict[tuple[int, float], list[ScoreJob]] = {}
             for job in jobs:

@@ -270,8 +270,9 @@ class Distiller:
         self.encoder = PromptEncoder(self.tokenizer, config.max_prompt_length, config.max_new_tokens, self.eos_ids)
         self.encoded = [self._encode(e) for e in self.train_examples]
         if remote is not None:  # needs the encoded prompts: the temperature probe scores one
-            self.teacher = build_remote_teacher(config, self.tokenizer, self.vocab_size, self.pad_id, self.encoded[0].prompt_ids)
-            check_routes(self.teacher, self.train_examples)
+            probe = max((e.prompt_ids for e in self.encoded), key=len)
+            self.teacher = build_remote_teacher(config, self.tokenizer, self.vocab_size, self.pad_id, probe)
+            check_routes(self.teacher, self.train_examples + self.eval_examples)
             if remote == "offline":
                 self._use_cached_completions()
 
@@ -535,10 +536,13 @@ class Distiller:
             score_many = getattr(self.teacher, "score_many", None)
             signals = (score_many(micro_batches, self.config.temperature) if score_many is not None
                        else [self.teacher.score(mb, self.config.temperature) for mb in micro_batches])
-        except TeacherServerError as failure:
+        except Exception as failure:  # any failure: the other processes must learn of it, not wait for this one
             error = failure
         timings["teacher"] = timings.get("teacher", 0.0) + time.perf_counter() - start
-        if self._agree([error is not None])[0]:
+        failed, not_server = self._agree([error is not None, error is not None and not isinstance(error, TeacherServerError)])
+        if not_server:  # a bug or bad data, not an outage: stop everywhere without a checkpoint (nothing to resume)
+            raise error or RuntimeError("the teacher of another process failed (its error is in that process's log)")
+        if failed:  # every process checkpoints together in _train_step_or_checkpoint
             raise error or TeacherServerError("the teacher server of another process failed (its error is in that process's log)")
         return signals
 

@@ -138,13 +138,15 @@ def test_rerun_with_other_settings_is_refused_and_keeps_the_cache(cache_dir, mod
 
 def test_run_rejects_a_cache_of_another_tokenizer_k_or_temperature(cache_dir, tokenizer):
     cache = TeacherCache(cache_dir)
-    cache.check_run(tokenizer, K, 1.0, 48)
+    cache.check_run(tokenizer, K, 1.0, 48, 12)
     with pytest.raises(ValueError, match="top_k 8.*teacher_logprobs"):
-        cache.check_run(tokenizer, K * 2, 1.0, 48)
+        cache.check_run(tokenizer, K * 2, 1.0, 48, 12)
     with pytest.raises(ValueError, match="temperature 1.0.*set temperature"):
-        cache.check_run(tokenizer, K, 2.0, 48)
+        cache.check_run(tokenizer, K, 2.0, 48, 12)
     with pytest.raises(ValueError, match="another tokenizer"):
-        cache.check_run(train_tiny_tokenizer(600), K, 1.0, 48)
+        cache.check_run(train_tiny_tokenizer(600), K, 1.0, 48, 12)
+    with pytest.raises(ValueError, match="max_new_tokens 12.*set max_new_tokens"):
+        cache.check_run(tokenizer, K, 1.0, 48, 16)
 
 
 def _offline_config(tmp_path, cache, **overrides):
@@ -228,8 +230,14 @@ def test_generated_completions_are_the_teachers_and_reproducible(model_dirs, dat
 
 
 def test_cache_through_a_server_matches_the_local_cache(cache_dir, model_dirs, data_file, tmp_path):
+    from tests.teachers.servers import FaultProxy
+
     with serve_teacher(model_dirs["teacher"]) as (url, _):
         manifest = run_cache_teacher(_job(None, data_file, tmp_path / "served", teacher_url=url, tokenizer=str(model_dirs["teacher"])))
+        with FaultProxy(url, [], ignore_temperature=True) as stock_vllm_like:
+            with pytest.raises(ValueError, match="ignores prompt_logprobs_temperature"):
+                run_cache_teacher(_job(None, data_file, tmp_path / "t2", teacher_url=stock_vllm_like.url,
+                                       tokenizer=str(model_dirs["teacher"]), temperature=2.0))
     assert manifest["teacher"] == url
     local, served = TeacherCache(cache_dir), TeacherCache(tmp_path / "served")
     for i in range(10):

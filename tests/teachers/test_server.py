@@ -126,6 +126,27 @@ def test_persistent_faults_end_in_a_clear_error(server, tokenizer, fault, messag
     assert proxy.seen == [fault] * 3
 
 
+def test_connection_closed_while_idle_is_reopened_without_using_a_retry(server, tokenizer):
+    """uvicorn closes idle kept-alive connections after 5 s, shorter than a training step."""
+    import time
+
+    teacher = _teacher(server, 4, retries=0, concurrency=1)
+    first = teacher.score(_batch(tokenizer), 1.0)
+    time.sleep(6)
+    assert torch.equal(teacher.score(_batch(tokenizer), 1.0).topk_ids, first.topk_ids)
+
+
+@pytest.mark.parametrize("value", [float("-inf"), float("nan"), 0.5])
+def test_non_finite_or_positive_log_probs_are_malformed(value):
+    from distill.teachers.server import MalformedResponse, parse_prompt_logprobs
+
+    body = {"choices": [{"index": 0, "prompt_logprobs": [None, {"5": {"logprob": -0.1}, "7": {"logprob": value}}]}]}
+    with pytest.raises(MalformedResponse, match="finite number <= 0"):
+        parse_prompt_logprobs(body, [[3, 5]], [1], 2, vocab_size=10)
+    body["choices"][0]["prompt_logprobs"][1]["7"]["logprob"] = -3.0
+    assert parse_prompt_logprobs(body, [[3, 5]], [1], 2, vocab_size=10)[0].ids.tolist() == [[5, 7]]
+
+
 def test_bad_request_is_not_retried(server):
     teacher = _teacher(server, 4, retries=3)
     with pytest.raises(TeacherServerError, match="refused.*400.*max_tokens"):

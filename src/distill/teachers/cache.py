@@ -174,7 +174,12 @@ def read_manifest(directory: Path) -> dict:
 
 
 class TeacherCache:
-    """Read side: verifies every shard's checksum on opening, then serves examples by example id."""
+    """Read side: verifies every shard's checksum on opening, then serves examples by example id.
+
+    Only the small per-example arrays (ids, offsets, prompt CRCs) are held in memory; an example's per-token
+    rows are sliced out of its shard on demand (safetensors reads just those bytes), so a cache much larger than
+    memory works, on every process.
+    """
 
     def __init__(self, directory: str | Path):
         self.directory = Path(directory)
@@ -183,13 +188,16 @@ class TeacherCache:
             raise ValueError(f"teacher_cache: {self.directory} is incomplete (cache-teacher was interrupted); re-run the "
                              "same `distill cache-teacher` command to finish it")
         self.location: dict[int, tuple[int, int]] = {}
-        self._shards: dict[int, dict[str, np.ndarray]] = {}
+        self._index: list[dict[str, np.ndarray]] = []
+        self._handles: dict[int, object] = {}
         for number, entry in enumerate(self.manifest["shards"]):
             path = self.directory / entry["file"]
             if not path.is_file() or sha256_file(path) != entry["sha256"]:
                 raise ValueError(f"teacher_cache: shard {path} is missing or corrupt (checksum mismatch); re-run the same "
                                  "`distill cache-teacher` command to rewrite it")
-            for local, example_id in enumerate(self._load(number)["example_ids"].tolist()):
+            handle = self._handle(number)
+            self._index.append({name: handle.get_tensor(name) for name in ("example_ids", "offsets", "prompt_crc")})
+            for local, example_id in enumerate(self._index[number]["example_ids"].tolist()):
                 self.location[example_id] = (number, local)
 
     @property
@@ -200,12 +208,12 @@ class TeacherCache:
     def temperature(self) -> float:
         return float(self.manifest["temperature"])
 
-    def _load(self, number: int) -> dict[str, np.ndarray]:
-        if number not in self._shards:
-            from safetensors.numpy import load_file
+    def _handle(self, number: int):
+        if number not in self._handles:
+            from safetensors import safe_open
 
-            self._shards[number] = load_file(str(self.directory / self.manifest["shards"][number]["file"]))
-        return self._shards[number]
+            self._handles[number] = safe_open(str(self.directory / self.manifest["shards"][number]["file"]), framework="numpy")
+        return self._handles[number]
 
     def __contains__(self, example_id: int) -> bool:
         return example_id in self.location
@@ -214,21 +222,23 @@ class TeacherCache:
         if example_id not in self.location:
             raise KeyError(f"teacher_cache {self.directory} has no example {example_id}")
         number, local = self.location[example_id]
-        shard = self._load(number)
-        lo, hi = int(shard["offsets"][local]), int(shard["offsets"][local + 1])
-        as_float = lambda name: torch.from_numpy(shard[name][lo:hi].astype(np.float32))  # noqa: E731
+        index, handle = self._index[number], self._handle(number)
+        lo, hi = int(index["offsets"][local]), int(index["offsets"][local + 1])
+        rows = lambda name: handle.get_slice(name)[lo:hi]  # noqa: E731
+        as_float = lambda name: torch.from_numpy(np.ascontiguousarray(rows(name), dtype=np.float32))  # noqa: E731
         return CachedExample(
-            torch.from_numpy(unpack_ids(shard["tokens"][lo:hi])), torch.from_numpy(unpack_ids(shard["topk_ids"][lo:hi])),
-            as_float("topk_logprobs"), as_float("token_logprobs"), as_float("tail_logprobs"), int(shard["prompt_crc"][local]),
+            torch.from_numpy(unpack_ids(rows("tokens"))), torch.from_numpy(unpack_ids(rows("topk_ids"))),
+            as_float("topk_logprobs"), as_float("token_logprobs"), as_float("tail_logprobs"), int(index["prompt_crc"][local]),
         )
 
-    def check_run(self, tokenizer, top_k: int, temperature: float, max_prompt_length: int) -> None:
-        """Reject a cache made with another tokenizer, K, temperature or prompt budget than the run asks for."""
+    def check_run(self, tokenizer, top_k: int, temperature: float, max_prompt_length: int, max_new_tokens: int) -> None:
+        """Reject a cache made with another tokenizer, K, temperature, prompt or completion budget than the run asks for."""
         wanted = {"tokenizer_hash": tokenizer_hash(tokenizer), "top_k": top_k, "temperature": temperature,
-                  "max_prompt_length": max_prompt_length}
+                  "max_prompt_length": max_prompt_length, "max_new_tokens": max_new_tokens}
         fixes = {"tokenizer_hash": "use the student tokenizer the cache was made for, or re-cache with it",
                  "top_k": "set teacher_logprobs to the cache's K", "temperature": "set temperature to the cache's",
-                 "max_prompt_length": "set max_prompt_length to the cache's"}
+                 "max_prompt_length": "set max_prompt_length to the cache's",
+                 "max_new_tokens": "set max_new_tokens to the cache's (its completions are what the run trains on)"}
         for key, value in wanted.items():
             have = self.manifest[key]
             if (abs(have - value) > 1e-9 if isinstance(value, float) else have != value):

@@ -21,7 +21,8 @@ def build_remote_teacher(config: DistillConfig, tokenizer, vocab_size: int, pad_
         teachers = {}
         for tid, directory in routes.items():
             cache = TeacherCache(directory)
-            cache.check_run(tokenizer, config.teacher_logprobs, config.temperature, config.max_prompt_length)
+            cache.check_run(tokenizer, config.teacher_logprobs, config.temperature, config.max_prompt_length,
+                            config.max_new_tokens)
             teachers[tid] = OfflineTeacher(cache)
     else:
         routes = parse_routes(config.teacher_url, "teacher_url")

@@ -48,18 +48,31 @@ class RoutedTeacher:
         self.teachers, self.pad_id = teachers, pad_id
 
     def score(self, batch: MicroBatch, temperature: float) -> RoutedSignal:
-        lengths = [len(c.completion_ids) for c in batch.completions]
-        starts = torch.tensor([0, *lengths]).cumsum(0)
-        rows_by_teacher: dict[str, list[int]] = {}
-        for row, completion in enumerate(batch.completions):
-            tid = completion.example.teacher_id if completion.example is not None else None
-            if tid not in self.teachers:
-                raise ValueError(f"example {getattr(completion.example, 'index', '?')}: teacher_id {tid!r} is not one of "
-                                 f"{sorted(self.teachers)}")
-            rows_by_teacher.setdefault(tid, []).append(row)
-        parts = []
-        for tid, rows in rows_by_teacher.items():
-            sub_batch = collate([batch.completions[r] for r in rows], batch.source, self.pad_id)
-            positions = torch.cat([torch.arange(int(starts[r]), int(starts[r + 1])) for r in rows]).long()
-            parts.append((tid, positions, self.teachers[tid].score(sub_batch, temperature)))
-        return RoutedSignal(parts)
+        return self.score_many([batch], temperature)[0]
+
+    def score_many(self, batches: list[MicroBatch], temperature: float) -> list[RoutedSignal]:
+        """Every micro-batch of a step: each teacher scores all its rows of the step in one call."""
+        plans, requests = [], {}  # plans[b]: (teacher id, positions of its rows in batch b); requests[tid]: sub-batches
+        for batch in batches:
+            lengths = [len(c.completion_ids) for c in batch.completions]
+            starts = torch.tensor([0, *lengths]).cumsum(0)
+            rows_by_teacher: dict[str, list[int]] = {}
+            for row, completion in enumerate(batch.completions):
+                tid = completion.example.teacher_id if completion.example is not None else None
+                if tid not in self.teachers:
+                    raise ValueError(f"example {getattr(completion.example, 'index', '?')}: teacher_id {tid!r} is not one of "
+                                     f"{sorted(self.teachers)}")
+                rows_by_teacher.setdefault(tid, []).append(row)
+            plan = []
+            for tid, rows in rows_by_teacher.items():
+                positions = torch.cat([torch.arange(int(starts[r]), int(starts[r + 1])) for r in rows]).long()
+                plan.append((tid, positions, len(requests.setdefault(tid, []))))
+                requests[tid].append(collate([batch.completions[r] for r in rows], batch.source, self.pad_id))
+            plans.append(plan)
+        signals = {}
+        for tid, sub_batches in requests.items():
+            teacher = self.teachers[tid]
+            score_many = getattr(teacher, "score_many", None)
+            signals[tid] = (score_many(sub_batches, temperature) if score_many is not None
+                            else [teacher.score(sub, temperature) for sub in sub_batches])
+        return [RoutedSignal([(tid, positions, signals[tid][slot]) for tid, positions, slot in plan]) for plan in plans]

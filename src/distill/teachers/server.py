@@ -81,6 +81,26 @@ class CompletionsClient:
             connection.close()
             self._local.connection = None
 
+    def _exchange(self, method: str, path: str, payload: dict | None) -> tuple[http.client.HTTPResponse, bytes]:
+        """One request/response. A kept-alive connection the server closed while idle (uvicorn closes them after
+        a few seconds, shorter than a training step) is reopened and the request resent once, without counting
+        as a failed attempt: nothing reached the server."""
+        body = json.dumps(payload).encode() if payload is not None else None
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        reused = getattr(self._local, "connection", None) is not None
+        try:
+            connection = self._connection()
+            connection.request(method, self.base_path + path, body=body, headers=headers)
+            response = connection.getresponse()
+        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            if not reused:
+                raise
+            self._drop_connection()
+            connection = self._connection()
+            connection.request(method, self.base_path + path, body=body, headers=headers)
+            response = connection.getresponse()
+        return response, response.read()
+
     def request(self, method: str, path: str, payload: dict | None = None, parse=lambda body: body) -> object:
         """Send one request, retrying transient failures; `parse(decoded_json)` may raise MalformedResponse."""
         attempts = self.settings.retries + 1
@@ -89,12 +109,7 @@ class CompletionsClient:
             if attempt:
                 time.sleep(self.settings.backoff_s * 2 ** (attempt - 1))
             try:
-                connection = self._connection()
-                body = json.dumps(payload).encode() if payload is not None else None
-                headers = {"Content-Type": "application/json"} if body is not None else {}
-                connection.request(method, self.base_path + path, body=body, headers=headers)
-                response = connection.getresponse()
-                raw = response.read()
+                response, raw = self._exchange(method, path, payload)
             except (OSError, http.client.HTTPException) as error:  # refused, reset, timed out, bad status line
                 self._drop_connection()
                 last = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
@@ -146,8 +161,8 @@ def parse_prompt_logprobs(body: object, prompts: list[list[int]], starts: list[i
                     raise MalformedResponse(f"position {position}: entry {key!r}: {value!r} is not a token log-prob") from None
                 if not 0 <= token < vocab_size:
                     raise MalformedResponse(f"position {position}: token id {token} outside the vocabulary [0, {vocab_size})")
-                if math.isnan(logprob) or logprob > 1e-3:
-                    raise MalformedResponse(f"position {position}: log-prob {logprob} of token {token} is not <= 0")
+                if not math.isfinite(logprob) or logprob > 1e-3:
+                    raise MalformedResponse(f"position {position}: log-prob {logprob} of token {token} is not a finite number <= 0")
                 pairs.append((min(logprob, 0.0), token))
             actual = prompt[position]
             found = [lp for lp, token in pairs if token == actual]
@@ -196,6 +211,8 @@ class ServerTeacher:
         """A server that ignores `prompt_logprobs_temperature` (stock vLLM) would train at T=1 silently."""
         if temperature == 1.0:
             return
+        if len(probe_ids) < 2:
+            raise ValueError("the temperature probe needs a prompt of at least 2 tokens")
         at_one = self.prompt_logprobs([probe_ids], [1], 1.0)[0]
         at_t = self.prompt_logprobs([probe_ids], [1], temperature)[0]
         if torch.equal(at_one.log_probs, at_t.log_probs):
