@@ -55,6 +55,7 @@ class TokenBytes:
     table: list[bytes]
     kind: str
     max_plain_bytes: int = 1  # the most bytes one non-special token spells
+    prefix_space: bool = False  # SentencePiece's dummy prefix: tokenizing a text spells " " + its bytes
 
     @classmethod
     def from_tokenizer(cls, tokenizer, who: str) -> "TokenBytes":
@@ -88,6 +89,7 @@ class TokenBytes:
         expected = PROBE_TEXT.encode("utf-8")
         if spelled != expected and not (kind == "sentencepiece" and spelled == b" " + expected):
             raise ValueError(cls._unsupported(who, f"its tokens of {PROBE_TEXT!r} spell {spelled!r}, not the text's bytes"))
+        result.prefix_space = spelled != expected
         return result
 
     @staticmethod
@@ -125,6 +127,29 @@ def text_and_ends(token_bytes: TokenBytes, ids: list[int]) -> tuple[str, list[in
         total += len(decoder.decode(token_bytes.table[i], final=position == len(ids) - 1).encode("utf-8"))
         ends.append(total)
     return text, ends
+
+
+def drop_prefix_space(token_bytes: TokenBytes, text: str, ends: list[int]) -> tuple[str, list[int]]:
+    """Remove a SentencePiece dummy-prefix space from a text its own ids spell, and from their byte ends.
+
+    A SentencePiece tokenizer with a dummy prefix spells " hello" for "hello": the space is not the text's (its
+    decoder drops it too). Left in, every byte end of that side would be one past the other side's, so no
+    boundary would ever be shared. A token that spelled only that space ends at 0 and joins the first group.
+    """
+    if not (token_bytes.prefix_space and text.startswith(" ")):
+        return text, ends
+    return text[1:], [max(end - 1, 0) for end in ends]
+
+
+def encode_with_ends(tokenizer, token_bytes: TokenBytes, text: str) -> tuple[list[int], list[int]]:
+    """`text` tokenized without special tokens, and each token's byte end in `text`'s UTF-8 encoding."""
+    if not text:
+        return [], []
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    ends = token_bytes.ends(ids)
+    if token_bytes.prefix_space and token_bytes.join(ids) == b" " + text.encode("utf-8"):
+        ends = [max(end - 1, 0) for end in ends]  # the dummy prefix is not one of the text's bytes
+    return ids, ends
 
 
 def _closing_ends(ends: list[int]) -> set[int]:

@@ -127,7 +127,7 @@ class Evaluator:
 
     def _student_generate(self, student):
         return lambda prompts, sampling, batch_size: generate_completions(
-            student, prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size)
+            student, prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size, vocab_size=self.vocab_size)
 
     def evaluate(self, student) -> dict:
         """{"on_teacher_completions": {...}, "on_student_completions": {...}, "answers": [...]}"""

@@ -96,11 +96,14 @@ def generate_completions(
     device: torch.device,
     batch_size: int | None = None,
     stopping_criteria=None,
+    vocab_size: int | None = None,
 ) -> list[tuple[list[int], bool]]:
     """Sample a completion for each prompt with HF generate (KV cache, left padding).
 
     Returns, per prompt, (completion ids ending at the first EOS, whether it stopped at max_new_tokens).
     `stopping_criteria` (a transformers StoppingCriteriaList) may end rows early; the caller then cuts them.
+    `vocab_size`: the tokenizer's size; rows of an output embedding padded past it (e.g. to a multiple of 64)
+    are never sampled, since those ids mean nothing to the tokenizer or the loss.
     """
     results: list[tuple[list[int], bool]] = []
     batch_size = batch_size or max(len(prompts), 1)
@@ -125,6 +128,9 @@ def generate_completions(
                 kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
             if stopping_criteria is not None:
                 kwargs["stopping_criteria"] = stopping_criteria
+            padded_rows = _output_rows(model) - vocab_size if vocab_size is not None else 0
+            if padded_rows > 0:
+                kwargs["suppress_tokens"] = list(range(vocab_size, vocab_size + padded_rows))
             output = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **kwargs)
             generated = output[:, width:].cpu()
             keep = first_eos_mask(generated, eos_ids)
@@ -135,6 +141,11 @@ def generate_completions(
     finally:
         model.train(was_training)
     return results
+
+
+def _output_rows(model) -> int:
+    head = model.get_output_embeddings()
+    return head.weight.shape[0] if head is not None else 0
 
 
 def collate(completions: list[Completion], source: str, pad_id: int) -> MicroBatch:

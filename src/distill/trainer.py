@@ -330,7 +330,8 @@ class Distiller:
             sampling = SamplingParams(config.sampling_temperature, config.top_p, config.top_k, config.max_new_tokens)
             prompts = [self.encoded[j].prompt_ids for i in on_policy for j in groups[i]]
             start = time.perf_counter()
-            outputs = iter(generate_completions(self.student_for_generation(), prompts, sampling, self.eos_ids, self.pad_id, self.device))
+            outputs = iter(generate_completions(self.student_for_generation(), prompts, sampling, self.eos_ids, self.pad_id, self.device,
+                                                   vocab_size=self.vocab_size))
             timings["generation_student"] = timings.get("generation_student", 0.0) + time.perf_counter() - start
             generated.update({i: [next(outputs) for _ in groups[i]] for i in on_policy})
         if "teacher" in sources:

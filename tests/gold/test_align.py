@@ -63,7 +63,7 @@ def test_wordpiece_fails_with_a_message_naming_the_fix():
         TokenBytes.from_tokenizer(fast, "teacher")
 
 
-def test_sentencepiece_with_byte_fallback_is_supported():
+def _sentencepiece_tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -72,8 +72,32 @@ def test_sentencepiece_with_byte_fallback_is_supported():
     sp.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
     byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
     sp.train_from_iterator(["hello world café", "naïve déjà vu"], trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", *byte_tokens]))
-    fast = PreTrainedTokenizerFast(tokenizer_object=sp, unk_token="<unk>")
+    return PreTrainedTokenizerFast(tokenizer_object=sp, unk_token="<unk>")
+
+
+def test_sentencepiece_with_byte_fallback_is_supported():
+    fast = _sentencepiece_tokenizer()
     table = TokenBytes.from_tokenizer(fast, "student")
-    assert table.kind == "sentencepiece"
+    assert table.kind == "sentencepiece" and table.prefix_space
     ids = fast(TEXT, add_special_tokens=False)["input_ids"]
     assert table.join(ids).lstrip(b" ") == TEXT.encode("utf-8")  # 東京 etc. through byte fallback
+
+
+def test_sentencepiece_dummy_prefix_does_not_shift_the_alignment(smol_tokenizer):
+    """A Llama-2-style tokenizer spells " hello" for "hello": its byte ends must not be one past the other side's."""
+    from distill.align import drop_prefix_space, encode_with_ends
+
+    sp = _sentencepiece_tokenizer()
+    sp_table, smol_table = TokenBytes.from_tokenizer(sp, "teacher"), TokenBytes.from_tokenizer(smol_tokenizer, "student")
+    text = "hello world café 東京"
+    s_ids, s_ends = encode_with_ends(smol_tokenizer, smol_table, text)
+    t_ids, t_ends = encode_with_ends(sp, sp_table, text)
+    assert sp_table.join(t_ids) == b" " + text.encode() and t_ends[-1] == s_ends[-1] == len(text.encode())
+    s_groups, t_groups, count = align_groups(s_ends, t_ends)
+    pairs = paired_groups(s_groups, t_groups, count)
+    assert len(pairs) >= 3  # "hello", " world", ... close groups on both sides, not one group for everything
+    for s, t in pairs:
+        assert smol_table.join([s_ids[p] for p in s]).strip() == sp_table.join([t_ids[p] for p in t]).strip()
+    # The other direction: an SP side's own text loses the dummy space, and its ends with it.
+    spelled, ends = drop_prefix_space(sp_table, sp_table.join(t_ids).decode(), sp_table.ends(t_ids))
+    assert spelled == text and ends == t_ends

@@ -79,3 +79,22 @@ def test_draws_are_identical_on_every_process():
     first, second = run_in_processes(_draws_on_rank, world_size=2)
     assert first == second
     assert {s for step in first for s in step} == {"student", "teacher"}
+
+
+def test_padded_embedding_rows_are_never_sampled(tokenizer):
+    """An output embedding padded past the tokenizer (pad_rows) must not yield ids the tokenizer lacks."""
+    import torch
+
+    from distill.rollout import SamplingParams, generate_completions
+    from tests.conftest import tiny_lm
+
+    vocab = len(tokenizer)
+    model = tiny_lm(vocab, layers=1, seed=3, eos_token_id=tokenizer.eos_token_id, pad_rows=64)
+    with torch.no_grad():  # make the padded rows overwhelmingly likely
+        model.lm_head.weight[vocab:] = 50.0 * model.lm_head.weight[:64].sign()
+    prompts = [[5, 6, 7]] * 4
+    sampling = SamplingParams(1.0, 1.0, 0, 8)
+    unguarded = generate_completions(model, prompts, sampling, [tokenizer.eos_token_id], 1, torch.device("cpu"))
+    assert any(i >= vocab for ids, _ in unguarded for i in ids)  # the hazard is real
+    guarded = generate_completions(model, prompts, sampling, [tokenizer.eos_token_id], 1, torch.device("cpu"), vocab_size=vocab)
+    assert all(i < vocab for ids, _ in guarded for i in ids)

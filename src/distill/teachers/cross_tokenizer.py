@@ -21,7 +21,14 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from distill.align import TokenBytes, align_groups, paired_groups, text_and_ends
+from distill.align import (
+    TokenBytes,
+    align_groups,
+    drop_prefix_space,
+    encode_with_ends,
+    paired_groups,
+    text_and_ends,
+)
 from distill.data import Example, PromptEncoder
 from distill.losses import DistillLoss, LogitHead
 from distill.losses.uld import Alignment, ULDSettings, VocabularyMatch, chunked_uld
@@ -135,9 +142,9 @@ class CrossTokenizerTeacher:
         """The student's completion on the teacher's side, with the aligned groups of both tokenizations."""
         ended = bool(student_ids) and student_ids[-1] in self.student_eos_ids
         body = student_ids[:-1] if ended else student_ids
-        text, student_ends = text_and_ends(self.student_bytes, body)
-        teacher_body = self.tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
-        student_groups, teacher_groups, count = align_groups(student_ends, self.teacher_bytes.ends(teacher_body))
+        text, student_ends = drop_prefix_space(self.student_bytes, *text_and_ends(self.student_bytes, body))
+        teacher_body, teacher_ends = encode_with_ends(self.tokenizer, self.teacher_bytes, text)
+        student_groups, teacher_groups, count = align_groups(student_ends, teacher_ends)
         groups = paired_groups(student_groups, teacher_groups, count)
         completion = list(teacher_body)
         if ended and self.eos_ids:
@@ -151,6 +158,7 @@ class CrossTokenizerTeacher:
         body = teacher_ids[:-1] if ended else teacher_ids
         # final=False holds back a character cut in half by max_new_tokens: it is not text yet.
         text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(self.teacher_bytes.join(body), final=False)
+        text = drop_prefix_space(self.teacher_bytes, text, [])[0]
         ids = self.student_tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
         first_eos = next((k for k, token in enumerate(ids) if token in self.student_eos_ids), None)
         if first_eos is not None:  # the text spells the student's EOS: it ends there, as a sampled EOS would
@@ -178,7 +186,8 @@ class CrossTokenizerTeacher:
             chunk = teacher_prompts[start : start + size]
             budget = ByteBudget(self.teacher_bytes, budget_bytes)
             outputs = generate_completions(self.model, chunk, sampling, self.eos_ids, self.pad_id, self.device,
-                                           stopping_criteria=StoppingCriteriaList([budget]))
+                                           stopping_criteria=StoppingCriteriaList([budget]),
+                                           vocab_size=len(self.teacher_bytes.table))
             for (ids, hit_max), stopped_at in zip(outputs, budget.stop_lengths(len(chunk)), strict=True):
                 if stopped_at is not None and len(ids) > stopped_at:  # what follows a budget stop is padding, not an EOS
                     ids = ids[:stopped_at]

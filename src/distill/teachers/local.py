@@ -34,4 +34,5 @@ class LocalTeacher:
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
                  examples=None) -> list[tuple[list[int], bool]]:
         """Samples from the student's prompt ids (same tokenizer); `examples` is not needed."""
-        return generate_completions(self.model, prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size)
+        return generate_completions(self.model, prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size,
+                                    vocab_size=self.head.vocab_size)
