@@ -91,6 +91,8 @@ def cmd_eval(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="distill eval", description="Evaluate a student against a teacher on held-out prompts.")
     parser.add_argument("model", help="a student model directory, or a run directory (its model/ and config are used)")
     parser.add_argument("--teacher", help="teacher model (default: the run's teacher, else the bundled default)")
+    parser.add_argument("--teacher-url", help="a teacher server instead (scores the student's own samples; default: a "
+                        "server run's teacher_url)")
     parser.add_argument("--dataset", help="prompts (default: the run's held-out set, else the bundled held-out split)")
     parser.add_argument("--split", default=None, help="dataset split (default: heldout)")
     parser.add_argument("--max-prompts", type=int, default=None)

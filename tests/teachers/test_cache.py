@@ -164,6 +164,10 @@ def test_offline_training_reads_the_cache(cache_dir, model_dirs, data_file, tmp_
     assert result["steps"] == 3 and np.isfinite(result["train"]["loss"]) and result["train"]["loss"] > 0
     assert not all(torch.equal(before[k], after[k]) for k in before)
 
+    from distill.cli import main
+
+    assert main(["eval", str(tmp_path / "run"), "--dataset", str(data_file), "--split", "train"]) == 2  # no teacher to score
+
 
 def test_offline_run_refuses_another_dataset(cache_dir, model_dirs, tmp_path):
     config = _offline_config(tmp_path, cache_dir)

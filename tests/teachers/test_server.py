@@ -174,6 +174,18 @@ def test_train_against_the_server(server, tokenizer, model_dirs, tmp_path):
     card = (tmp_path / "run" / "model" / "README.md").read_text()
     assert f"teacher server {server}" in card
 
+    # `distill eval RUN_DIR` of a server run scores through the run's server (no teacher model is loaded).
+    import json
+
+    from distill.cli import main
+
+    data = tmp_path / "eval.jsonl"
+    data.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in chat_rows(3, seed=9)))
+    assert main(["eval", str(tmp_path / "run"), "--dataset", str(data), "--split", "train", "--max-new-tokens", "4",
+                 "--device", "cpu"]) == 0
+    report = json.loads((tmp_path / "run" / "eval-cli" / "eval.json").read_text())
+    assert set(report["metrics"]["student"]) == {"on_student_completions"}
+
 
 def test_server_killed_mid_run_checkpoints_and_resumes_identically(server, tokenizer, model_dirs, tmp_path):
     """The server dies after step 2: the run stops with a clear error and a checkpoint of step 2, which
