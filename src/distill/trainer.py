@@ -596,8 +596,10 @@ class Distiller:
         if self.config.report_to != "none":
             self.accelerator.log({k: v for k, v in record.items() if k != "step"}, step=step)
         if progress is not None:
-            progress.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}", kl=f"{record.get('forward_kl', float('nan')):.3f}",
-                                 tok_s=f"{record.get('tokens_per_second/student', 0):.0f}", refresh=False)
+            shown = {"loss": f"{record.get('loss', float('nan')):.3f}"}
+            if "forward_kl" in record:  # methods without per-token diagnostics (gold) have no KL to show
+                shown["kl"] = f"{record['forward_kl']:.3f}"
+            progress.set_postfix(**shown, tok_s=f"{record.get('tokens_per_second/student', 0):.0f}", refresh=False)
         return record
 
     def _global_batch(self) -> int:
