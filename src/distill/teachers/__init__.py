@@ -1,7 +1,8 @@
 """Teachers: what scores the student's completions, and the signal each hands to the loss.
 
 - `LocalTeacher`: a same-tokenizer model on this process (`DenseSignal`, full vocabulary).
-- `SparseSignal`: top-k log-probs + sampled token + tail, from a server or a disk cache.
+- `SparseSignal`: top-k log-probs + sampled token + tail, from a server (`server.ServerTeacher`) or a disk
+  cache (`offline.OfflineTeacher`, format in `cache`); `routed.RoutedTeacher` sends each row to its teacher_id's.
 - `CrossTokenizerTeacher`: a teacher with another tokenizer (method gold), byte-aligned (`AlignedSignal`).
 """
 

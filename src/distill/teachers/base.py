@@ -9,6 +9,7 @@ the same trainer, denominators and metrics.
     local (same tokenizer) -> DenseSignal   -> chunked generalized JSD over the full vocabulary
     server / offline cache -> SparseSignal  -> sparse generalized JSD on top-k + sampled token + tail
     another tokenizer      -> AlignedSignal -> ULD / hybrid ULD on byte-aligned groups (teachers/cross_tokenizer.py)
+    several, by teacher_id -> RoutedSignal  -> each part's own loss, summed, reported per teacher (teachers/routed.py)
 """
 
 from __future__ import annotations
