@@ -16,7 +16,7 @@ import torch
 
 from distill.data import PromptEncoder, examples_from_dataset, load_dataset_spec
 from distill.losses import DEFAULT_CHUNK_SIZE
-from distill.losses.sparse import DEFAULT_MIN_TAIL_MASS
+from distill.losses.sparse import DEFAULT_MIN_TAIL_MASS, teacher_cells
 from distill.rollout import Completion, SamplingParams, collate
 from distill.teachers.base import DenseSignal, SparseSignal
 from distill.teachers.cache import (
@@ -63,11 +63,11 @@ def sparse_top_k(signal, batch, k: int, temperature: float) -> TopK:
         targets = completion_targets(batch.input_ids, batch.completion_mask)
         return topk_log_probs(signal.hidden.float(), signal.head, targets.to(signal.hidden.device), k, temperature, DEFAULT_CHUNK_SIZE)
     if isinstance(signal, SparseSignal):
-        targets = completion_targets(batch.input_ids, batch.completion_mask)
-        in_top = (signal.topk_ids == targets.unsqueeze(1)).any(1)
-        mass = signal.topk_log_probs.double().exp().sum(1) + torch.where(in_top, 0.0, signal.sampled_log_probs.double().exp())
-        tail = (1.0 - mass).clamp_min(DEFAULT_MIN_TAIL_MASS).log().float()
-        return TopK(signal.topk_ids, signal.topk_log_probs, signal.sampled_log_probs, tail)
+        targets = completion_targets(batch.input_ids, batch.completion_mask).to(signal.topk_ids.device)
+        # The loss's own coarsening gives the tail: 1 - (top-k + token) mass, floored; its last cell.
+        _, cells, _ = teacher_cells(signal.topk_ids, signal.topk_log_probs, targets, signal.sampled_log_probs, None,
+                                    True, DEFAULT_MIN_TAIL_MASS)
+        return TopK(signal.topk_ids, signal.topk_log_probs, signal.sampled_log_probs, cells[:, -1])
     raise TypeError(f"cannot cache a {type(signal).__name__}")
 
 
