@@ -9,7 +9,7 @@ cache, and the time and memory of a training step from the cache vs with the tea
    concurrency feeds). Reported: teacher tokens scored per second (every position of every sequence).
 2. Cache: `distill cache-teacher --generate` over the first `--examples` bundled prompts: bytes per token on
    disk and in the per-token arrays.
-3. Step: the same student, data and completions, trained by method offline (the cache) and by method gkd with
+3. Step: the same student, data and completions, trained by method gkd from the cache (teacher_cache) and by method gkd with
    the local teacher (off-policy, the cached completions as dataset completions); each in a fresh process
    (its own peak RSS); the first step is not timed.
 Writes benchmarks/results/teacher.json.
@@ -120,7 +120,7 @@ def step_child(mode: str, work: Path, steps: int, k: int, new_tokens: int) -> di
                   progress_bar=False, save_steps=0, logging_steps=1, max_steps=steps + 1, max_new_tokens=new_tokens,
                   output_dir=str(work / f"run-{mode}"), overwrite_output_dir=True)
     if mode == "offline":
-        config = DistillConfig(method="offline", teacher_cache=str(work / "cache"), teacher_logprobs=k, dataset=str(work / "prompts.jsonl"), **common)
+        config = DistillConfig(method="gkd", teacher_cache=str(work / "cache"), teacher_logprobs=k, dataset=str(work / "prompts.jsonl"), **common)
     else:
         config = DistillConfig(method="gkd", dataset=str(work / "with_completions.jsonl"), **common)
     distiller = Distiller(config)

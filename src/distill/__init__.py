@@ -5,9 +5,9 @@
 """
 
 from distill.config import DistillConfig
+from distill.version import __version__
 
-__version__ = "0.1.0"
-__all__ = ["DistillConfig", "Distiller"]
+__all__ = ["DistillConfig", "Distiller", "__version__"]
 
 
 def __getattr__(name):

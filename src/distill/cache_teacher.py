@@ -18,7 +18,8 @@ from distill.data import PromptEncoder, examples_from_dataset, load_dataset_spec
 from distill.losses import DEFAULT_CHUNK_SIZE
 from distill.losses.sparse import DEFAULT_MIN_TAIL_MASS, teacher_cells
 from distill.rollout import Completion, SamplingParams, collate
-from distill.teachers.base import DenseSignal, SparseSignal
+from distill.runtime import eval_device
+from distill.signals import DenseSignal, SparseSignal
 from distill.teachers.cache import (
     FORMAT,
     MANIFEST,
@@ -72,15 +73,10 @@ def sparse_top_k(signal, batch, k: int, temperature: float) -> TopK:
 
 
 def _open_teacher(job: CacheJob, device: torch.device):
-    """(teacher, tokenizer, teacher name) for a local model or a server."""
-    from distill.models import (
-        eos_token_ids,
-        load_causal_lm,
-        load_tokenizer,
-        resolve_model_source,
-    )
-    from distill.teachers.local import LocalTeacher
-    from distill.teachers.server import ServerSettings, ServerTeacher
+    """(teacher, tokenizer, teacher name) for a local model or a server, built as training builds them."""
+    from distill.models import eos_token_ids, load_tokenizer, resolve_model_source
+    from distill.teachers.build import load_model, model_teacher, server_teacher
+    from distill.teachers.server import ServerSettings
 
     if job.teacher_url:
         if job.generate:
@@ -88,18 +84,14 @@ def _open_teacher(job: CacheJob, device: torch.device):
         if not job.tokenizer:
             raise ValueError("--tokenizer: with --teacher-url give the tokenizer the cache is for (a model directory or .gguf)")
         tokenizer = load_tokenizer(resolve_model_source(job.tokenizer, "tokenizer"))
-        teacher = ServerTeacher(ServerSettings(job.teacher_url, job.top_k), len(tokenizer))
-        teacher.check(tokenizer)
         # A server that ignores the temperature (stock vLLM) would fill a cache labelled with the wrong one.
         probe = tokenizer("The quick brown fox jumps over the lazy dog.", add_special_tokens=False)["input_ids"]
-        teacher.check_temperature(job.temperature, probe)
+        teacher = server_teacher(ServerSettings(job.teacher_url, job.top_k), tokenizer, len(tokenizer), job.temperature, probe)
         return teacher, tokenizer, job.teacher_url
-    source = resolve_model_source(job.teacher, "teacher")
-    tokenizer = load_tokenizer(source)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = load_causal_lm(source, torch.float32).to(device)
-    teacher = LocalTeacher(model, len(tokenizer), eos_token_ids(tokenizer, model), tokenizer.pad_token_id, device)
+    model, tokenizer = load_model(job.teacher, "teacher", device)
+    teacher = model_teacher(model, tokenizer, tokenizer, cross_tokenizer=False, vocab_size=len(tokenizer),
+                            student_eos_ids=eos_token_ids(tokenizer, model), device=device,
+                            max_prompt_length=job.max_prompt_length)
     return teacher, tokenizer, job.teacher
 
 
@@ -118,7 +110,7 @@ def run_cache_teacher(job: CacheJob) -> dict:
         if missing:
             raise ValueError(f"dataset row {missing[0]} (and {len(missing) - 1} more) has no completion; add a 'completion' "
                              "column or pass --generate to let the teacher write them")
-    device = torch.device("cuda" if job.device == "auto" and torch.cuda.is_available() else ("cpu" if job.device == "auto" else job.device))
+    device = eval_device(job.device)
     teacher, tokenizer, teacher_name = _open_teacher(job, device)
     from distill.models import eos_token_ids
 

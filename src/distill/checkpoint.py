@@ -1,7 +1,8 @@
 """Checkpoints written atomically (temporary directory, then one rename) and the resume that reads them.
 
 A checkpoint `checkpoints/step-000050/` holds the student (`save_pretrained`, also LoRA adapters), the
-optimizer and scheduler states, every process's RNG state and the step. A crash while writing leaves a
+optimizer and scheduler states, every process's RNG state, the method's step-hook states (`hooks.pt`,
+tensors and plain values only, read with weights_only=True) and the step. A crash while writing leaves a
 `.tmp-*` directory that is ignored and cleaned up, never a half-written `step-*`.
 """
 
@@ -52,7 +53,8 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(accelerator, run_dir: Path, step: int, save_student, optimizer, scheduler, keep: int) -> Path:
+def save_checkpoint(accelerator, run_dir: Path, step: int, save_student, optimizer, scheduler, keep: int,
+                    hooks: dict[str, dict] | None = None) -> Path:
     """Write checkpoint `step` atomically; every process must call it (each saves its RNG state).
 
     save_student(directory): writes the student and tokenizer there; called on every process (FSDP gathers
@@ -71,6 +73,7 @@ def save_checkpoint(accelerator, run_dir: Path, step: int, save_student, optimiz
     if accelerator.is_main_process:
         torch.save(optimizer_state, temporary / "optimizer.pt")
         torch.save(scheduler.state_dict(), temporary / "scheduler.pt")
+        torch.save(hooks or {}, temporary / "hooks.pt")
         (temporary / "state.json").write_text(json.dumps({"step": step, "num_processes": accelerator.num_processes}))
         if final.exists():
             shutil.rmtree(final)
@@ -81,8 +84,9 @@ def save_checkpoint(accelerator, run_dir: Path, step: int, save_student, optimiz
     return final
 
 
-def load_training_state(accelerator, checkpoint: Path, model, optimizer, scheduler) -> int:
-    """Restore the (unwrapped) student's weights, optimizer, scheduler and this process's RNG; returns the step."""
+def load_training_state(accelerator, checkpoint: Path, model, optimizer, scheduler) -> tuple[int, dict[str, dict]]:
+    """Restore the (unwrapped) student's weights, optimizer, scheduler and this process's RNG; returns the step
+    and the step-hook states (name -> state) for the caller to hand to its hooks."""
     from safetensors.torch import load_file
 
     state = json.loads((checkpoint / "state.json").read_text())
@@ -106,4 +110,6 @@ def load_training_state(accelerator, checkpoint: Path, model, optimizer, schedul
     optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", weights_only=False))
     scheduler.load_state_dict(torch.load(checkpoint / "scheduler.pt", weights_only=False))
     set_rng_state(torch.load(checkpoint / f"rng_{accelerator.process_index}.pt", weights_only=False))
-    return int(state["step"])
+    hooks_file = checkpoint / "hooks.pt"
+    hooks = torch.load(hooks_file, weights_only=True) if hooks_file.is_file() else {}
+    return int(state["step"]), hooks

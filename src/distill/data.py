@@ -1,9 +1,11 @@
 """Datasets of prompts (and optional completions): loading, validation, chat rendering, tokenization.
 
 A row holds either `prompt` (a string, or a list of chat messages) or `messages` (a chat whose last
-assistant turn, if any, is the completion). An optional `completion` column (a string, or a list holding
-one assistant message) gives off-policy completions. Every problem is reported when the run is set up,
-before any model is loaded, with the column or row at fault.
+assistant turn, if any, is the completion). Optional columns: `completion` (a string, or a list holding
+one assistant message) gives off-policy completions; `privileged_context` (text: a demonstration, a fact,
+a hint) is context a self-teacher sees and the student does not; `teacher_id` routes the row to one of
+several teachers. Every problem is reported when the run is set up, before any model is loaded, with the
+column or row at fault. The step sampler (which prompts each optimizer step trains on) is here too.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distill.config import BUNDLED_DATASET
+import torch
 
+BUNDLED_DATASET = "bundled"
 BUNDLED_PROMPTS = Path(__file__).parent / "recipes" / "data" / "prompts.jsonl"
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -26,6 +29,16 @@ class Example:
     prompt: str | list[dict[str, str]]  # plain text, or chat messages ending before the answer
     completion: str | None  # the dataset's own answer, when it has one
     teacher_id: str | None = None  # which teacher scores it, when several are configured
+    privileged_context: str | None = None  # what a self-teacher is shown and the student is not
+
+
+@dataclass
+class EncodedExample:
+    """An example in the student's tokens: the prompt (end kept), and the completion when it has one."""
+
+    prompt_ids: list[int]
+    prompt_truncated: bool
+    completion_ids: list[int] | None
 
 
 def load_dataset_spec(spec: Any, split: str, field: str):
@@ -116,7 +129,10 @@ def _example(index: int, row: dict[str, Any], field: str) -> Example:
     teacher_id = row.get("teacher_id")
     if teacher_id is not None and not isinstance(teacher_id, (str, int)):
         raise ValueError(f"{where}: 'teacher_id' must be text (the id of a configured teacher)")
-    return Example(index, prompt, completion, None if teacher_id is None else str(teacher_id))
+    context = row.get("privileged_context")
+    if context is not None and not isinstance(context, str):
+        raise ValueError(f"{where}: 'privileged_context' must be text, got {type(context).__name__}")
+    return Example(index, prompt, completion, None if teacher_id is None else str(teacher_id), context)
 
 
 def _check_messages(messages: Any, where: str, column: str) -> None:
@@ -165,3 +181,34 @@ class PromptEncoder:
         ids = self.tokenizer(completion, add_special_tokens=False)["input_ids"] + [self.eos_token_ids[0]]
         first_eos = next(i for i, token in enumerate(ids) if token in self.eos_token_ids)
         return ids[: first_eos + 1][: self.max_new_tokens]
+
+
+class StepSampler:
+    """Which dataset rows each optimizer step trains on: epochs of seeded permutations, cut into every
+    process's micro-batches. Depends only on (seed, step), so a resumed run sees the same rows."""
+
+    def __init__(self, num_examples: int, batch_size: int, accumulation: int, num_processes: int, process_index: int, seed: int):
+        self.num_examples, self.batch_size, self.accumulation = num_examples, batch_size, accumulation
+        self.num_processes, self.process_index, self.seed = num_processes, process_index, seed
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.accumulation * self.num_processes
+
+    def prompts_for_step(self, step: int) -> list[int]:
+        """Indices of the step's prompts, all processes' shares in order."""
+        n, size = self.num_examples, self.global_batch
+        indices, cached_epoch, order = [], None, None
+        for position in range(step * size, (step + 1) * size):
+            epoch = position // n
+            if epoch != cached_epoch:
+                order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed + 7919 * epoch)).tolist()
+                cached_epoch = epoch
+            indices.append(order[position % n])
+        return indices
+
+    def micro_batch_indices(self, step: int) -> list[list[int]]:
+        """This process's micro-batches of prompt indices for optimizer step `step`."""
+        bs, share_size = self.batch_size, self.batch_size * self.accumulation
+        share = self.prompts_for_step(step)[self.process_index * share_size : (self.process_index + 1) * share_size]
+        return [share[i * bs : (i + 1) * bs] for i in range(self.accumulation)]

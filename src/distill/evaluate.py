@@ -15,9 +15,10 @@ from pathlib import Path
 import torch
 
 from distill.data import Example, PromptEncoder
-from distill.objective import student_loss
+from distill.objectives import DivergenceObjective, StepContext
+from distill.objectives.student import student_loss
 from distill.rollout import Completion, SamplingParams, collate, generate_completions
-from distill.teachers import LossSettings, Teacher
+from distill.teachers import Teacher
 
 
 @dataclass
@@ -27,6 +28,11 @@ class EvalSettings:
     num_examples: int
     seed: int
     chunk_size: int = 256
+
+
+def divergence_objective(chunk_size: int) -> DivergenceObjective:
+    """The evaluation's objective: forward KL (beta 0) at temperature 1, whatever the run trained with."""
+    return DivergenceObjective.constant(0.0, 1.0, chunk_size)
 
 
 @torch.no_grad()
@@ -42,13 +48,12 @@ def score_completions(student, teacher: Teacher, completions: list[Completion], 
         return _score_aligned(student, teacher, completions, vocab_size, pad_id, device, settings)
     totals = {"forward_kl": 0.0, "reverse_kl": 0.0, "top1_agreement": 0.0}
     tokens = 0
-    loss_settings = LossSettings(beta=0.0, temperature=1.0, chunk_size=settings.chunk_size, return_stats=True)
+    objective = divergence_objective(settings.chunk_size)
     for start in range(0, len(completions), settings.batch_size):
         batch = collate(completions[start : start + settings.batch_size], "eval", pad_id).to(device)
         if batch.num_completion_tokens == 0:
             continue
-        signal = teacher.score(batch, 1.0)
-        out = student_loss(student, vocab_size, batch.input_ids, batch.attention_mask, batch.completion_mask, signal, loss_settings)
+        out = student_loss(student, vocab_size, batch, teacher.score(batch, 1.0), objective, StepContext("eval", return_stats=True))
         for name in totals:
             totals[name] += float(getattr(out.stats, name).double().sum())
         tokens += int(out.num_tokens)
@@ -59,13 +64,13 @@ def score_completions(student, teacher: Teacher, completions: list[Completion], 
 
 def _score_aligned(student, teacher, completions, vocab_size, pad_id, device, settings: EvalSettings) -> dict[str, float]:
     total, tokens = 0.0, 0
-    loss_settings = LossSettings(beta=0.0, temperature=1.0, chunk_size=settings.chunk_size)
+    objective = divergence_objective(settings.chunk_size)
     for start in range(0, len(completions), settings.batch_size):
         batch = collate(completions[start : start + settings.batch_size], "eval", pad_id).to(device)
         if batch.num_completion_tokens == 0:
             continue
         signal = teacher.score(batch, 1.0, divergence_only=True)
-        out = student_loss(student, vocab_size, batch.input_ids, batch.attention_mask, batch.completion_mask, signal, loss_settings)
+        out = student_loss(student, vocab_size, batch, signal, objective, StepContext("eval"))
         total += float(out.loss_sum)
         tokens += int(out.num_tokens)
     return {"aligned_divergence": total / max(tokens, 1), "tokens": tokens}

@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from distill.losses import all_reduce_sum
+from distill.losses import STAT_NAMES, all_reduce_sum
+from distill.rollout import SOURCES
 
 
 class MetricWindow:
@@ -93,3 +94,62 @@ class MetricsLog:
 
 def read_metrics(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def new_window(method_metrics: tuple[str, ...] = (), teacher_ids: list[str] = ()) -> MetricWindow:
+    """A window with every name the run may log registered, so every process reduces the same vector."""
+    window = MetricWindow()
+    means = ["loss", "completion_length", "clipped_ratio", "grad_norm", "learning_rate", *STAT_NAMES, *method_metrics]
+    means += [f"{kind}/{s}" for s in SOURCES for kind in ("loss", "completion_length")]
+    means += [f"loss/teacher/{tid}" for tid in teacher_ids if tid]
+    window.register(means, ["prompts_truncated", *[f"micro_batches/{s}" for s in SOURCES], "tokens_per_second/generation",
+                            "tokens_per_second/teacher", "tokens_per_second/student"],
+                    ["completion_length_max", *[f"completion_length/{s}_max" for s in SOURCES]])
+    return window
+
+
+def record_micro_batch(window: MetricWindow, mb, out, log_step: bool, method_metrics: tuple[str, ...] = ()) -> None:
+    """Add one micro-batch's loss sums, lengths and diagnostics (`out`: its DistillLoss) to `window`."""
+    tokens = int(out.num_tokens)
+    loss_sum = float(out.loss_sum.detach())
+    window.add_mean("loss", loss_sum, tokens)
+    window.add_mean(f"loss/{mb.source}", loss_sum, tokens)
+    lengths = [len(c.completion_ids) for c in mb.completions]
+    for name in ("completion_length", f"completion_length/{mb.source}"):
+        window.add_mean(name, sum(lengths), len(lengths))
+        window.add_max(f"{name}_max", max(lengths))
+    window.add_mean("clipped_ratio", sum(c.hit_max_new_tokens for c in mb.completions), len(lengths))
+    window.add_sum("prompts_truncated", sum(c.prompt_truncated for c in mb.completions))
+    window.add_sum(f"micro_batches/{mb.source}", 1)
+    for teacher_id, (group_loss, group_tokens) in (out.groups or {}).items():
+        window.add_mean(f"loss/teacher/{teacher_id}", float(group_loss), int(group_tokens))
+    for name, (numerator, denominator) in (out.metrics or {}).items():
+        if name not in method_metrics:  # an undeclared name would be reduced on some processes only
+            raise ValueError(f"the objective reported metric {name!r}, which its method does not declare in Method.metrics")
+        window.add_mean(name, float(numerator), float(denominator))
+    if log_step and out.stats is not None:
+        for name in STAT_NAMES:
+            window.add_mean(name, float(getattr(out.stats, name).double().sum()), tokens)
+
+
+def add_throughput(window: MetricWindow, timings: dict[str, float]) -> None:
+    """Tokens per second of generation, teacher scoring and the student's step over the window."""
+    gen_time = timings.get("generation_student", 0.0) + timings.get("generation_teacher", 0.0)
+    gen_tokens = window.pairs["completion_length/student"][0] + window.pairs["completion_length/teacher"][0]
+    scored = timings.get("tokens_scored", 0.0)
+    if gen_time:
+        window.add_sum("tokens_per_second/generation", gen_tokens / gen_time)
+    if timings.get("teacher"):
+        window.add_sum("tokens_per_second/teacher", scored / timings["teacher"])
+    if timings.get("student"):
+        window.add_sum("tokens_per_second/student", scored / timings["student"])
+
+
+def log_record(step: int, epoch: float, reduced: dict[str, float]) -> dict:
+    """The metrics.jsonl line of a logging step: sources that never occurred in the window are left out."""
+    record = {"step": step, "epoch": epoch}
+    record.update({k: v for k, v in reduced.items() if not (k.startswith("micro_batches/") and v == 0)})
+    for source in SOURCES:  # a source absent from the window has no maximum length to report
+        if reduced.get(f"micro_batches/{source}", 0) == 0:
+            record.pop(f"completion_length/{source}_max", None)
+    return record

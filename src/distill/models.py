@@ -215,3 +215,20 @@ def eos_token_ids(tokenizer, model: nn.Module) -> list[int]:
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def prepare_student(model: nn.Module, gradient_checkpointing: bool, lora: dict | None) -> nn.Module:
+    """The student as it trains: float32 master weights, activation checkpointing, LoRA adapters (`lora`:
+    r, lora_alpha, lora_dropout, target_modules; None = full fine-tuning)."""
+    model = model.float()
+    if gradient_checkpointing:
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()
+        model.config.use_cache = False
+    if lora is not None:
+        try:
+            from peft import LoraConfig, get_peft_model
+        except ImportError:
+            raise ValueError("use_peft: true needs the optional extra: pip install peft") from None
+        model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **lora))
+    return model

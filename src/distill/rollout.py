@@ -7,19 +7,42 @@ Every micro-batch of an optimizer step gets one source, drawn before anything is
 The draw depends only on (seed, step, micro-batch), so every process makes the same choice without
 communicating, and a resumed run makes the same choices as an uninterrupted one.
 
-Generation is batched per source over the whole step (all of this process's micro-batches at once): the
-student generates once, the teacher once, and only for the micro-batches that use their output.
+How each micro-batch draws its source is the method's choice: a `SourcePlan` (GKD's lmbda mix in
+`distill.methods.mixing`). Generation is batched per source over the whole step (all of this process's
+micro-batches at once): the student generates once, the teacher once, and only for the micro-batches that
+use their output (`StepRollout`).
+
+Rollout log-probs. A method that asks for them (`Method.needs_rollout_log_probs`) gets, for every sampled
+token, its log-prob under the distribution it was actually drawn from: the student's logits divided by
+`sampling_temperature`, then top-k and top-p filtering, renormalised (transformers' processed scores; the
+sampled token is never one that filtering removed, so the value is finite). With top_k 0 and top_p 1 that
+is log softmax(logits / sampling_temperature). Dataset and teacher completions have none (None).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from typing import Callable, Protocol
 
 import torch
 
-from distill.data import Example
+from distill.data import EncodedExample, Example, StepSampler
 
 SOURCES = ("student", "dataset", "teacher")
+
+
+class SourcePlan(Protocol):
+    """Which completion source each micro-batch of a step uses (a method's choice)."""
+
+    def draw(self, seed: int, step: int, num_micro_batches: int) -> list[str]:
+        """The sources of step `step`'s micro-batches; identical on every process."""
+
+    def lmbda(self, step: int) -> float:
+        """The probability of an on-policy micro-batch at `step` (logged)."""
+
+    def possible(self) -> frozenset[str]:
+        """Every source some step can draw."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +68,7 @@ class Completion:
     hit_max_new_tokens: bool = False
     prompt_truncated: bool = False
     example: Example | None = None
+    rollout_log_probs: list[float] | None = None  # per completion token, when the method records them
 
 
 @dataclass
@@ -53,6 +77,7 @@ class MicroBatch:
 
     input_ids, attention_mask: (B, T) torch.long.
     completion_mask: (B, T) bool, True at completion tokens (the ones trained on).
+    rollout_log_probs: (N,) float32 over the N completion tokens in row-major order, or None (module docstring).
     """
 
     input_ids: torch.Tensor
@@ -60,13 +85,16 @@ class MicroBatch:
     completion_mask: torch.Tensor
     source: str
     completions: list[Completion] = field(repr=False)
+    rollout_log_probs: torch.Tensor | None = None
 
     @property
     def num_completion_tokens(self) -> int:
         return int(self.completion_mask.sum())
 
     def to(self, device: torch.device) -> "MicroBatch":
-        return MicroBatch(self.input_ids.to(device), self.attention_mask.to(device), self.completion_mask.to(device), self.source, self.completions)
+        log_probs = None if self.rollout_log_probs is None else self.rollout_log_probs.to(device)
+        return MicroBatch(self.input_ids.to(device), self.attention_mask.to(device), self.completion_mask.to(device),
+                          self.source, self.completions, log_probs)
 
 
 def draw_sources(lmbda: float, seq_kd: bool, seed: int, step: int, num_micro_batches: int) -> list[str]:
@@ -97,10 +125,12 @@ def generate_completions(
     batch_size: int | None = None,
     stopping_criteria=None,
     vocab_size: int | None = None,
-) -> list[tuple[list[int], bool]]:
+    with_log_probs: bool = False,
+) -> list[tuple]:
     """Sample a completion for each prompt with HF generate (KV cache, left padding).
 
-    Returns, per prompt, (completion ids ending at the first EOS, whether it stopped at max_new_tokens).
+    Returns, per prompt, (completion ids ending at the first EOS, whether it stopped at max_new_tokens), and
+    with `with_log_probs` a third item: each token's log-prob under the sampling distribution (module docstring).
     `stopping_criteria` (a transformers StoppingCriteriaList) may end rows early; the caller then cuts them.
     `vocab_size`: the tokenizer's size; rows of an output embedding padded past it (e.g. to a multiple of 64)
     are never sampled, since those ids mean nothing to the tokenizer or the loss.
@@ -131,16 +161,28 @@ def generate_completions(
             padded_rows = _output_rows(model) - vocab_size if vocab_size is not None else 0
             if padded_rows > 0:
                 kwargs["suppress_tokens"] = list(range(vocab_size, vocab_size + padded_rows))
+            if with_log_probs:
+                kwargs.update(output_scores=True, return_dict_in_generate=True)
             output = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **kwargs)
-            generated = output[:, width:].cpu()
+            sequences = output.sequences if with_log_probs else output
+            generated = sequences[:, width:].cpu()
             keep = first_eos_mask(generated, eos_ids)
+            log_probs = _sampled_log_probs(output.scores, generated) if with_log_probs else None
             for row in range(len(chunk)):
                 ids = generated[row][keep[row]].tolist()
                 ended = bool(ids) and ids[-1] in eos_ids
-                results.append((ids, not ended and len(ids) >= sampling.max_new_tokens))
+                result = (ids, not ended and len(ids) >= sampling.max_new_tokens)
+                results.append(result + (log_probs[row][: len(ids)].tolist(),) if with_log_probs else result)
     finally:
         model.train(was_training)
     return results
+
+
+def _sampled_log_probs(scores: tuple[torch.Tensor, ...], generated: torch.Tensor) -> torch.Tensor:
+    """(B, L) float32: log softmax of each step's processed scores (B, V) at the token sampled there."""
+    columns = [torch.log_softmax(step.float(), dim=-1).gather(1, generated[:, t : t + 1].to(step.device)).squeeze(1).cpu()
+               for t, step in enumerate(scores)]
+    return torch.stack(columns, dim=1) if columns else torch.zeros(generated.shape[0], 0)
 
 
 def _output_rows(model) -> int:
@@ -160,4 +202,101 @@ def collate(completions: list[Completion], source: str, pad_id: int) -> MicroBat
         input_ids[row, : len(tokens)] = tokens
         attention_mask[row, : len(tokens)] = 1
         completion_mask[row, len(c.prompt_ids) : len(tokens)] = True
-    return MicroBatch(input_ids, attention_mask, completion_mask, source, completions)
+    log_probs = None
+    if completions and all(c.rollout_log_probs is not None for c in completions):
+        log_probs = torch.tensor([v for c in completions for v in c.rollout_log_probs], dtype=torch.float32)
+    return MicroBatch(input_ids, attention_mask, completion_mask, source, completions, log_probs)
+
+
+@dataclass
+class RolloutSettings:
+    """What the step rollout needs from the config."""
+
+    student_sampling: SamplingParams
+    teacher_sampling: SamplingParams
+    seq_kd_generation_steps: int
+    max_steps: int
+    seed: int
+    record_log_probs: bool
+
+
+class StepRollout:
+    """Completions for every micro-batch of this process for one optimizer step.
+
+    One student `generate` for the step's on-policy micro-batches, one teacher `generate` per window of
+    `seq_kd_generation_steps` steps for the seq_kd ones, dataset completions for the rest.
+    """
+
+    def __init__(self, plan: SourcePlan, sampler: StepSampler, examples: list[Example], encoded: list[EncodedExample],
+                 settings: RolloutSettings, student: Callable[[], object], teacher, eos_ids: list[int], pad_id: int,
+                 vocab_size: int, device: torch.device, process_index: int):
+        self.plan, self.sampler, self.examples, self.encoded, self.settings = plan, sampler, examples, encoded, settings
+        self.student, self.teacher = student, teacher
+        self.eos_ids, self.pad_id, self.vocab_size, self.device, self.process_index = eos_ids, pad_id, vocab_size, device, process_index
+        self._teacher_window: tuple[int, dict] | None = None
+
+    def sources(self, step: int) -> list[str]:
+        return self.plan.draw(self.settings.seed, step, self.sampler.accumulation)
+
+    def __call__(self, step: int, timings: dict[str, float]) -> list[MicroBatch]:
+        sources = self.sources(step)
+        groups = self.sampler.micro_batch_indices(step)
+        generated: dict[int, list[tuple]] = {}
+        on_policy = [i for i, s in enumerate(sources) if s == "student"]
+        if on_policy:
+            prompts = [self.encoded[j].prompt_ids for i in on_policy for j in groups[i]]
+            start = time.perf_counter()
+            outputs = iter(generate_completions(self.student(), prompts, self.settings.student_sampling, self.eos_ids,
+                                                self.pad_id, self.device, vocab_size=self.vocab_size,
+                                                with_log_probs=self.settings.record_log_probs))
+            _add(timings, "generation_student", time.perf_counter() - start)
+            generated.update({i: [next(outputs) for _ in groups[i]] for i in on_policy})
+        if "teacher" in sources:
+            window = self._teacher_samples(step, timings)
+            generated.update({i: window[(step, i)] for i, s in enumerate(sources) if s == "teacher"})
+        micro_batches = []
+        for i, (source, group) in enumerate(zip(sources, groups)):
+            completions = []
+            for position, j in enumerate(group):
+                example, log_probs = self.encoded[j], None
+                if source == "dataset":
+                    ids = list(example.completion_ids)
+                    hit_max = bool(ids) and ids[-1] not in self.eos_ids
+                else:
+                    ids, hit_max, *rest = generated[i][position]
+                    log_probs = rest[0] if rest else None
+                completions.append(Completion(example.prompt_ids, ids, source, hit_max, example.prompt_truncated,
+                                              self.examples[j], log_probs))
+            micro_batches.append(collate(completions, source, self.pad_id))
+        return micro_batches
+
+    def _teacher_samples(self, step: int, timings: dict[str, float]) -> dict[tuple[int, int], list[tuple[list[int], bool]]]:
+        """Teacher (seq_kd) completions for every teacher micro-batch of the window of
+        `seq_kd_generation_steps` steps holding `step`, generated in one batched call.
+
+        The teacher is frozen, so sampling ahead changes nothing but the batch size. Sampling uses its own
+        RNG seeded by (seed, window), so a run resumed in the middle of a window regenerates exactly the
+        same completions, and the global RNG (student sampling) is untouched.
+        """
+        settings = self.settings
+        size = settings.seq_kd_generation_steps
+        first = step - step % size
+        if self._teacher_window is not None and self._teacher_window[0] == first:
+            return self._teacher_window[1]
+        keys = [(s, i) for s in range(first, min(first + size, settings.max_steps))
+                for i, source in enumerate(self.sources(s)) if source == "teacher"]
+        groups = {s: self.sampler.micro_batch_indices(s) for s in {s for s, _ in keys}}
+        prompts = [self.encoded[j].prompt_ids for s, i in keys for j in groups[s][i]]
+        examples = [self.examples[j] for s, i in keys for j in groups[s][i]]
+        start = time.perf_counter()
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(settings.seed * 1_000_003 + first + 104_729 * (self.process_index + 1))
+            outputs = iter(self.teacher.generate(prompts, settings.teacher_sampling, examples=examples))
+        _add(timings, "generation_teacher", time.perf_counter() - start)
+        window = {(s, i): [next(outputs) for _ in groups[s][i]] for s, i in keys}
+        self._teacher_window = (first, window)
+        return window
+
+
+def _add(timings: dict[str, float], name: str, seconds: float) -> None:
+    timings[name] = timings.get(name, 0.0) + seconds

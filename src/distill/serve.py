@@ -277,12 +277,11 @@ def serve(model_spec: str, host: str = "127.0.0.1", port: int = 8000, device: st
     """Load `model_spec` and serve it until interrupted."""
     import uvicorn
 
-    from distill.models import load_causal_lm, load_tokenizer, resolve_model_source
+    from distill.runtime import eval_device
+    from distill.teachers.build import load_model
 
-    source = resolve_model_source(model_spec, "model")
-    target = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device))
-    model = load_causal_lm(source, torch.float32).to(target)
-    tokenizer = load_tokenizer(source)
+    target = eval_device(device)
+    model, tokenizer = load_model(model_spec, "model", target)
     engine = ScoringEngine(model, tokenizer, target)
     if not is_loopback(host):
         logger.warning("serve-teacher: listening on %s, reachable from other machines; there is no authentication", host)

@@ -10,7 +10,8 @@ from distill.data import Example
 from distill.losses import LogitHead
 from distill.losses.uld import ULDSettings
 from distill.rollout import Completion, SamplingParams, collate
-from distill.teachers import LossSettings
+from distill.objectives import DivergenceObjective, LossSettings, StepContext, StudentTokens, divergence
+from distill.objectives.student import student_loss
 from distill.teachers.cross_tokenizer import CrossTokenizerTeacher
 from tests.conftest import tiny_lm
 from tests.gold.conftest import TEXT
@@ -46,10 +47,14 @@ def test_reencoded_completion_is_cut_to_max_new_tokens(smol_teacher, smol_tokeni
     ids, clipped = teacher.to_student(body + [2], hit_max=False, max_new_tokens=5)
     assert len(ids) == 5 and tokenizer.eos_token_id not in ids and clipped
     # A character cut in half by the teacher's max_new_tokens is held back, not turned into U+FFFD.
-    emoji = smol_tokenizer("🙂", add_special_tokens=False)["input_ids"]
+    ok = smol_tokenizer("ok", add_special_tokens=False)["input_ids"]
     byte_of_emoji = smol_tokenizer.convert_tokens_to_ids(["ð"])  # the emoji's first byte as a byte-level token
-    ids, _ = teacher.to_student(smol_tokenizer("ok", add_special_tokens=False)["input_ids"] + byte_of_emoji, True, 50)
-    assert tokenizer.decode(ids) == "ok" and len(emoji) >= 1
+    assert "🙂".encode()[0] == 0xF0 and smol_tokenizer.decode(byte_of_emoji) == "\ufffd"  # half a character: not text alone
+    ids, clipped = teacher.to_student(ok + byte_of_emoji, True, 50)
+    assert tokenizer.decode(ids) == "ok" and ids == tokenizer("ok", add_special_tokens=False)["input_ids"] and clipped
+    # The whole character, in however many teacher tokens, is kept.
+    ids, _ = teacher.to_student(ok + smol_tokenizer("🙂", add_special_tokens=False)["input_ids"], True, 50)
+    assert tokenizer.decode(ids) == "ok🙂"
 
 
 def test_generation_uses_the_teachers_own_prompt_with_special_tokens_budgeted_at_the_end(smol_teacher, smol_tokenizer, tokenizer, monkeypatch):
@@ -95,10 +100,9 @@ def test_teacher_without_eos_runs_to_max_new_tokens(smol_tokenizer, tokenizer):
 def score_against_reference(teacher, tokenizer, smol_tokenizer, student, completions, temperature):
     batch = collate(completions, "teacher", tokenizer.pad_token_id)
     signal = teacher.score(batch, temperature)
-    from distill.objective import student_loss
 
-    settings = LossSettings(beta=0.5, temperature=temperature, chunk_size=3)
-    got = student_loss(student, len(tokenizer), batch.input_ids, batch.attention_mask, batch.completion_mask, signal, settings)
+    objective = DivergenceObjective.constant(0.5, temperature, 3)
+    got = student_loss(student, len(tokenizer), batch, signal, objective, StepContext("student"))
     # Naive: full logits of both models at every position, rows picked from the mapped completions by hand.
     s_rows, t_rows, s_targets, t_targets, groups = [], [], [], [], []
     for c in completions:
@@ -141,10 +145,8 @@ def test_empty_completion_is_long_typed_and_scores_zero(smol_teacher, smol_token
     assert batch.input_ids.dtype == torch.long and batch.num_completion_tokens == 0
     signal = teacher.score(batch, 1.0)
     assert signal.teacher_hidden.shape[0] == 0 and signal.alignment.row_group.dtype == torch.long
-    from distill.objective import student_loss
 
-    out = student_loss(student, len(tokenizer), batch.input_ids, batch.attention_mask, batch.completion_mask, signal,
-                       LossSettings(0.5, 1.0, 4))
+    out = student_loss(student, len(tokenizer), batch, signal, DivergenceObjective.constant(0.5, 1.0, 4), StepContext("student"))
     out.loss_sum.backward()
     assert float(out.loss_sum.detach()) == 0.0 and int(out.num_tokens) == 0
 
@@ -154,7 +156,8 @@ def test_score_refuses_another_temperature(smol_teacher, smol_tokenizer, tokeniz
     batch = collate([Completion([3, 4], [7, 8], "teacher", example=Example(0, CHAT, None))], "teacher", tokenizer.pad_token_id)
     signal = teacher.score(batch, 2.0)
     with pytest.raises(ValueError, match="temperature 2.0"):
-        signal.loss(torch.zeros(2, 32), LogitHead(torch.zeros(len(tokenizer), 32)), torch.tensor([7, 8]), LossSettings(0.5, 1.0, 4))
+        divergence(StudentTokens(torch.zeros(2, 32), LogitHead(torch.zeros(len(tokenizer), 32)), torch.tensor([7, 8])), signal,
+                   LossSettings(0.5, 1.0, 4))
 
 
 def test_teacher_sampling_stops_at_the_students_byte_budget_and_padding_is_not_an_eos(smol_teacher, smol_tokenizer, monkeypatch):

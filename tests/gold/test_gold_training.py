@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import datasets
@@ -14,7 +13,7 @@ from distill.trainer import Distiller
 from tests.conftest import tiny_lm
 from tests.train.helpers import make_config
 
-RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "gold.yaml"
+RECIPE = Path(__file__).resolve().parents[2] / "src" / "distill" / "recipes" / "gold.yaml"
 ANSWERS = ["Café au lait, s'il vous plaît ☕", "東京は日本の首都です。", "Zoë a dit « déjà vu » 🙂", "naïve façade 👍🏽 ok"]
 
 
@@ -72,6 +71,46 @@ def test_gold_loss_does_not_depend_on_the_micro_batch_split(tokenizer, smol_toke
     assert abs(losses[0] - losses[1]) <= 1e-5 * losses[0]
 
 
+def _gold_step_gradient(rank, world_size, tmp, batch, accumulation, tokenizer, smol_tokenizer, smol_teacher):
+    """One optimizer step on dataset completions: this process's gradient (before the optimizer) and the logged metrics."""
+    torch.manual_seed(0)
+    rows = gold_rows()
+    for i, row in enumerate(rows):  # very unequal lengths, so that no two processes or micro-batches hold as many tokens
+        row["completion"] = ((row["completion"] + " ") * 2)[: 2 + 4 * i]
+    student = tiny_lm(len(tokenizer), layers=2, seed=2, eos_token_id=tokenizer.eos_token_id)
+    config = make_config(Path(tmp) / f"rank{rank}", method="gold", lmbda=0.0, max_grad_norm=0.0, max_new_tokens=40, max_prompt_length=40,
+                         per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation)
+    distiller = Distiller(config, student=student, teacher=smol_teacher, tokenizer=tokenizer, teacher_tokenizer=smol_tokenizer,
+                          train_dataset=datasets.Dataset.from_list(rows))
+    distiller.setup()
+    captured = {}
+
+    def capture():
+        captured.update({n: p.grad.detach().clone() for n, p in distiller.student_model.named_parameters()})
+
+    distiller.optimizer.step = capture
+    window = distiller._new_window()
+    distiller.train_step(0, window, {}, log_step=True)
+    return {"grads": captured, "metrics": window.reduce()}
+
+
+def test_gold_gradient_is_split_invariant_across_processes_and_micro_batches(tokenizer, smol_tokenizer, smol_teacher, tmp_path):
+    """1 process x 1 micro-batch of the 8 prompts gives the gradient of 2 processes x 2 micro-batches of 2 (gloo)."""
+    from tests.distributed import run_in_processes
+
+    models = (tokenizer, smol_tokenizer, smol_teacher)
+    single = _gold_step_gradient(0, 1, str(tmp_path / "single"), 8, 1, *models)
+    ranks = run_in_processes(_gold_step_gradient, world_size=2, args=(str(tmp_path / "multi"), 2, 2, *models))
+    assert any(grad.abs().sum() > 0 for grad in single["grads"].values())
+    for rank in ranks:
+        assert rank["grads"].keys() == single["grads"].keys()
+        for name, grad in single["grads"].items():
+            torch.testing.assert_close(rank["grads"][name], grad, rtol=1e-4, atol=1e-7, msg=name)
+    for key in ("loss", "completion_length", "grad_norm"):
+        assert ranks[0]["metrics"][key] == pytest.approx(single["metrics"][key], rel=1e-5), key
+    assert ranks[0]["metrics"] == ranks[1]["metrics"]
+
+
 def test_training_lowers_the_aligned_divergence(tokenizer, smol_tokenizer, tmp_path):
     # A teacher with peaked next-token distributions (scaled logits), as trained models have: its samples for the
     # held-out prompts (the first training prompts) are then close to the ones the student trains on (seq_kd).
@@ -105,20 +144,20 @@ def test_recipe_validates_and_uses_a_cross_tokenizer_pair():
     assert config.method == "gold" and config.teacher == "smollm2-135m-instruct" and config.student.startswith("byte-llama")
 
 
-@pytest.mark.parametrize("values, match", [
-    (dict(method="gkd", uld_use_hybrid_loss=True), "only read with method gold"),
-    (dict(method="gkd", uld_crossentropy_weight=0.5), "only read with method gold"),
-    (dict(method="gold", beta=0.2), "beta is only read with uld_use_hybrid_loss"),
-    (dict(method="gold", uld_hybrid_matched_weight=0.5, uld_hybrid_unmatched_weight=0.5), "only read with uld_use_hybrid_loss"),
-    (dict(method="gold", uld_use_hybrid_loss=True, uld_hybrid_matched_weight=0.5), "set both"),
-    (dict(method="gold", uld_crossentropy_weight=-1.0), "uld_crossentropy_weight must be"),
+@pytest.mark.parametrize("values, match, accepted", [
+    (dict(method="gkd", uld_use_hybrid_loss=True), "not read by method gkd .methods gold read it.", dict(method="gold")),
+    (dict(method="gkd", uld_crossentropy_weight=0.5), "not read by method gkd .methods gold read it.", dict(method="gold")),
+    (dict(method="gold", beta=0.2), "beta is only read with uld_use_hybrid_loss", dict(uld_use_hybrid_loss=True)),
+    (dict(method="gold", uld_hybrid_matched_weight=0.5, uld_hybrid_unmatched_weight=0.5), "only read with uld_use_hybrid_loss",
+     dict(uld_use_hybrid_loss=True)),
+    (dict(method="gold", uld_use_hybrid_loss=True, uld_hybrid_matched_weight=0.5), "set both", dict(uld_hybrid_unmatched_weight=0.5)),
+    (dict(method="gold", uld_crossentropy_weight=-1.0), "uld_crossentropy_weight must be", dict(uld_crossentropy_weight=0.5)),
 ])
-def test_gold_fields_are_read_or_rejected(values, match):
+def test_gold_fields_are_read_or_rejected(values, match, accepted):
+    """Each rejected setting, changed only where `accepted` says (the setting where the field is read), validates."""
     with pytest.raises(ValueError, match=match):
         DistillConfig(**values).validate()
-    if "byte" not in json.dumps(values):
-        DistillConfig(method="gold", uld_use_hybrid_loss=True, uld_hybrid_matched_weight=0.5, uld_hybrid_unmatched_weight=0.5,
-                      beta=0.2).validate()
+    DistillConfig(**{**values, **accepted}).validate()
 
 
 def test_a_step_of_empty_teacher_completions_trains_without_a_crash(tokenizer, smol_tokenizer, smol_teacher, tmp_path):

@@ -1,9 +1,9 @@
-"""Reductions: token-weighted across processes, float32 whatever the input dtype."""
+"""The token-weighted reduction training logs with (MetricWindow): sum of numerators / sum of counts over processes."""
 
 import pytest
 import torch
 
-from distill.losses import global_masked_mean, masked_sum
+from distill.metrics import MetricWindow
 from tests.distributed import run_in_processes
 
 
@@ -17,34 +17,36 @@ def _values_and_masks():
     return values, masks
 
 
-def _rank_mean(rank, world_size, dtype):
+def _rank_window(rank, world_size, dtype):
+    """What the trainer does per micro-batch: add a (float64 sum of the valid values, their count) pair."""
     values, masks = _values_and_masks()
-    return global_masked_mean(values[rank].to(dtype), masks[rank]).item()
+    window = MetricWindow()
+    window.register(["kl", "never_seen_here"], ["micro_batches"], ["length_max"])
+    for half in (slice(0, 2), slice(2, 4)):  # two micro-batches on each process
+        v, m = values[rank][half].to(dtype), masks[rank][half]
+        window.add_mean("kl", float(v.double()[m].sum()), int(m.sum()))
+        window.add_sum("micro_batches", 1)
+        window.add_max("length_max", float(m.sum(dim=1).max()))
+    return window.reduce()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_global_masked_mean_in_two_processes_is_the_token_mean(dtype):
+def test_window_in_two_processes_is_the_token_mean(dtype):
     values, masks = _values_and_masks()
-    expected = torch.cat([v.to(dtype).float()[m] for v, m in zip(values, masks)]).double().mean().item()
+    expected = torch.cat([v.to(dtype).double()[m] for v, m in zip(values, masks)]).mean().item()
     per_rank_means = [v[m].mean().item() for v, m in zip(values, masks)]
-    results = run_in_processes(_rank_mean, world_size=2, args=(dtype,))
+    results = run_in_processes(_rank_window, world_size=2, args=(dtype,))
     assert results[0] == results[1]
-    assert results[0] == pytest.approx(expected, rel=1e-6)
+    assert results[0]["kl"] == pytest.approx(expected, rel=1e-12)
+    assert results[0]["micro_batches"] == 4.0 and results[0]["length_max"] == 10.0
+    assert "never_seen_here" not in results[0]  # a registered mean with no count anywhere is not logged
     # The biased mean of per-rank means is far from it: the test can tell the two apart.
     assert abs(sum(per_rank_means) / 2 - expected) > 1.0
 
 
-def test_single_process_mean_and_empty_mask():
-    values, masks = _values_and_masks()
-    assert global_masked_mean(values[1], masks[1]).item() == pytest.approx(values[1][masks[1]].mean().item(), rel=1e-6)
-    assert global_masked_mean(values[0], torch.zeros_like(masks[0])).item() == 0.0
-    assert global_masked_mean(torch.ones(3)).item() == 1.0
-
-
-def test_masked_sum_is_float32_for_low_precision_values():
-    values = torch.full((1000,), 1.001, dtype=torch.bfloat16)
-    total = masked_sum(values, torch.ones(1000, dtype=torch.bool))
-    assert total.dtype == torch.float32
-    assert total.item() == pytest.approx(1000 * values[0].float().item(), rel=1e-6)
-    with pytest.raises(ValueError, match="mask"):
-        masked_sum(values, torch.ones(999, dtype=torch.bool))
+def test_single_process_window():
+    window = MetricWindow()
+    window.add_mean("loss", 6.0, 4)
+    window.add_mean("loss", 4.0, 1)
+    window.add_mean("empty", 0.0, 0)
+    assert window.reduce() == {"loss": 2.0}

@@ -85,7 +85,8 @@ def test_uld_is_zero_for_a_relabelled_copy_and_positive_otherwise():
     """ULD compares sorted probabilities: a teacher that is the student with its vocabulary permuted scores 0."""
     sh, sw, *_ = make_inputs(seed=5, vs=17, vt=17)
     permutation = torch.randperm(17, generator=torch.Generator().manual_seed(0))
-    groups = [([i], [i]) for i in range(N_STUDENT)]
+    student_p, relabelled_p = torch.softmax(sh @ sw.T, -1), torch.softmax(sh @ sw[permutation].T, -1)
+    assert (student_p - relabelled_p).abs().sum(-1).min() > 0.1  # token by token the two distributions differ
     alignment = Alignment(torch.arange(N_STUDENT), torch.ones(N_STUDENT, dtype=torch.bool), torch.ones(N_STUDENT))
     targets = torch.zeros(N_STUDENT, dtype=torch.long)
     same = chunked_uld(sh, LogitHead(sw), targets, alignment, sh, LogitHead(sw[permutation]), torch.zeros(N_STUDENT),
@@ -93,7 +94,10 @@ def test_uld_is_zero_for_a_relabelled_copy_and_positive_otherwise():
     assert float(same.loss_sum) < 1e-5
     other = chunked_uld(sh, LogitHead(sw), targets, alignment, sh, LogitHead(sw * 3.0), torch.zeros(N_STUDENT),
                         ULDSettings(), beta=0.5, temperature=1.0, chunk_size=4)
-    assert float(other.loss_sum) > 0.1 and len(groups) == N_STUDENT
+    groups = [([i], [i]) for i in range(N_STUDENT)]
+    want = uld_groups_reference(head_logits(sh, sw), head_logits(sh, sw * 3.0), targets, targets, groups)
+    assert float(want) > 0.1
+    assert_close_relative(other.loss_sum.detach(), want, 1e-5, "loss")
 
 
 def test_empty_alignment_gives_zero_loss_with_a_gradient_path():

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from distill.cache_teacher import CacheJob, run_cache_teacher
-from distill.teachers import LocalTeacher, LossSettings
+from distill.objectives import DivergenceObjective, StepContext
+from distill.objectives.student import student_loss
+from distill.teachers import LocalTeacher
 from distill.teachers.cache import TeacherCache, pack_ids, unpack_ids
 from distill.teachers.hidden import (
     backbone_hidden,
@@ -150,7 +152,7 @@ def test_run_rejects_a_cache_of_another_tokenizer_k_or_temperature(cache_dir, to
 
 
 def _offline_config(tmp_path, cache, **overrides):
-    values = {"method": "offline", "teacher_cache": str(cache), "lmbda": 0.0, "teacher_logprobs": K, "max_new_tokens": 12, **overrides}
+    values = {"method": "gkd", "teacher_cache": str(cache), "lmbda": 0.0, "teacher_logprobs": K, "max_new_tokens": 12, **overrides}
     return make_config(tmp_path, **values)
 
 
@@ -191,11 +193,10 @@ def test_offline_loss_at_k_equals_vocab_matches_the_dense_loss(model_dirs, data_
 
     local = LocalTeacher(AutoModelForCausalLM.from_pretrained(model_dirs["teacher"], dtype=torch.float32), vocab,
                          [tokenizer.eos_token_id], tokenizer.pad_token_id, torch.device("cpu"))
-    settings = LossSettings(0.5, 1.0, 16)
-    from distill.objective import student_loss
+    objective = DivergenceObjective.constant(0.5, 1.0, 16)
 
     def loss(signal):
-        return student_loss(distiller.student_model, vocab, mb.input_ids, mb.attention_mask, mb.completion_mask, signal, settings)
+        return student_loss(distiller.student_model, vocab, mb, signal, objective, StepContext("dataset"))
 
     with torch.no_grad():
         offline, dense = loss(distiller.teacher.score(mb, 1.0)), loss(local.score(mb, 1.0))
@@ -222,15 +223,35 @@ def test_several_teachers_are_routed_by_teacher_id_with_per_teacher_metrics(cach
         Distiller(config, train_dataset=rows)
 
 
-def test_generated_completions_are_the_teachers_and_reproducible(model_dirs, data_file, tmp_path):
+def test_generated_completions_are_the_teachers_and_reproducible(model_dirs, data_file, tokenizer, tmp_path):
     first = run_cache_teacher(_job(model_dirs["teacher"], data_file, tmp_path / "g1", generate=True))
     second = run_cache_teacher(_job(model_dirs["teacher"], data_file, tmp_path / "g2", generate=True))
     assert [s["sha256"] for s in first["shards"]] == [s["sha256"] for s in second["shards"]]
     assert first["completions"].startswith("generated")
     cache = TeacherCache(tmp_path / "g1")
-    dataset_cache_tokens = [TeacherCache(tmp_path / "g1").get(i).tokens.tolist() for i in range(10)]
-    assert all(0 < len(t) <= 12 for t in dataset_cache_tokens)
-    assert cache.get(0).tokens.dtype == torch.long
+
+    from transformers import AutoModelForCausalLM
+
+    from distill.data import PromptEncoder
+
+    # The stored log-probs are the teacher's at the generated tokens: recomputed here from its logits, in float64.
+    model = AutoModelForCausalLM.from_pretrained(model_dirs["teacher"], dtype=torch.float32)
+    encoder = PromptEncoder(tokenizer, 48, 12, [tokenizer.eos_token_id])
+    for i, row in enumerate(_rows()):
+        entry = cache.get(i)
+        tokens = entry.tokens.tolist()
+        assert entry.tokens.dtype == torch.long and 0 < len(tokens) <= 12
+        assert tokens != encoder.completion_ids(row["completion"])[: len(tokens)]  # sampled, not the dataset's answer
+        prompt = encoder.prompt_ids(row["prompt"])[0]
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1 : -1]
+        log_p = torch.log_softmax(logits.double(), -1)
+        top = log_p.topk(K, dim=1)
+        assert torch.equal(entry.topk_ids, top.indices)
+        torch.testing.assert_close(entry.topk_logprobs.double(), top.values, atol=1e-2, rtol=2e-3)  # float16 storage
+        torch.testing.assert_close(entry.token_logprobs.double(), log_p.gather(1, entry.tokens[:, None]).squeeze(1), atol=1e-2, rtol=2e-3)
+        rest = log_p.exp().scatter(1, top.indices, 0.0).scatter(1, entry.tokens[:, None], 0.0).sum(1).log()
+        torch.testing.assert_close(entry.tail_logprobs.double(), rest, atol=1e-2, rtol=2e-3)
 
 
 def test_cache_through_a_server_matches_the_local_cache(cache_dir, model_dirs, data_file, tmp_path):
@@ -264,7 +285,7 @@ def _rank_with_a_failing_teacher(rank, world_size, cache_dir, student_dir, data_
     from distill import DistillConfig
     from distill.errors import TeacherServerError
 
-    config = DistillConfig(method="offline", teacher_cache=cache_dir, student=student_dir, dataset=data_file, lmbda=0.0,
+    config = DistillConfig(method="gkd", teacher_cache=cache_dir, student=student_dir, dataset=data_file, lmbda=0.0,
                            lmbda_schedule="constant", seq_kd=False, eval_before_after=False, progress_bar=False,
                            teacher_logprobs=K, max_new_tokens=12, max_prompt_length=48, per_device_train_batch_size=2,
                            gradient_accumulation_steps=1, max_steps=3, save_steps=0, output_dir=out)

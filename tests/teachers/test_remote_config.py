@@ -1,30 +1,38 @@
-"""Configuration of server and offline teachers: every mistake is caught before anything loads."""
+"""Configuration of server and cache teachers: every mistake is caught before anything loads."""
 
 from __future__ import annotations
 
 import pytest
 
-from distill.config import DistillConfig, parse_routes
+from distill.config import DistillConfig
+from distill.placement import CACHE, MODEL, SERVER as AT_SERVER, parse_routes, teacher_location
 
-SERVER = dict(method="server", teacher_url="http://127.0.0.1:8000", student="s", seq_kd=False)
-OFFLINE = dict(method="offline", teacher_cache="/c", student="s", seq_kd=False, lmbda=0.0, lmbda_schedule="constant",
+SERVER = dict(method="gkd", teacher_url="http://127.0.0.1:8000", student="s", seq_kd=False)
+OFFLINE = dict(method="gkd", teacher_cache="/c", student="s", seq_kd=False, lmbda=0.0, lmbda_schedule="constant",
                eval_before_after=False)
 
 
 def test_valid_remote_configs():
-    assert DistillConfig(**SERVER).validate().remote_teacher() == "server"
-    assert DistillConfig(**OFFLINE).validate().remote_teacher() == "offline"
-    assert DistillConfig(method="gkd", teacher_url="http://h:1", student="s", seq_kd=False).validate().remote_teacher() == "server"
+    assert teacher_location(DistillConfig(**SERVER).validate()) == AT_SERVER
+    assert teacher_location(DistillConfig(**OFFLINE).validate()) == CACHE
+    assert teacher_location(DistillConfig(method="on_policy", teacher_url="http://h:1", student="s").validate()) == AT_SERVER
+    assert teacher_location(DistillConfig().validate()) == MODEL
+
+
+@pytest.mark.parametrize("retired, says", [("server", "teacher_url: URL"), ("offline", "teacher_cache: DIR")])
+def test_retired_methods_say_what_to_write(retired, says):
+    with pytest.raises(ValueError, match=f"method '{retired}' is gone.*{says}"):
+        DistillConfig(method=retired).validate()
 
 
 @pytest.mark.parametrize("values, message", [
-    ({**SERVER, "teacher_url": None}, "method server needs teacher_url"),
-    ({**OFFLINE, "teacher_cache": None}, "method offline needs teacher_cache"),
     ({**SERVER, "seq_kd": True}, "seq_kd: true needs a teacher that samples"),
-    ({**OFFLINE, "lmbda": 0.5}, "set lmbda: 0 and lmbda_schedule: constant"),
-    ({**OFFLINE, "eval_before_after": True}, "offline run has no teacher to score new samples"),
-    ({**SERVER, "teacher": "other-model"}, "teacher is only read with a local teacher"),
-    ({"method": "gkd", "teacher_cache": "/c"}, "teacher_cache is read by method offline only"),
+    ({**OFFLINE, "lmbda": 0.5}, "set lmbda: 0, lmbda_schedule: constant"),
+    ({"method": "on_policy", "teacher_cache": "/c", "student": "s", "eval_before_after": False}, "teacher_cache scores only the completions it holds"),
+    ({**OFFLINE, "eval_before_after": True}, "a teacher cache cannot score new samples"),
+    ({**SERVER, "teacher": "other-model"}, "teacher is only read with a teacher model"),
+    ({**SERVER, "teacher_cache": "/c"}, "a run has one teacher location"),
+    ({**SERVER, "method": "gold"}, "method gold's objective takes \\['aligned'\\] teacher signals"),
     ({"teacher_concurrency": 8}, "teacher_concurrency is only read with teacher_url"),
     ({"teacher_logprobs": 5}, "teacher_logprobs is only read with a server or cache teacher"),
     ({**SERVER, "teacher_concurrency": 0}, "teacher_concurrency must be >= 1"),

@@ -9,7 +9,9 @@ import torch
 from distill.errors import TeacherServerError
 from distill.losses import LogitHead
 from distill.rollout import Completion, collate
-from distill.teachers import DenseSignal, LocalTeacher, LossSettings
+from distill.objectives import LossSettings, StudentTokens, divergence
+from distill.signals import DenseSignal
+from distill.teachers import LocalTeacher
 from distill.teachers.hidden import (
     backbone_hidden,
     completion_targets,
@@ -86,7 +88,7 @@ def test_sparse_loss_at_k_equals_vocab_is_the_dense_loss(server, local_teacher, 
     results = []
     for signal in (dense_signal, sparse_signal):
         h = hidden.clone().requires_grad_(True)
-        out = signal.loss(h, head, targets, settings)
+        out = divergence(StudentTokens(h, head, targets), signal, settings)
         out.loss_sum.backward()
         results.append((out.loss_sum.detach(), h.grad))
     assert isinstance(dense_signal, DenseSignal)
@@ -154,7 +156,7 @@ def test_bad_request_is_not_retried(server):
 
 
 def _server_config(tmp_path, url, **overrides):
-    return make_config(tmp_path, method="server", teacher_url=url, student=None, teacher_logprobs=8, teacher_concurrency=1,
+    return make_config(tmp_path, method="gkd", teacher_url=url, student=None, teacher_logprobs=8, teacher_concurrency=1,
                        teacher_retries=1, teacher_timeout=5.0, lmbda=0.5, **overrides)
 
 
@@ -173,6 +175,7 @@ def test_train_against_the_server(server, tokenizer, model_dirs, tmp_path):
     assert result["eval"]["after"]["on_student_completions"]["tokens"] > 0
     card = (tmp_path / "run" / "model" / "README.md").read_text()
     assert f"teacher server {server}" in card
+    assert distiller.teacher.pool._shutdown  # training closed the teacher's connection pool
 
     # `distill eval RUN_DIR` of a server run scores through the run's server (no teacher model is loaded).
     import json
@@ -190,7 +193,7 @@ def test_train_against_the_server(server, tokenizer, model_dirs, tmp_path):
 def test_server_killed_mid_run_checkpoints_and_resumes_identically(server, tokenizer, model_dirs, tmp_path):
     """The server dies after step 2: the run stops with a clear error and a checkpoint of step 2, which
     resumes (against a new server) to exactly the weights of an uninterrupted run."""
-    from distill.trainer import resume_config
+    from distill.run import resume_config
 
     rows = datasets.Dataset.from_list(chat_rows(16))
     config = _server_config(tmp_path / "full", server, max_steps=4, save_steps=1)

@@ -4,6 +4,8 @@ import pytest
 
 from distill.cli import fields_help, main, parse_field_flags
 from distill.config import DistillConfig, parse_student_init
+from distill.methods import get_method
+from distill.methods.mixing import beta_for
 
 
 def test_yaml_recipe_and_flags_override_in_order(tmp_path):
@@ -55,7 +57,7 @@ def test_values_of_the_wrong_type_name_the_field():
         ({"lmbda_schedule": "cosine"}, "lmbda_schedule"),
         ({"student_init": "drop_every:1"}, "student_init"),
         ({"report_to": "wandb,nope"}, "report_to"),
-        ({"method": "on_policy", "lmbda": 0.2}, "lmbda is only read with method gkd"),
+        ({"method": "on_policy", "lmbda": 0.2}, "lmbda is not read by method on_policy \\(methods gkd, gold read it\\)"),
     ],
 )
 def test_validation_names_the_field(values, name):
@@ -64,15 +66,21 @@ def test_validation_names_the_field(values, name):
 
 
 def test_lmbda_schedules():
-    linear = DistillConfig(lmbda=1.0, lmbda_schedule="linear", lmbda_start=0.0, lmbda_schedule_steps=10)
-    assert [linear.effective_lmbda(s) for s in (0, 5, 10, 20)] == [0.0, 0.5, 1.0, 1.0]
-    step = DistillConfig(lmbda=0.5, lmbda_schedule="step", lmbda_start=0.0, lmbda_schedule_steps=3)
-    assert [step.effective_lmbda(s) for s in (0, 2, 3)] == [0.0, 0.0, 0.5]
-    assert DistillConfig(method="on_policy").effective_lmbda(0) == 1.0
+    def plan(**values):
+        config = DistillConfig(**values)
+        return get_method(config.method).sources(config)
+
+    linear = plan(lmbda=1.0, lmbda_schedule="linear", lmbda_start=0.0, lmbda_schedule_steps=10)
+    assert [linear.lmbda(s) for s in (0, 5, 10, 20)] == [0.0, 0.5, 1.0, 1.0]
+    step = plan(lmbda=0.5, lmbda_schedule="step", lmbda_start=0.0, lmbda_schedule_steps=3)
+    assert [step.lmbda(s) for s in (0, 2, 3)] == [0.0, 0.0, 0.5]
+    assert plan(method="on_policy").lmbda(0) == 1.0 and plan(method="on_policy").possible() == {"student"}
     default = DistillConfig()
-    assert default.effective_lmbda(0) == 0.0 and default.effective_lmbda(default.lmbda_schedule_steps) == default.lmbda
-    assert DistillConfig(beta=0.5, off_policy_beta=0.0).beta_for("teacher") == 0.0
-    assert DistillConfig(beta=0.5, off_policy_beta=0.0).beta_for("student") == 0.5
+    assert plan().lmbda(0) == 0.0 and plan().lmbda(default.lmbda_schedule_steps) == default.lmbda
+    assert plan(lmbda=0.0, lmbda_schedule="constant", seq_kd=False).possible() == {"dataset"}
+    assert beta_for(DistillConfig(beta=0.5, off_policy_beta=0.0))("teacher") == 0.0
+    assert beta_for(DistillConfig(beta=0.5, off_policy_beta=0.0))("student") == 0.5
+    assert beta_for(DistillConfig(beta=0.5, off_policy_beta=None))("dataset") == 0.5
 
 
 def test_student_init_forms():
@@ -118,10 +126,13 @@ def test_fields_that_are_read_are_accepted():
     DistillConfig(method="on_policy", beta=1.0).validate()
 
 
-def test_bundled_recipes_are_valid():
-    from pathlib import Path
-
-    recipes = sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*.yaml"))
-    assert len(recipes) >= 4
-    for recipe in recipes:
-        DistillConfig.from_yaml(recipe).validate()
+@pytest.mark.parametrize("values, match", [
+    ({"eval_before_after": False, "eval_split": "test"}, "eval_split is only read with eval_before_after: true"),
+    ({"eval_before_after": False, "eval_dataset": "x.jsonl"}, "eval_dataset is only read with eval_before_after: true"),
+    ({"run_name": "mine"}, "run_name is only read with a tracker"),
+    ({"warmup_steps": 5, "warmup_ratio": 0.1}, "warmup_ratio is only read with warmup_steps: 0"),
+    ({"teacher_url": "http://h:1", "teacher_cache": "/c", "seq_kd": False}, "one teacher location"),
+])
+def test_fields_nothing_reads_are_rejected(values, match):
+    with pytest.raises(ValueError, match=match):
+        DistillConfig(**values).validate()

@@ -47,7 +47,7 @@ def test_missing_prompt_column_and_empty_dataset():
 )
 def test_malformed_messages_name_the_row(messages, match):
     rows = [{"messages": [{"role": "user", "content": "fine"}]}, {"messages": messages}]
-    with pytest.raises(ValueError, match=f"row 1.*{match}|{match}"):
+    with pytest.raises(ValueError, match=rf"^dataset row 1\b.*{match}"):
         examples_from_dataset(datasets.Dataset.from_list(rows), "dataset")
 
 
@@ -83,3 +83,12 @@ def test_long_prompts_keep_their_end(tokenizer):
     assert encoder.completion_ids("ok")[-1] == tokenizer.eos_token_id
     cut = roomy.completion_ids("yes<|im_end|> and more after it")
     assert cut.count(tokenizer.eos_token_id) == 1 and cut[-1] == tokenizer.eos_token_id
+
+
+def test_privileged_context_column_is_read_and_checked():
+    rows = [{"prompt": "2+2?", "privileged_context": "The answer is 4."}, {"prompt": "3+3?"}]
+    examples = examples_from_dataset(datasets.Dataset.from_list(rows), "dataset")
+    assert [e.privileged_context for e in examples] == ["The answer is 4.", None]
+    bad = datasets.Dataset.from_list([{"prompt": "a", "privileged_context": 1}, {"prompt": "b", "privileged_context": 2}])
+    with pytest.raises(ValueError, match=r"dataset row 0: 'privileged_context' must be text, got int"):
+        examples_from_dataset(bad, "dataset")

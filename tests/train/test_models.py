@@ -33,9 +33,16 @@ def test_make_student_copies_the_kept_layers_and_fixes_indices(tokenizer):
     assert [layer.self_attn.layer_idx for layer in layers] == [0, 1]
     assert torch.equal(layers[1].mlp.up_proj.weight, teacher.get_decoder().layers[4].mlp.up_proj.weight)
     assert layers[1].mlp.up_proj.weight.data_ptr() != teacher.get_decoder().layers[4].mlp.up_proj.weight.data_ptr()
+    # Generation with the KV cache works on the renumbered layers: each step's logits are those of a full forward
+    # pass without a cache over the sequence so far.
     ids = torch.tensor([[5, 6, 7]])
-    out = student.generate(input_ids=ids, max_new_tokens=3, do_sample=False, pad_token_id=tokenizer.eos_token_id)
-    assert out.shape[1] <= 6  # generation with the KV cache works on the renumbered layers
+    out = student.generate(input_ids=ids, max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=tokenizer.eos_token_id,
+                           use_cache=True, output_logits=True, return_dict_in_generate=True)
+    assert out.sequences.shape == (1, 7) and len(out.logits) == 4
+    with torch.no_grad():
+        full = student(out.sequences, use_cache=False).logits[0, 2:-1]
+    torch.testing.assert_close(torch.stack(out.logits, 1)[0], full, rtol=1e-4, atol=1e-5)
+    assert torch.equal(out.sequences[0, 3:], full.argmax(-1))
 
 
 def test_model_sources_fail_early_on_missing_paths(tmp_path):

@@ -1,5 +1,6 @@
-"""Completion sources: EOS handling, padding, dtypes, the per-micro-batch draw."""
+"""Completion sources: EOS handling, padding, dtypes, the per-micro-batch draw, rollout log-probs."""
 
+import pytest
 import torch
 
 from distill.rollout import (
@@ -98,3 +99,51 @@ def test_padded_embedding_rows_are_never_sampled(tokenizer):
     assert any(i >= vocab for ids, _ in unguarded for i in ids)  # the hazard is real
     guarded = generate_completions(model, prompts, sampling, [tokenizer.eos_token_id], 1, torch.device("cpu"), vocab_size=vocab)
     assert all(i < vocab for ids, _ in guarded for i in ids)
+
+
+def _reference_log_probs(model, prompt, completion, temperature, top_k=0, top_p=1.0):
+    """float64, from the definition: logits of a plain forward pass / temperature, top-k then top-p kept, renormalised."""
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : -1].double() / temperature
+    if top_k:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        probs = torch.softmax(logits, dim=-1)
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        # keep the smallest set whose mass reaches top_p (the token that crosses it included)
+        drop_sorted = sorted_probs.cumsum(-1) - sorted_probs >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(completion).unsqueeze(1)).squeeze(1)
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 0, 1.0), (0.7, 0, 1.0), (1.3, 5, 1.0), (0.9, 0, 0.8)])
+def test_rollout_log_probs_are_the_sampling_distribution(tokenizer, temperature, top_k, top_p):
+    """Recorded log-probs = log of the distribution each token was drawn from (temperature, top-k, top-p)."""
+    from tests.conftest import tiny_lm
+
+    model = tiny_lm(len(tokenizer), layers=2, seed=3, eos_token_id=tokenizer.eos_token_id).eval()
+    prompts = [tokenizer("Tell me about the sea.")["input_ids"], tokenizer("Hi")["input_ids"]]
+    torch.manual_seed(0)
+    outputs = generate_completions(model, prompts, SamplingParams(temperature, top_p, top_k, 12), [tokenizer.eos_token_id],
+                                   tokenizer.pad_token_id, torch.device("cpu"), with_log_probs=True)
+    for prompt, (ids, _, log_probs) in zip(prompts, outputs):
+        assert len(log_probs) == len(ids) > 0
+        expected = _reference_log_probs(model, prompt, ids, temperature, top_k, top_p)
+        torch.testing.assert_close(torch.tensor(log_probs, dtype=torch.float64), expected, rtol=1e-4, atol=1e-4)
+    # Without the flag the outputs keep their two fields.
+    assert all(len(out) == 2 for out in generate_completions(model, prompts, SamplingParams(1.0, 1.0, 0, 3), [tokenizer.eos_token_id],
+                                                             tokenizer.pad_token_id, torch.device("cpu")))
+
+
+def test_rollout_log_probs_are_collated_in_completion_token_order():
+    completions = [Completion([5, 6], [7, 8, EOS], "student", rollout_log_probs=[-0.1, -0.2, -0.3]),
+                   Completion([5], [], "student", rollout_log_probs=[]),
+                   Completion([5, 6, 7], [9], "student", rollout_log_probs=[-0.4])]
+    batch = collate(completions, "student", pad_id=EOS)
+    assert batch.rollout_log_probs.dtype == torch.float32
+    assert batch.rollout_log_probs.tolist() == pytest.approx([-0.1, -0.2, -0.3, -0.4])
+    assert batch.rollout_log_probs.shape[0] == batch.num_completion_tokens
+    assert collate([Completion([5], [7], "dataset")], "dataset", pad_id=EOS).rollout_log_probs is None

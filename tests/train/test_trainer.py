@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from distill.rollout import draw_sources
-from distill.teachers import LossSettings
+from distill.objectives import StepContext
 from distill.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
 from tests.train.helpers import make_config, make_distiller
@@ -66,8 +66,7 @@ def test_loss_denominator_is_the_completion_tokens_of_the_whole_step(tokenizer, 
     with torch.no_grad():
         for mb, recorded in zip(rollouts, backward_losses):
             signal = fresh.teacher.score(mb, 1.0)
-            out = fresh.objective(mb.input_ids, mb.attention_mask, mb.completion_mask, signal,
-                                  LossSettings(fresh.config.beta_for(mb.source), 1.0, 16))
+            out = fresh.wrapped(mb, signal, fresh.objective, StepContext(mb.source))
             assert int(out.num_tokens) == int(mb.completion_mask.sum())
             assert recorded == pytest.approx(out.loss_sum.item() / trained_tokens, rel=1e-5)
 
@@ -86,8 +85,9 @@ def _record_generate(distiller, log):
 def test_seq_kd_with_lmbda_1_never_calls_teacher_generation(tokenizer, tmp_path, monkeypatch):
     distiller = make_distiller(tokenizer, tmp_path, lmbda=1.0, seq_kd=True, rows=chat_rows(16, with_completion=False))
     calls = []
-    for module in ("distill.trainer", "distill.teachers.local"):
-        monkeypatch.setattr(f"{module}.generate_completions", _record_generate(distiller, calls))
+    recording = _record_generate(distiller, calls)  # made before patching: it wraps the real generate_completions
+    for module in ("distill.rollout", "distill.teachers.local"):
+        monkeypatch.setattr(f"{module}.generate_completions", recording)
     distiller.train()
     assert calls and all(who == "student" for who, _ in calls)
 
@@ -97,8 +97,9 @@ def _mixed_seq_kd(tokenizer, tmp_path, monkeypatch, max_steps, generation_steps)
     distiller = make_distiller(tokenizer, tmp_path, lmbda=0.5, seq_kd=True, gradient_accumulation_steps=4, max_steps=max_steps,
                                rows=chat_rows(16, with_completion=False), seq_kd_generation_steps=generation_steps)
     calls = []
-    for module in ("distill.trainer", "distill.teachers.local"):
-        monkeypatch.setattr(f"{module}.generate_completions", _record_generate(distiller, calls))
+    recording = _record_generate(distiller, calls)  # made before patching: it wraps the real generate_completions
+    for module in ("distill.rollout", "distill.teachers.local"):
+        monkeypatch.setattr(f"{module}.generate_completions", recording)
     distiller.setup()
     return distiller, calls
 
@@ -117,7 +118,7 @@ def test_teacher_generates_once_per_step_and_only_for_its_micro_batches(tokenize
 
 def test_teacher_samples_a_window_of_steps_in_one_call(tokenizer, tmp_path, monkeypatch):
     distiller, calls = _mixed_seq_kd(tokenizer, tmp_path, monkeypatch, max_steps=7, generation_steps=3)
-    windows = {0: [], 3: [], 6: []}
+    samples = {}  # step -> the teacher completions of its micro-batches
     for step in range(7):
         before = len(calls)
         batches = distiller.rollout(step, {})
@@ -125,15 +126,15 @@ def test_teacher_samples_a_window_of_steps_in_one_call(tokenizer, tmp_path, monk
         first = step - step % 3
         expected_prompts = sum(2 * distiller.sources_for_step(s).count("teacher") for s in range(first, min(first + 3, 7)))
         assert teacher_calls == ([expected_prompts] if step == first and expected_prompts else [])
-        windows[first] += [c.completion_ids for mb in batches if mb.source == "teacher" for c in mb.completions]
+        samples[step] = [c.completion_ids for mb in batches if mb.source == "teacher" for c in mb.completions]
     # A fresh run resumed in the middle of a window regenerates exactly the same teacher samples.
     again = make_distiller(tokenizer, tmp_path / "again", lmbda=0.5, seq_kd=True, gradient_accumulation_steps=4, max_steps=7,
                            rows=chat_rows(16, with_completion=False), seq_kd_generation_steps=3)
     again.setup()
     torch.manual_seed(1234)  # a different global RNG must not matter
     resumed = [c.completion_ids for step in (4, 5) for mb in again.rollout(step, {}) if mb.source == "teacher" for c in mb.completions]
-    original = [c for c in windows[3]][-len(resumed):] if resumed else []
-    assert resumed == original
+    assert samples[4] + samples[5], "no teacher micro-batch at steps 4-5: nothing to compare"
+    assert resumed == samples[4] + samples[5]
 
 
 class Scripted:
@@ -213,7 +214,7 @@ def test_ctrl_c_finishes_the_step_saves_a_checkpoint_and_resumes(tokenizer, tmp_
     assert checkpoints == ["step-000003"]  # the interrupted step was completed, then saved
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
-    from distill.trainer import resume_config
+    from distill.run import resume_config
 
     resumed = Distiller(resume_config(tmp_path / "run"), student=tiny_lm(len(tokenizer), layers=2, seed=2, eos_token_id=tokenizer.eos_token_id),
                         teacher=tiny_lm(len(tokenizer), layers=3, seed=1, eos_token_id=tokenizer.eos_token_id), tokenizer=tokenizer,
@@ -263,8 +264,8 @@ def no_model_loading(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the input was validated")
 
-    monkeypatch.setattr("distill.trainer.load_causal_lm", refuse)
-    monkeypatch.setattr("distill.trainer.load_tokenizer", refuse)
+    monkeypatch.setattr("distill.teachers.build.load_causal_lm", refuse)
+    monkeypatch.setattr("distill.teachers.build.load_tokenizer", refuse)
 
 
 @pytest.mark.parametrize(
@@ -303,10 +304,24 @@ def test_missing_tracker_is_reported_before_loading(tmp_path, no_model_loading, 
 
 
 def test_gradient_checkpointing_trains(tokenizer, tmp_path):
-    distiller = make_distiller(tokenizer, tmp_path, gradient_checkpointing=True, lmbda=0.5)
-    before = snapshot(distiller.student_model)
-    distiller.train()
-    assert not torch.equal(before["model.embed_tokens.weight"], distiller.student_model.get_input_embeddings().weight)
+    """On in the student (every layer runs again in backward), and training gives the weights it gives without it."""
+    runs = {}
+    for checkpointing in (False, True):
+        distiller = make_distiller(tokenizer, tmp_path / f"checkpointing-{checkpointing}", gradient_checkpointing=checkpointing, lmbda=0.5,
+                                   max_steps=1)
+        layers = distiller.student_model.get_decoder().layers
+        assert [layer.gradient_checkpointing for layer in layers] == [checkpointing] * len(layers)
+        mlp, training_forwards = layers[0].mlp, []  # calls in training mode (sampling runs in eval mode), recomputations included
+        forward = mlp.forward  # an instance attribute, not a hook: transformers keeps module hooks out of the recomputation
+        mlp.forward = lambda *args, **kwargs: training_forwards.append(mlp.training) or forward(*args, **kwargs)
+        before = snapshot(distiller.student_model)
+        distiller.train()
+        runs[checkpointing] = before, snapshot(distiller.student_model), sum(training_forwards)
+    (before, plain, plain_forwards), (_, checkpointed, checkpointed_forwards) = runs[False], runs[True]
+    assert checkpointed_forwards == 2 * plain_forwards > 0
+    assert not torch.equal(before["model.embed_tokens.weight"], checkpointed["model.embed_tokens.weight"])
+    for name, weight in checkpointed.items():
+        torch.testing.assert_close(weight, plain[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_existing_output_dir_needs_overwrite(tmp_path, no_model_loading):
@@ -326,3 +341,13 @@ def test_tokenizer_mismatch_names_cross_tokenizer_distillation(tokenizer, tmp_pa
     other.save_pretrained(tmp_path / "other-teacher")
     with pytest.raises(ValueError, match="cross-tokenizer"):
         make_distiller(tokenizer, tmp_path, teacher=str(tmp_path / "other-teacher"))
+
+
+@pytest.mark.parametrize("kwargs, overrides, match", [
+    ({"teacher_tokenizer": "tok"}, {"teacher_url": "http://127.0.0.1:9", "student": "s"}, "teacher_tokenizer: this run's teacher is teacher_url"),
+    ({"teacher": "t"}, {"teacher_url": "http://127.0.0.1:9", "student": "s"}, "teacher: this run's teacher is teacher_url"),
+    ({"eval_dataset": "bundled"}, {}, "eval_dataset: evaluation is off"),
+])
+def test_arguments_the_run_would_not_read_are_rejected(tmp_path, no_model_loading, kwargs, overrides, match):
+    with pytest.raises(ValueError, match=match):
+        Distiller(make_config(tmp_path, **overrides), train_dataset=datasets.Dataset.from_list(chat_rows(16)), **kwargs)

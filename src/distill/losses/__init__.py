@@ -3,7 +3,7 @@
 - `generalized_jsd_loss`: dense, on full logits; the reference library's signature and values.
 - `chunked_generalized_jsd`: the same math from hidden states, block by block (what training uses).
 - `sparse_generalized_jsd`: against a teacher that only gives its top-k log-probs, with a tail bucket.
-- `global_masked_mean`, `masked_sum`: reductions that stay token-weighted across processes.
+- `all_reduce_sum`: the one cross-process reduction (metrics are token-weighted: `distill.metrics`).
 - `divergence_diagnostics`, `TokenStats`: per-token entropies, KLs, top-1 agreement, top-k overlap.
 """
 
@@ -15,7 +15,7 @@ from distill.losses.chunked import (
 )
 from distill.losses.diagnostics import STAT_NAMES, TokenStats, divergence_diagnostics
 from distill.losses.divergence import generalized_jsd_loss
-from distill.losses.reduce import all_reduce_sum, global_masked_mean, masked_sum
+from distill.losses.reduce import all_reduce_sum
 from distill.losses.sparse import coarse_generalized_jsd, sparse_generalized_jsd
 
 __all__ = [
@@ -29,7 +29,5 @@ __all__ = [
     "coarse_generalized_jsd",
     "divergence_diagnostics",
     "generalized_jsd_loss",
-    "global_masked_mean",
-    "masked_sum",
     "sparse_generalized_jsd",
 ]

@@ -162,6 +162,8 @@ class DistillLoss(NamedTuple):
     num_tokens: torch.Tensor  # () int64, tokens that entered the sum
     stats: TokenStats | None  # per-token diagnostics, (N,) each, zero at masked positions
     groups: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None  # per teacher id: (loss_sum, num_tokens)
+    # a method's own token-weighted metrics: name -> (numerator, denominator), names declared by the method
+    metrics: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
 def run_chunked(

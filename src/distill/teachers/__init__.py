@@ -1,20 +1,14 @@
-"""Teachers: what scores the student's completions, and the signal each hands to the loss.
+"""Teachers: what scores the student's completions, and the signal (`distill.signals`) each gives.
 
-- `LocalTeacher`: a same-tokenizer model on this process (`DenseSignal`, full vocabulary).
-- `SparseSignal`: top-k log-probs + sampled token + tail, from a server (`server.ServerTeacher`) or a disk
-  cache (`offline.OfflineTeacher`, format in `cache`); `routed.RoutedTeacher` sends each row to its teacher_id's.
-- `CrossTokenizerTeacher`: a teacher with another tokenizer (method gold), byte-aligned (`AlignedSignal`).
+- `LocalTeacher`: a same-tokenizer model on this process (dense signal, full vocabulary).
+- `server.ServerTeacher` / `offline.OfflineTeacher`: sparse top-k log-probs + the token's + a tail, from a
+  server or a disk cache (format in `cache`); `routed.RoutedTeacher` sends each row to its teacher_id's.
+- `CrossTokenizerTeacher`: a teacher with another tokenizer (method gold), byte-aligned (aligned signal).
+- `build`: the one construction path every command takes.
 """
 
-from distill.teachers.base import (
-    DenseSignal,
-    LossSettings,
-    SparseSignal,
-    Teacher,
-    TeacherSignal,
-    concat_sparse,
-)
-from distill.teachers.cross_tokenizer import AlignedSignal, CrossTokenizerTeacher
+from distill.teachers.base import Teacher
+from distill.teachers.cross_tokenizer import CrossTokenizerTeacher
 from distill.teachers.hidden import (
     backbone_hidden,
     completion_targets,
@@ -23,16 +17,10 @@ from distill.teachers.hidden import (
 from distill.teachers.local import LocalTeacher
 
 __all__ = [
-    "AlignedSignal",
     "CrossTokenizerTeacher",
-    "DenseSignal",
     "LocalTeacher",
-    "LossSettings",
-    "SparseSignal",
     "Teacher",
-    "TeacherSignal",
     "backbone_hidden",
     "completion_targets",
-    "concat_sparse",
     "predicting_positions",
 ]

@@ -30,10 +30,10 @@ from distill.align import (
     text_and_ends,
 )
 from distill.data import Example, PromptEncoder
-from distill.losses import DistillLoss, LogitHead
-from distill.losses.uld import Alignment, ULDSettings, VocabularyMatch, chunked_uld
+from distill.losses.uld import Alignment, ULDSettings, VocabularyMatch
 from distill.models import eos_token_ids, logit_head
 from distill.rollout import MicroBatch, SamplingParams, generate_completions
+from distill.signals import AlignedSignal
 from distill.teachers.hidden import backbone_hidden
 
 
@@ -77,35 +77,6 @@ class MappedCompletion:
     prompt_ids: list[int]
     completion_ids: list[int]
     groups: list[tuple[list[int], list[int]]]
-
-
-@dataclass
-class AlignedSignal:
-    """A cross-tokenizer teacher's view of a micro-batch, G aligned groups over N student rows.
-
-    alignment: the group of each student row; teacher_hidden: (G, H_t) at the position predicting each
-    group's last teacher token; teacher_log_prefix: (G,) the teacher's log-probs of each group's earlier
-    tokens, at `temperature`; head: the teacher's lm_head; settings: plain or hybrid ULD.
-    """
-
-    alignment: Alignment
-    teacher_hidden: torch.Tensor
-    teacher_log_prefix: torch.Tensor
-    head: LogitHead
-    settings: ULDSettings
-    temperature: float
-
-    def to(self, device: torch.device) -> "AlignedSignal":
-        return replace(self, alignment=self.alignment.to(device), teacher_hidden=self.teacher_hidden.to(device),
-                       teacher_log_prefix=self.teacher_log_prefix.to(device))
-
-    def loss(self, student_hidden, student_head, targets, settings) -> DistillLoss:
-        if abs(settings.temperature - self.temperature) > 1e-6:
-            raise ValueError(f"the teacher's group prefixes are at temperature {self.temperature}, the loss asks for "
-                             f"{settings.temperature}: score the teacher at the loss temperature")
-        return chunked_uld(student_hidden, student_head, targets, self.alignment, self.teacher_hidden, self.head,
-                           self.teacher_log_prefix, self.settings, beta=settings.beta, temperature=settings.temperature,
-                           chunk_size=settings.chunk_size)
 
 
 class CrossTokenizerTeacher:

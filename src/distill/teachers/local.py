@@ -7,7 +7,7 @@ from torch import nn
 
 from distill.models import logit_head
 from distill.rollout import MicroBatch, SamplingParams, generate_completions
-from distill.teachers.base import DenseSignal
+from distill.signals import DenseSignal
 from distill.teachers.hidden import backbone_hidden, predicting_positions
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from distill.rollout import MicroBatch
-from distill.teachers.base import SparseSignal
+from distill.signals import SparseSignal
 from distill.teachers.cache import TeacherCache
 
 

@@ -1,42 +1,11 @@
-"""Several teachers, each example routed to one by its dataset `teacher_id`; the loss is reported per teacher."""
+"""Several teachers, each example routed to one by its dataset `teacher_id` (objectives report the loss per teacher)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from distill.losses import DistillLoss, TokenStats
 from distill.rollout import MicroBatch, collate
-from distill.teachers.base import LossSettings, TeacherSignal
-
-
-@dataclass
-class RoutedSignal:
-    """parts: (teacher id, positions (M,) long into the micro-batch's N positions, that teacher's signal)."""
-
-    parts: list[tuple[str, torch.Tensor, TeacherSignal]]
-
-    def to(self, device: torch.device) -> "RoutedSignal":
-        return RoutedSignal([(tid, idx.to(device), signal.to(device)) for tid, idx, signal in self.parts])
-
-    def loss(self, student_hidden, student_head, targets, settings: LossSettings) -> DistillLoss:
-        n = student_hidden.shape[0]
-        loss_sum = student_hidden.new_zeros((), dtype=torch.float32)
-        num_tokens = torch.zeros((), dtype=torch.long, device=student_hidden.device)
-        stats = None
-        groups = {}
-        for tid, index, signal in self.parts:
-            out = signal.loss(student_hidden.index_select(0, index), student_head, targets.index_select(0, index), settings)
-            loss_sum = loss_sum + out.loss_sum
-            num_tokens = num_tokens + out.num_tokens
-            groups[tid] = (out.loss_sum.detach(), out.num_tokens)
-            if out.stats is not None:
-                if stats is None:
-                    stats = [torch.zeros(n, dtype=torch.float32, device=student_hidden.device) for _ in out.stats]
-                for column, values in zip(stats, out.stats):
-                    column.index_copy_(0, index, values.float())
-        return DistillLoss(loss_sum, num_tokens, TokenStats(*stats) if stats is not None else None, groups)
+from distill.signals import RoutedSignal
 
 
 class RoutedTeacher:

@@ -25,7 +25,7 @@ import torch
 
 from distill.errors import TeacherServerError
 from distill.rollout import MicroBatch
-from distill.teachers.base import SparseSignal
+from distill.signals import SparseSignal
 
 
 class MalformedResponse(ValueError):

@@ -1,0 +1,107 @@
+"""Reading config values from YAML recipes and command-line strings: parsing, unknown names, type coercion.
+
+Generic over the config dataclass (passed in), so it imports nothing of distill.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def load_yaml_recipe(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"recipe {path} does not exist")
+    try:
+        values = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ValueError(f"recipe {path} is not valid YAML: {error}") from None
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ValueError(f"recipe {path} must be a mapping of config fields to values, got {type(values).__name__}")
+    return dict(values)
+
+
+def typed_values(config_class, values: dict[str, Any], where: str) -> dict[str, Any]:
+    """`values` checked against `config_class`'s fields (an unknown name suggests the closest) and coerced."""
+    for name in values:
+        if name not in field_names(config_class):
+            raise ValueError(unknown_field_message(config_class, name, where))
+    return {name: coerce(config_class, name, value, where) for name, value in values.items()}
+
+
+def field_names(config_class) -> list[str]:
+    return [f.name for f in dataclasses.fields(config_class)]
+
+
+def unknown_field_message(config_class, name: str, where: str) -> str:
+    close = difflib.get_close_matches(name.replace("-", "_"), field_names(config_class), n=1, cutoff=0.5)
+    hint = f"; did you mean '{close[0]}'?" if close else "; `distill train --help` lists the fields"
+    return f"{where}: unknown config field '{name}'{hint}"
+
+
+def coerce(config_class, name: str, value: Any, where: str = "config") -> Any:
+    """Convert a YAML/CLI value to the field's type; strings from the command line are parsed."""
+    annotation = {f.name: f.type for f in dataclasses.fields(config_class)}[name]
+    hints = typing.get_type_hints(config_class)
+    target = hints.get(name, annotation)
+    optional = _is_optional(target)
+    base = _strip_optional(target)
+    if value is None or (optional and isinstance(value, str) and value.lower() in ("none", "null")):
+        if optional:
+            return None
+        raise ValueError(f"{where}: field '{name}' cannot be empty")
+    try:
+        if base is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
+                return True
+            if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
+                return False
+            raise ValueError
+        if base is int:
+            if isinstance(value, bool):
+                raise ValueError
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(value)
+        if base is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if base is list:
+            if isinstance(value, str):
+                return [v.strip() for v in value.split(",") if v.strip()]
+            return list(value)
+        if base is str:
+            if isinstance(value, dict) and name in ("teacher_url", "teacher_cache"):
+                return ",".join(f"{k}={v}" for k, v in value.items())
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                raise ValueError
+            return str(value)
+    except (TypeError, ValueError):
+        pass
+    raise ValueError(f"{where}: field '{name}' expects {getattr(base, '__name__', base)}, got {value!r}")
+
+
+def _is_optional(tp: Any) -> bool:
+    return isinstance(tp, types.UnionType) and type(None) in tp.__args__ or (
+        getattr(tp, "__origin__", None) is typing.Union and type(None) in tp.__args__
+    )
+
+
+def _strip_optional(tp: Any) -> Any:
+    if _is_optional(tp):
+        return next(a for a in tp.__args__ if a is not type(None))
+    return tp
+
+

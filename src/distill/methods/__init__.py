@@ -1,0 +1,11 @@
+"""Methods: what is learned. One module per method, registered in `registry`; this package loads the built-in ones.
+
+Adding a method: write `methods/NAME.py` that builds a `Method` (paper, sources, objective, the fields it
+reads, validation, metrics, hooks) and calls `register`, then import it below. docs/methods.md walks through it.
+"""
+
+from distill.methods.registry import Method, Paper, Reads, StepHook, get_method, method_names, register, unregister
+
+from distill.methods import gkd, gold, on_policy  # noqa: E402,F401  (each registers itself)
+
+__all__ = ["Method", "Paper", "Reads", "StepHook", "get_method", "method_names", "register", "unregister"]

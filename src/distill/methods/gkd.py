@@ -1,0 +1,39 @@
+"""gkd: generalized knowledge distillation (Agarwal et al., 2024): the generalized JSD between the student's
+and the teacher's next-token distributions, on a mix of student samples (on-policy, probability lmbda) and
+dataset or teacher completions (off-policy; `seq_kd` for the teacher's). Any same-tokenizer teacher: a model
+(dense signal), a server or a cache (sparse top-k + tail)."""
+
+from __future__ import annotations
+
+from distill.methods import mixing
+from distill.methods.registry import Method, Paper, Reads, register
+from distill.objectives import DivergenceObjective
+from distill.signals import DENSE, SPARSE
+
+GKD_PAPER = Paper(
+    "On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes (GKD)", "Agarwal et al., 2024",
+    "2306.13649", "agarwal2024onpolicy",
+    "Agarwal, Rishabh and Vieillard, Nino and Zhou, Yongchao and Stanczyk, Piotr and Ramos, Sabela and Geist, Matthieu "
+    "and Bachem, Olivier", "booktitle={ICLR}, year={2024}")
+
+
+def divergence_objective(config) -> DivergenceObjective:
+    """Same-tokenizer teachers: a model (dense), a server or a cache (sparse)."""
+    return DivergenceObjective(mixing.beta_for(config), config.temperature, config.loss_chunk_size, frozenset({DENSE, SPARSE}))
+
+
+def describe_jsd(record: dict) -> str:
+    off = record["off_policy_beta"] if record.get("off_policy_beta") is not None else record["beta"]
+    return f"generalized JSD, beta {record['beta']} on student samples, off-policy beta {off}"
+
+
+register(Method(
+    name="gkd",
+    summary="generalized JSD with on/off-policy mixing (lmbda, seq_kd; GKD, arXiv 2306.13649)",
+    paper=GKD_PAPER,
+    sources=mixing.MixedSources.from_config,
+    objective=divergence_objective,
+    reads=(Reads("method gkd", ("beta", "temperature")), *mixing.READS, mixing.OFF_POLICY_BETA),
+    validate=mixing.validate,
+    describe_loss=lambda record: f"{describe_jsd(record)}; {mixing.describe_mixing(record)}",
+))

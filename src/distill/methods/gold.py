@@ -1,0 +1,61 @@
+"""gold: cross-tokenizer distillation (GOLD / ULD, Boizard et al., 2024): a teacher model with another
+tokenizer; completions are aligned by the bytes they spell and compared with ULD (sorted probabilities) or
+hybrid ULD (tokens both vocabularies share compared exactly by the generalized JSD), with gkd's on/off-policy
+mixing. The teacher scores into aligned signals (`distill.teachers.cross_tokenizer`)."""
+
+from __future__ import annotations
+
+import math
+
+from distill.methods import mixing
+from distill.methods.registry import Method, Paper, Reads, register
+from distill.objectives import DivergenceObjective
+from distill.signals import ALIGNED
+
+ULD_PAPER = Paper(
+    "Towards Cross-Tokenizer Distillation: the Universal Logit Distillation Loss for LLMs (ULD)", "Boizard et al., 2024",
+    "2402.12030", "boizard2024uld", "Boizard, Nicolas and El Haddad, Kevin and Hudelot, C{\\'e}line and Colombo, Pierre",
+    "booktitle={arXiv preprint}, year={2024}")
+
+
+def aligned_objective(config) -> DivergenceObjective:
+    """ULD / hybrid ULD on aligned signals only: a teacher model with its own tokenizer."""
+    return DivergenceObjective(mixing.beta_for(config), config.temperature, config.loss_chunk_size, frozenset({ALIGNED}))
+
+
+def hybrid(config) -> bool:
+    return config.uld_use_hybrid_loss
+
+
+def validate(config) -> None:
+    mixing.validate(config)
+    if (config.uld_hybrid_matched_weight is None) != (config.uld_hybrid_unmatched_weight is None):
+        raise ValueError("uld_hybrid_matched_weight and uld_hybrid_unmatched_weight: set both (fixed weights) or "
+                         "neither (adaptive weights)")
+    for name in ("uld_hybrid_matched_weight", "uld_hybrid_unmatched_weight", "uld_crossentropy_weight"):
+        value = getattr(config, name)
+        if value is not None and (not value >= 0 or math.isinf(value)):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+def describe(record: dict) -> str:
+    kind = "hybrid ULD (matched tokens: generalized JSD)" if record.get("uld_use_hybrid_loss") else "ULD"
+    return f"{kind} on byte-aligned token groups across tokenizers; {mixing.describe_mixing(record)}"
+
+
+register(Method(
+    name="gold",
+    summary="a teacher with another tokenizer: byte-aligned completions, ULD or hybrid ULD, gkd's mixing "
+            "(the reference's GOLDTrainer)",
+    paper=ULD_PAPER,
+    sources=mixing.MixedSources.from_config,
+    objective=aligned_objective,
+    reads=(Reads("method gold", ("temperature", "uld_use_hybrid_loss", "uld_crossentropy_weight")), *mixing.READS,
+           Reads("uld_use_hybrid_loss: true (plain ULD has no beta)", ("beta", "uld_hybrid_matched_weight",
+                                                                        "uld_hybrid_unmatched_weight"), hybrid),
+           Reads("uld_use_hybrid_loss: true and off-policy micro-batches",
+                 mixing.OFF_POLICY_BETA.names, lambda c: hybrid(c) and mixing.off_policy(c))),
+    validate=validate,
+    cross_tokenizer=True,
+    describe_loss=describe,
+))

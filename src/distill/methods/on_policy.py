@@ -1,0 +1,18 @@
+"""on_policy: the student samples every completion and the generalized JSD pulls its next-token
+distributions toward the teacher's (GKD with lmbda fixed to 1; the reference library's DistillationTrainer)."""
+
+from __future__ import annotations
+
+from distill.methods.gkd import GKD_PAPER, describe_jsd, divergence_objective
+from distill.methods.mixing import ALWAYS_ON_POLICY
+from distill.methods.registry import Method, Reads, register
+
+register(Method(
+    name="on_policy",
+    summary="the student samples every completion (lmbda fixed to 1; the reference's DistillationTrainer)",
+    paper=GKD_PAPER,
+    sources=lambda config: ALWAYS_ON_POLICY,
+    objective=divergence_objective,
+    reads=(Reads("method on_policy", ("beta", "temperature")),),
+    describe_loss=lambda record: f"{describe_jsd(record).split(', off-policy')[0]}; every completion sampled by the student",
+))

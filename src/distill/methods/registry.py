@@ -1,0 +1,120 @@
+"""The method registry: what a method declares, and the table of registered methods.
+
+A leaf module: it imports nothing from distill, and no method. A method module builds a `Method` and
+calls `register` once; `distill.methods` imports the built-in ones. A method is *what is learned*: its
+completion sources and its objective. Where the teacher lives (a model, a server, a cache) is a separate
+choice (`distill.placement`); any teacher whose signal kind the objective consumes works with it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+
+@dataclass(frozen=True)
+class Paper:
+    """The paper a method follows: the model card cites it."""
+
+    title: str
+    authors: str
+    arxiv: str
+    bibtex_key: str
+    bibtex_authors: str
+    venue: str
+
+
+@dataclass(frozen=True)
+class Reads:
+    """Config fields a part of a run reads while `when(config)` holds; `needs` names what turns them on
+    (it completes the sentence "X is only read with ...")."""
+
+    needs: str
+    names: tuple[str, ...]
+    when: Callable[[Any], bool] = lambda config: True
+
+
+class StepHook(Protocol):
+    """Runs after every optimizer step; its state is saved in checkpoints and restored on resume.
+
+    `state_dict` returns tensors, numbers, strings, lists and dicts only (checkpoints load with
+    torch.load(weights_only=True))."""
+
+    name: str
+
+    def after_optimizer_step(self, step: int) -> None: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+@dataclass(frozen=True)
+class Method:
+    """Everything the rest of distill knows about a method.
+
+    sources(config) -> a source plan (`distill.rollout.SourcePlan`): which completions each micro-batch uses.
+    objective(config) -> an objective (`distill.objectives.Objective`); its `signals` say which teachers fit.
+    reads: the config fields the method reads (the generic no-silent-fields check rejects the others).
+    validate(config): the method's own rules, raising ValueError naming the field and the fix.
+    cross_tokenizer: the teacher model has its own tokenizer (aligned signals) instead of the student's.
+    metrics: names of the token-weighted means its objective reports in `DistillLoss.metrics`.
+    needs_rollout_log_probs: record each sampled token's log-prob under the sampling policy.
+    hooks(config, student) -> step hooks (e.g. an EMA teacher), checkpointed with the run.
+    describe_loss(config record) -> one line for the model card.
+    """
+
+    name: str
+    summary: str
+    paper: Paper
+    sources: Callable[[Any], Any]
+    objective: Callable[[Any], Any]
+    reads: tuple[Reads, ...] = ()
+    validate: Callable[[Any], None] = lambda config: None
+    cross_tokenizer: bool = False
+    metrics: tuple[str, ...] = ()
+    needs_rollout_log_probs: bool = False
+    hooks: Callable[[Any, Any], list] = lambda config, student: []
+    describe_loss: Callable[[dict], str] = lambda record: ""
+
+
+_REGISTRY: dict[str, Method] = {}
+
+# Names that once were methods, with what to write instead.
+RETIRED = {
+    "server": "method 'server' is gone: the teacher's location is its own choice now. Write `method: gkd` (or "
+              "on_policy) with `teacher_url: URL`; any method whose objective takes sparse teacher log-probs can use "
+              "a server teacher",
+    "offline": "method 'offline' is gone: the teacher's location is its own choice now. Write `method: gkd` with "
+               "`teacher_cache: DIR`, `lmbda: 0`, `lmbda_schedule: constant` and `seq_kd: false` (a cache scores only "
+               "the completions it holds)",
+}
+
+
+def register(method: Method) -> Method:
+    """Add `method` to the registry (a name may be registered once)."""
+    if method.name in _REGISTRY or method.name in RETIRED:
+        raise ValueError(f"a method named {method.name!r} is already registered")
+    _REGISTRY[method.name] = method
+    return method
+
+
+def unregister(name: str) -> None:
+    """Remove a method (tests that register a toy method clean up with this)."""
+    _REGISTRY.pop(name, None)
+
+
+def method_names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def get_method(name: str) -> Method:
+    """The registered method `name`; a retired or unknown name is a ValueError that says what to write."""
+    if name in RETIRED:
+        raise ValueError(RETIRED[name])
+    if name not in _REGISTRY:
+        close = difflib.get_close_matches(str(name), list(_REGISTRY), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ValueError(f"method must be one of {tuple(_REGISTRY)}, got {name!r}{hint}")
+    return _REGISTRY[name]

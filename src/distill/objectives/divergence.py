@@ -1,0 +1,86 @@
+"""The divergence objective: pull the student's next-token distributions toward the teacher's.
+
+Which divergence depends on the signal the teacher gives:
+    dense    generalized JSD over the full vocabulary, chunked from hidden states (`chunked_generalized_jsd`)
+    sparse   generalized JSD on the teacher's top-k + the completion token + a tail bucket (`sparse_generalized_jsd`)
+    aligned  ULD / hybrid ULD on byte-aligned groups across tokenizers (`chunked_uld`)
+with beta interpolating forward KL (0) and reverse KL (1). The evaluation uses it too (beta 0, temperature 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from distill.losses import DistillLoss, chunked_generalized_jsd, sparse_generalized_jsd
+from distill.losses.uld import chunked_uld
+from distill.objectives.base import StepContext, StudentTokens
+from distill.objectives.routing import per_teacher
+from distill.signals import ALIGNED, DENSE, SPARSE, AlignedSignal, DenseSignal, SparseSignal
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """beta, loss temperature, tokens per chunk, per-token diagnostics on/off."""
+
+    beta: float
+    temperature: float
+    chunk_size: int
+    return_stats: bool = False
+
+
+def divergence(tokens: StudentTokens, signal, settings: LossSettings) -> DistillLoss:
+    """Loss sum of the student's tokens against any teacher signal (routed ones part by part)."""
+    return per_teacher(lambda part, part_signal: _one_teacher(part, part_signal, settings), tokens, signal)
+
+
+def _one_teacher(tokens: StudentTokens, signal, settings: LossSettings) -> DistillLoss:
+    head = tokens.head
+    if isinstance(signal, DenseSignal):
+        return chunked_generalized_jsd(
+            tokens.hidden, head.weight, signal.hidden, signal.head.weight,
+            beta=settings.beta, temperature=settings.temperature, chunk_size=settings.chunk_size,
+            student_bias=head.bias, teacher_bias=signal.head.bias,
+            student_logit_scale=head.scale, teacher_logit_scale=signal.head.scale,
+            student_softcap=head.softcap, teacher_softcap=signal.head.softcap,
+            return_stats=settings.return_stats,
+        )
+    if isinstance(signal, SparseSignal):
+        _same_temperature("log-probs", signal.temperature, settings.temperature)
+        sampled = signal.sampled_log_probs is not None
+        return sparse_generalized_jsd(
+            tokens.hidden, head.weight, signal.topk_ids, signal.topk_log_probs,
+            sampled_ids=tokens.targets if sampled else None, teacher_sampled_log_probs=signal.sampled_log_probs,
+            teacher_tail_log_probs=signal.tail_log_probs, beta=settings.beta, temperature=settings.temperature,
+            chunk_size=settings.chunk_size, student_bias=head.bias, student_logit_scale=head.scale,
+            student_softcap=head.softcap, return_stats=settings.return_stats,
+        )
+    if isinstance(signal, AlignedSignal):
+        _same_temperature("group prefixes", signal.temperature, settings.temperature)
+        return chunked_uld(tokens.hidden, head, tokens.targets, signal.alignment, signal.teacher_hidden, signal.head,
+                           signal.teacher_log_prefix, signal.settings, beta=settings.beta, temperature=settings.temperature,
+                           chunk_size=settings.chunk_size)
+    raise TypeError(f"the divergence objective cannot use a {type(signal).__name__}")
+
+
+def _same_temperature(what: str, given: float, asked: float) -> None:
+    if abs(given - asked) > 1e-6:
+        raise ValueError(f"the teacher's {what} are at temperature {given}, the loss asks for {asked}: score the "
+                         "teacher at the loss temperature")
+
+
+class DivergenceObjective:
+    """Generalized JSD (ULD across tokenizers) with a beta per completion source (GKD, on-policy, GOLD)."""
+
+    def __init__(self, beta_for: Callable[[str], float], temperature: float, chunk_size: int,
+                 signals: frozenset[str] = frozenset({DENSE, SPARSE, ALIGNED})):
+        self.beta_for, self.temperature, self.chunk_size, self.signals = beta_for, temperature, chunk_size, signals
+
+    @classmethod
+    def constant(cls, beta: float, temperature: float, chunk_size: int) -> "DivergenceObjective":
+        """One beta for every source (the evaluation, tests)."""
+        return cls(lambda source: beta, temperature, chunk_size)
+
+    def __call__(self, tokens: StudentTokens, signal, context: StepContext) -> DistillLoss:
+        settings = LossSettings(self.beta_for(context.source), self.temperature, self.chunk_size, context.return_stats)
+        return divergence(tokens, signal, settings)

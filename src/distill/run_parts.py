@@ -1,0 +1,62 @@
+"""No silent fields: every config field is read by some part of the chosen run, or rejected.
+
+A run is made of parts: the core loop, the method (`Method.reads`), the teacher's location
+(`distill.placement`), student sampling, LoRA, the evaluation, trackers. Each declares the fields it reads
+and when it is active. A field changed from its default that no active part reads is an error that says
+what would read it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from distill import placement
+from distill.methods.registry import Method, Reads, get_method, method_names
+
+CORE = Reads("every run", (
+    "method", "dataset", "dataset_split", "output_dir", "overwrite_output_dir", "student", "student_init",
+    "max_new_tokens", "max_prompt_length", "loss_chunk_size", "learning_rate", "weight_decay", "adam_beta1",
+    "adam_beta2", "adam_epsilon", "max_grad_norm", "lr_scheduler_type", "warmup_steps", "max_steps", "max_time_minutes",
+    "per_device_train_batch_size", "gradient_accumulation_steps", "seed", "gradient_checkpointing", "use_peft", "device",
+    "dtype", "logging_steps", "save_steps", "save_total_limit", "report_to", "progress_bar", "eval_before_after"))
+
+
+def run_reads(sources: frozenset[str]) -> tuple[Reads, ...]:
+    """The parts every method shares; `sources`: the completion sources the method's plan can draw."""
+    return (
+        CORE,
+        Reads("warmup_steps: 0 (warmup_steps > 0 overrides it)", ("warmup_ratio",), lambda c: c.warmup_steps == 0),
+        Reads("on-policy micro-batches (the student samples; lmbda > 0)", ("sampling_temperature", "top_p", "top_k"),
+              lambda c: "student" in sources),
+        Reads("use_peft: true", ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"), lambda c: c.use_peft),
+        Reads("eval_before_after: true", ("eval_dataset", "eval_split", "eval_max_prompts", "eval_max_new_tokens",
+                                          "eval_batch_size", "eval_examples"), lambda c: c.eval_before_after),
+        Reads("a tracker (report_to other than none)", ("run_name",), lambda c: c.report_to.strip() not in ("", "none")),
+        *placement.READS,
+    )
+
+
+def check_fields_read(config, method: Method, sources: frozenset[str]) -> None:
+    """Raise ValueError for the first field changed from its default that no active part of the run reads."""
+    active, inactive = set(), {}
+    for part in (*run_reads(sources), *method.reads):
+        if part.when(config):
+            active.update(part.names)
+        else:
+            for name in part.names:
+                inactive.setdefault(name, part.needs)
+    for f in dataclasses.fields(config):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if f.name in active or getattr(config, f.name) == default:
+            continue
+        if f.name in inactive:
+            raise ValueError(f"{f.name} is only read with {inactive[f.name]}; this configuration would ignore it. "
+                             "Remove it or enable what it belongs to.")
+        readers = [name for name in method_names() if any(f.name in part.names for part in get_method(name).reads)]
+        by = f" (methods {', '.join(readers)} read it)" if readers else ""
+        raise ValueError(f"{f.name} is not read by method {method.name}{by}; this configuration would ignore it. Remove it.")
+
+
+def declared_fields(method: Method, sources: frozenset[str]) -> set[str]:
+    """Every field some part of a run of `method` can read (a test checks no config field is left out)."""
+    return {name for part in (*run_reads(sources), *method.reads) for name in part.names}

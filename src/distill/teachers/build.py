@@ -1,0 +1,123 @@
+"""Building teachers: the one path `distill train`, `eval`, `cache-teacher` and `serve-teacher` all take.
+
+- `load_model`: a teacher (or student) model and its tokenizer from a spec (directory, .gguf, hub id,
+  smollm2-135m-instruct), float32, pad = EOS when the tokenizer has no pad token.
+- `model_teacher`: a model on this process, same tokenizer (`LocalTeacher`) or its own (`CrossTokenizerTeacher`,
+  for a method with `cross_tokenizer`).
+- `server_teacher`, `remote_teacher`: a server or a cache (routed by teacher_id when several), checked
+  against the run before training: an unreachable server, another tokenizer, a server that ignores the
+  temperature, a cache of another tokenizer, K, temperature or prompt budget all fail here.
+- `comparison_vocab_size`: the vocabulary the student's loss is computed over.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from distill.models import (
+    load_causal_lm,
+    load_tokenizer,
+    resolve_model_source,
+    shared_vocab_size,
+    student_vocab_size,
+)
+from distill.placement import CACHE, parse_routes, teacher_location
+from distill.teachers.cache import TeacherCache, prompt_crc
+from distill.teachers.cross_tokenizer import CrossTokenizerTeacher, uld_settings
+from distill.teachers.local import LocalTeacher
+from distill.teachers.offline import OfflineTeacher
+from distill.teachers.routed import RoutedTeacher
+from distill.teachers.server import ServerSettings, ServerTeacher
+
+
+def load_model(spec: str, field: str = "teacher", device: torch.device | None = None, dtype: torch.dtype = torch.float32):
+    """(model, tokenizer) for a model spec; the model in eval mode on `device` (CPU when None)."""
+    source = resolve_model_source(spec, field)
+    model = load_causal_lm(source, torch.float32).to(device or torch.device("cpu"), dtype)
+    tokenizer = load_tokenizer(source)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model.eval(), tokenizer
+
+
+def comparison_vocab_size(cross_tokenizer: bool, student_tokenizer, teacher_tokenizer, student: nn.Module, teacher: nn.Module) -> int:
+    """Same tokenizer: the shared vocabulary (heads padded differently are cut to it; a mismatch is an error
+    that names cross-tokenizer mode). Another tokenizer: the student's own."""
+    if cross_tokenizer:
+        return student_vocab_size(student_tokenizer, student)
+    return shared_vocab_size(student_tokenizer, teacher_tokenizer, student, teacher)
+
+
+def model_teacher(model: nn.Module, tokenizer, student_tokenizer, *, cross_tokenizer: bool, vocab_size: int,
+                  student_eos_ids: list[int], device: torch.device, max_prompt_length: int, uld_config=None):
+    """A teacher model on this process. `uld_config` (the gold fields) chooses plain or hybrid ULD across tokenizers."""
+    if not cross_tokenizer:
+        return LocalTeacher(model, vocab_size, student_eos_ids, student_tokenizer.pad_token_id, device)
+    settings = uld_settings(uld_config, student_tokenizer, tokenizer, vocab_size, len(tokenizer))
+    return CrossTokenizerTeacher(model, tokenizer, student_tokenizer, student_eos_ids, max_prompt_length, settings, device)
+
+
+def server_teacher(settings: ServerSettings, tokenizer, vocab_size: int, temperature: float, probe_ids: list[int]) -> ServerTeacher:
+    """A server teacher checked against the student's tokenizer and the loss temperature."""
+    teacher = ServerTeacher(settings, vocab_size)
+    teacher.check(tokenizer)
+    teacher.check_temperature(temperature, probe_ids)
+    return teacher
+
+
+def remote_teacher(config, tokenizer, vocab_size: int, pad_id: int, probe_ids: list[int]):
+    """The run's server / cache teacher (routed by teacher_id when several), checked against the run."""
+    teachers = {}
+    if teacher_location(config) == CACHE:
+        for tid, directory in parse_routes(config.teacher_cache, "teacher_cache").items():
+            cache = TeacherCache(directory)
+            cache.check_run(tokenizer, config.teacher_logprobs, config.temperature, config.max_prompt_length,
+                            config.max_new_tokens)
+            teachers[tid] = OfflineTeacher(cache)
+    else:
+        for tid, url in parse_routes(config.teacher_url, "teacher_url").items():
+            settings = ServerSettings(url, config.teacher_logprobs, config.teacher_model_name, config.teacher_concurrency,
+                                      config.teacher_request_size, config.teacher_timeout, config.teacher_retries)
+            teachers[tid] = server_teacher(settings, tokenizer, vocab_size, config.temperature, probe_ids)
+    if list(teachers) == [""]:
+        return teachers[""]
+    return RoutedTeacher(teachers, pad_id)
+
+
+def check_routes(teacher, examples) -> None:
+    """Every example must name a configured teacher when several are configured."""
+    if not isinstance(teacher, RoutedTeacher):
+        return
+    for example in examples:
+        if example.teacher_id not in teacher.teachers:
+            raise ValueError(f"dataset row {example.index}: teacher_id {example.teacher_id!r} is not one of the configured "
+                             f"teachers {sorted(teacher.teachers)}; add a 'teacher_id' column naming one of them")
+
+
+def teachers_of(teacher) -> dict[str, object]:
+    return teacher.teachers if isinstance(teacher, RoutedTeacher) else {"": teacher}
+
+
+def close_teacher(teacher) -> None:
+    """Release what a teacher holds open (a server teacher's connections)."""
+    for one in teachers_of(teacher).values():
+        close = getattr(one, "close", None)
+        if close is not None:
+            close()
+
+
+def use_cached_completions(teacher, examples, encoded) -> None:
+    """A cache teacher scores the completions it holds: they replace the examples' own (`encoded`, in place);
+    their prompts must be the run's."""
+    teachers = teachers_of(teacher)
+    for example, one in zip(examples, encoded):
+        cache = teachers[example.teacher_id if len(teachers) > 1 else ""].cache
+        if example.index not in cache:
+            raise ValueError(f"teacher_cache {cache.directory} has no entry for dataset row {example.index}: was it made "
+                             "from this dataset and split?")
+        entry = cache.get(example.index)
+        if entry.prompt_crc != prompt_crc(one.prompt_ids):
+            raise ValueError(f"teacher_cache {cache.directory}: dataset row {example.index} has another prompt than the one "
+                             "the cache scored (another dataset, split, chat template or max_prompt_length?)")
+        one.completion_ids = entry.tokens.tolist()

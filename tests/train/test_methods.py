@@ -1,0 +1,216 @@
+"""Methods are registered parts: a toy method defined here trains end to end with no edit anywhere else;
+no code outside methods/ branches on a method's name; every config field is read by some part; no import cycle."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+from pathlib import Path
+
+import datasets
+import pytest
+import torch
+
+from distill.config import DistillConfig
+from distill.losses import DistillLoss
+from distill.methods import Method, Paper, Reads, get_method, method_names, register, unregister
+from distill.methods.mixing import ALWAYS_ON_POLICY
+from distill.run import resume_config
+from distill.run_parts import declared_fields
+from distill.signals import DENSE
+from distill.trainer import Distiller
+from tests.conftest import chat_rows, tiny_lm
+from tests.train.helpers import FAST
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "distill"
+TOY = "toy_sampled_nll"
+
+
+class SampledTokenNLL:
+    """A toy objective: the student's negative log-likelihood of the tokens it sampled, weighted by the
+    teacher's probability of the same token (so the dense signal is used), plus one metric."""
+
+    signals = frozenset({DENSE})
+
+    def __call__(self, tokens, signal, context) -> DistillLoss:
+        student = torch.log_softmax(tokens.head.full_logits(tokens.hidden).float(), dim=-1)
+        teacher = torch.log_softmax(signal.head.full_logits(signal.hidden).float(), dim=-1)
+        picked = tokens.targets.unsqueeze(1)
+        weight = teacher.gather(1, picked).squeeze(1).exp().detach()
+        loss = -(weight * student.gather(1, picked).squeeze(1)).sum()
+        n = torch.tensor(tokens.targets.numel())
+        rollout = tokens.rollout_log_probs
+        return DistillLoss(loss, n, None, None, {"toy/rollout_log_prob": (rollout.sum().detach(), n.float())})
+
+
+class EmaOfEmbedding:
+    """A toy step hook: an EMA of the student's embedding matrix (the state a self-teacher would keep)."""
+
+    name = "ema_embedding"
+
+    def __init__(self, student, rate: float):
+        self.student, self.rate = student, rate
+        self.ema = student.get_input_embeddings().weight.detach().clone()
+        self.steps = 0
+
+    def after_optimizer_step(self, step: int) -> None:
+        self.ema.mul_(1 - self.rate).add_(self.student.get_input_embeddings().weight.detach(), alpha=self.rate)
+        self.steps += 1
+
+    def state_dict(self) -> dict:
+        return {"ema": self.ema.clone(), "steps": self.steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.ema.copy_(state["ema"])
+        self.steps = state["steps"]
+
+
+@pytest.fixture
+def toy_method():
+    hooks = []
+
+    def make_hooks(config, student):
+        hooks.append(EmaOfEmbedding(student, rate=0.5))
+        return [hooks[-1]]
+
+    method = register(Method(
+        name=TOY, summary="a toy for tests", paper=Paper("A Toy Objective", "Nobody, 2026", "0000.00000", "toy2026", "Nobody", "year={2026}"),
+        sources=lambda config: ALWAYS_ON_POLICY, objective=lambda config: SampledTokenNLL(),
+        reads=(Reads("method toy", ("temperature",)),), metrics=("toy/rollout_log_prob",), needs_rollout_log_probs=True,
+        hooks=make_hooks, describe_loss=lambda record: "teacher-weighted NLL of sampled tokens"))
+    yield method, hooks
+    unregister(TOY)
+
+
+def _toy(tokenizer, tmp_path, name, **overrides):
+    """A toy run: the fast test settings less the mixing fields, which the toy method does not read."""
+    values = {k: v for k, v in FAST.items() if k not in ("seq_kd", "lmbda_schedule")}
+    values.update(method=TOY, max_steps=4, save_steps=2, output_dir=str(tmp_path / name / "run"))
+    values.update(overrides)
+    return Distiller(DistillConfig(**values), student=tiny_lm(len(tokenizer), layers=2, seed=2, eos_token_id=tokenizer.eos_token_id),
+                     teacher=tiny_lm(len(tokenizer), layers=3, seed=1, eos_token_id=tokenizer.eos_token_id), tokenizer=tokenizer,
+                     train_dataset=datasets.Dataset.from_list(chat_rows(16)))
+
+
+def test_a_method_defined_in_a_test_file_trains_end_to_end(tokenizer, tmp_path, toy_method):
+    _, hooks = toy_method
+    distiller = _toy(tokenizer, tmp_path, "toy")
+    before = {n: p.detach().clone() for n, p in distiller.student_model.named_parameters()}
+    result = distiller.train()
+    for name, weight in distiller.student_model.named_parameters():
+        assert not torch.equal(before[name], weight.detach()), name
+    # Its declared metric is logged: the mean log-prob of sampled tokens is a log-prob (< 0).
+    records = [json.loads(line) for line in (tmp_path / "toy" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["toy/rollout_log_prob"] < 0 for r in records) and len(records) == 4
+    assert result["train"]["loss/student"] > 0
+    assert hooks[-1].steps == 4
+    card = (tmp_path / "toy" / "run" / "model" / "README.md").read_text()
+    assert "A Toy Objective" in card and "arXiv:0000.00000" in card and "teacher-weighted NLL" in card
+    assert "pypi.org" not in card
+
+
+def test_a_resumed_run_equals_an_uninterrupted_one_hook_state_included(tokenizer, tmp_path, toy_method):
+    _, hooks = toy_method
+    straight = _toy(tokenizer, tmp_path, "straight")
+    straight.train()
+    straight_ema = hooks[-1].ema.clone()
+
+    _toy(tokenizer, tmp_path, "resumed", max_steps=2).train()  # ends at the step-2 checkpoint (constant learning rate)
+    assert (tmp_path / "resumed" / "run" / "checkpoints" / "step-000002" / "hooks.pt").is_file()
+    assert hooks[-1].steps == 2
+    config = resume_config(tmp_path / "resumed" / "run", {"max_steps": 4})
+    student = tiny_lm(len(tokenizer), layers=2, seed=2, eos_token_id=tokenizer.eos_token_id)
+    teacher = tiny_lm(len(tokenizer), layers=3, seed=1, eos_token_id=tokenizer.eos_token_id)
+    resumed = Distiller(config, student=student, teacher=teacher, tokenizer=tokenizer,
+                        train_dataset=datasets.Dataset.from_list(chat_rows(16)), resume=True)
+    resumed.train()
+    assert hooks[-1].steps == 4
+    assert torch.equal(hooks[-1].ema, straight_ema)
+    for (name, a), (_, b) in zip(straight.student_model.named_parameters(), resumed.student_model.named_parameters()):
+        assert torch.equal(a, b), name
+
+
+def test_a_method_that_does_not_declare_a_field_rejects_it(toy_method):
+    with pytest.raises(ValueError, match="beta is not read by method toy_sampled_nll .methods gkd, gold, on_policy read it"):
+        DistillConfig(method=TOY, beta=0.3).validate()
+    DistillConfig(method=TOY, temperature=2.0).validate()
+
+
+def test_every_config_field_is_read_by_some_part_of_some_method():
+    fields = {f.name for f in dataclasses.fields(DistillConfig)}
+    declared = set()
+    for name in method_names():
+        method = get_method(name)
+        for sources in ({"student"}, {"dataset"}, {"teacher"}):
+            declared |= declared_fields(method, frozenset(sources))
+    assert fields - declared == set()
+    assert declared - fields == set(), "a part declares a field that does not exist"
+
+
+def _python_files():
+    return sorted(p for p in SRC.rglob("*.py"))
+
+
+def test_no_code_outside_methods_branches_on_the_method_name():
+    found = []
+    for path in _python_files():
+        if "methods" in path.relative_to(SRC).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                names = [ast.unparse(part) for part in [node.left, *node.comparators]]
+                mentions_method = any(n.endswith(".method") or n.endswith("['method']") or n.endswith('["method"]')
+                                      or n == "method" for n in names)
+                literal = any(isinstance(part, ast.Constant) and isinstance(part.value, str)
+                              for part in [node.left, *node.comparators])
+                if mentions_method and literal:
+                    found.append(f"{path.relative_to(SRC)}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(SRC.parent).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The distill modules `path` imports, anywhere in the file (function-level imports count too).
+    `from package import module` is an edge to the module; `from package import name` one to the package."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                found.add(f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module)
+    return {name for name in found if name in modules and name != _module_name(path)}
+
+
+def test_the_import_graph_has_no_cycle():
+    modules = {_module_name(p): p for p in _python_files()}
+    graph = {name: _imports(path, set(modules)) for name, path in modules.items()}
+    # A module's parent package runs first when it is imported: Python's doing, not an edge written here.
+    state, cycle = {}, []
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                cycle.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert cycle == []
+
+
+def test_retired_and_unknown_method_names():
+    with pytest.raises(ValueError, match="method 'server' is gone"):
+        get_method("server")
+    with pytest.raises(ValueError, match="did you mean 'gkd'"):
+        get_method("gdk")
+    with pytest.raises(ValueError, match="already registered"):
+        register(get_method("gkd"))

@@ -1,0 +1,140 @@
+"""The bundled recipes: `distill.recipes`, `distill train NAME`, `distill recipes`, and that the wheel ships them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import types
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from distill.cli import main
+from distill.config import DistillConfig
+from distill.recipes import RECIPES_DIR, bundled_recipes, recipe_path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_bundled_recipes_are_listed_with_descriptions():
+    recipes = dict(bundled_recipes())
+    assert set(recipes) == {p.stem for p in RECIPES_DIR.glob("*.yaml")}
+    assert {"gold", "server", "offline", "gkd_mixed", "on_policy"} <= set(recipes)
+    for name, description in recipes.items():
+        assert description and not description.startswith("#"), name
+    assert not (REPO / "recipes").exists(), "the recipes live in src/distill/recipes/ (shipped in the wheel)"
+
+
+@pytest.mark.parametrize("name", [name for name, _ in bundled_recipes()])
+def test_bundled_recipe_parses_and_validates(name):
+    config = DistillConfig.from_yaml(recipe_path(name))
+    assert config.method not in ("server", "offline"), "the teacher's location is teacher_url / teacher_cache"
+    config.validate()
+
+
+def test_recipe_path_by_name_file_name_and_path(tmp_path, monkeypatch):
+    assert recipe_path("gold") == RECIPES_DIR / "gold.yaml"
+    assert recipe_path("gold.yaml") == RECIPES_DIR / "gold.yaml"
+    assert recipe_path("gold").is_file()
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("method: gkd\n")
+    assert recipe_path(mine) == mine and recipe_path(str(mine)) == mine
+    # An existing file wins over the bundled recipe of the same name.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gold.yaml").write_text("method: gkd\n")
+    assert recipe_path("gold.yaml") == Path("gold.yaml")
+    assert recipe_path("gold") == RECIPES_DIR / "gold.yaml"
+
+
+def test_recipe_path_unknown_names_list_the_bundled_ones_and_the_closest():
+    with pytest.raises(ValueError) as error:
+        recipe_path("gkd_mixd")
+    message = str(error.value)
+    assert "did you mean 'gkd_mixed'?" in message
+    assert all(name in message for name, _ in bundled_recipes())
+    with pytest.raises(ValueError, match="did you mean 'gold'"):
+        recipe_path("recipes/gold.yaml")  # the old location: a path that does not exist, not a name
+    with pytest.raises(ValueError, match="neither a file nor a bundled recipe") as error:
+        recipe_path("zzzz")
+    assert "did you mean" not in str(error.value)
+
+
+def test_distill_train_takes_a_recipe_name(monkeypatch, capsys, tmp_path):
+    seen = []
+
+    class FakeDistiller:
+        def __init__(self, config, **kwargs):
+            seen.append(config)
+
+        def train(self):
+            return {"run_dir": "nowhere"}
+
+    # A stand-in trainer module: this checks the recipe argument only, whatever state the training loop is in.
+    monkeypatch.setitem(sys.modules, "distill.trainer", types.SimpleNamespace(Distiller=FakeDistiller, resume_config=None))
+    assert main(["train", "gold", "--max-steps", "2", "--output-dir", str(tmp_path / "run")]) == 0
+    assert seen[0].method == "gold" and seen[0].student == "byte-llama:4x256" and seen[0].max_steps == 2
+    assert main(["train", "gld"]) == 2
+    assert "did you mean 'gold'?" in capsys.readouterr().err
+    assert not seen[1:]
+
+
+def test_distill_recipes_command(capsys):
+    assert main(["recipes"]) == 0
+    out = capsys.readouterr().out
+    for name, description in bundled_recipes():
+        assert f"{name}  " in out and description in out
+    assert main([]) == 0
+    assert "distill recipes" in capsys.readouterr().out
+
+
+def test_the_wheel_ships_the_recipes(tmp_path):
+    """Build the wheel offline, install it into a fresh venv, and use the recipes from outside the repository."""
+    source = tmp_path / "source"  # a copy, so building writes no build/ or egg-info into the working tree
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        (source / name).write_bytes((REPO / name).read_bytes())
+    shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc"))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PIP_REQUIRE_VIRTUALENV")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+
+    def run(*args, cwd=tmp_path):
+        done = subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{args}\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    wheels = tmp_path / "wheels"
+    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(wheels), str(source))
+    (wheel,) = wheels.glob("distill-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for name, _ in bundled_recipes():
+        assert f"distill/recipes/{name}.yaml" in names
+    assert {"distill/recipes/__init__.py", "distill/recipes/data/prompts.jsonl"} <= names
+
+    # Torch and the rest come from this interpreter's site-packages; the venv's own holds only the wheel, which
+    # shadows the editable install of the repository. The system's pip installs into the venv (sys.prefix).
+    venv = tmp_path / "venv"
+    run(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv))
+    bindir = venv / ("Scripts" if os.name == "nt" else "bin")
+    python = bindir / "python"
+    run(str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", "--no-warn-script-location", str(wheel))
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    probe = ("import json, distill, distill.recipes as r; from distill.config import DistillConfig; "
+             "p = r.recipe_path('gold'); DistillConfig.from_yaml(p).validate(); "
+             "print(json.dumps({'package': distill.__file__, 'gold': str(p.resolve()), 'names': [n for n, _ in r.bundled_recipes()], "
+             "'data': (r.RECIPES_DIR / 'data' / 'prompts.jsonl').is_file()}))")
+    found = json.loads(run(str(python), "-c", probe, cwd=outside))
+    site = (venv / "lib").resolve()
+    gold = Path(found["gold"])
+    assert gold.is_file() and site in gold.parents and REPO not in gold.parents, found
+    assert Path(found["package"]).resolve().is_relative_to(site)
+    assert found["names"] == [name for name, _ in bundled_recipes()] and found["data"]
+
+    listed = run(str(bindir / "distill"), "recipes", cwd=outside)
+    for name, description in bundled_recipes():
+        assert f"{name}  " in listed and description in listed
