@@ -40,3 +40,18 @@ def run_in_processes(fn, world_size: int = 2, args: tuple = ()) -> list:
             with open(os.path.join(out_dir, f"{rank}.pkl"), "rb") as f:
                 results.append(pickle.load(f))
     return results
+
+
+def first_step_gradient(distiller) -> dict:
+    """Set up `distiller` and run optimizer step 0 with the optimizer's update replaced by a capture: this
+    process's gradient (what the update would use) and the step's logged metrics, reduced over processes."""
+    distiller.setup()
+    captured = {}
+
+    def capture():
+        captured.update({n: p.grad.detach().clone() for n, p in distiller.student_model.named_parameters()})
+
+    distiller.optimizer.step = capture
+    window = distiller._new_window()
+    distiller.train_step(0, window, {}, log_step=True)
+    return {"grads": captured, "metrics": window.reduce()}

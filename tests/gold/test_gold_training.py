@@ -11,6 +11,7 @@ import torch
 from distill.config import DistillConfig
 from distill.trainer import Distiller
 from tests.conftest import tiny_lm
+from tests.distributed import first_step_gradient, run_in_processes
 from tests.train.helpers import make_config
 
 RECIPE = Path(__file__).resolve().parents[2] / "src" / "distill" / "recipes" / "gold.yaml"
@@ -82,22 +83,11 @@ def _gold_step_gradient(rank, world_size, tmp, batch, accumulation, tokenizer, s
                          per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation)
     distiller = Distiller(config, student=student, teacher=smol_teacher, tokenizer=tokenizer, teacher_tokenizer=smol_tokenizer,
                           train_dataset=datasets.Dataset.from_list(rows))
-    distiller.setup()
-    captured = {}
-
-    def capture():
-        captured.update({n: p.grad.detach().clone() for n, p in distiller.student_model.named_parameters()})
-
-    distiller.optimizer.step = capture
-    window = distiller._new_window()
-    distiller.train_step(0, window, {}, log_step=True)
-    return {"grads": captured, "metrics": window.reduce()}
+    return first_step_gradient(distiller)
 
 
 def test_gold_gradient_is_split_invariant_across_processes_and_micro_batches(tokenizer, smol_tokenizer, smol_teacher, tmp_path):
     """1 process x 1 micro-batch of the 8 prompts gives the gradient of 2 processes x 2 micro-batches of 2 (gloo)."""
-    from tests.distributed import run_in_processes
-
     models = (tokenizer, smol_tokenizer, smol_teacher)
     single = _gold_step_gradient(0, 1, str(tmp_path / "single"), 8, 1, *models)
     ranks = run_in_processes(_gold_step_gradient, world_size=2, args=(str(tmp_path / "multi"), 2, 2, *models))

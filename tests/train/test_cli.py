@@ -30,6 +30,16 @@ def test_train_eval_plot_commands(tmp_path, model_dirs, capsys):
     after = json.loads((run / "eval" / "eval.json").read_text())["metrics"]["after"]["on_teacher_completions"]
     assert report["metrics"]["student"]["on_teacher_completions"]["forward_kl"] == after["forward_kl"]
 
+    # A bare student directory has no run config: the teacher must be named, never assumed.
+    capsys.readouterr()
+    assert main(["eval", str(run / "model"), "--dataset", str(heldout), "--split", "train"]) == 2
+    assert "--teacher" in capsys.readouterr().err
+    bare = ["eval", str(run / "model"), "--teacher", str(model_dirs["teacher"]), "--dataset", str(heldout), "--split", "train",
+            "--max-new-tokens", "6", "--out", str(tmp_path / "eval-bare")]
+    assert main(bare) == 0
+    bare_report = json.loads((tmp_path / "eval-bare" / "eval.json").read_text())
+    assert bare_report["metrics"]["student"]["on_teacher_completions"]["forward_kl"] == after["forward_kl"]
+
     assert main(["plot", str(run)]) == 0
     assert (run / "plots" / "kl.png").is_file()
 

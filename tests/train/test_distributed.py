@@ -10,7 +10,7 @@ import torch
 
 from distill.metrics import MetricWindow
 from tests.conftest import chat_rows, train_tiny_tokenizer
-from tests.distributed import run_in_processes
+from tests.distributed import first_step_gradient, run_in_processes
 from tests.train.helpers import make_distiller
 
 
@@ -26,16 +26,7 @@ def _step_gradient(rank, world_size, tmp, batch, accumulation):
     tokenizer = train_tiny_tokenizer()
     distiller = make_distiller(tokenizer, tmp_path_for(tmp, rank), rows=_unequal_rows(), lmbda=0.0, max_grad_norm=0.0,
                                per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation, max_new_tokens=40)
-    distiller.setup()
-    captured = {}
-
-    def capture():
-        captured.update({n: p.grad.detach().clone() for n, p in distiller.student_model.named_parameters()})
-
-    distiller.optimizer.step = capture
-    window = distiller._new_window()
-    distiller.train_step(0, window, {}, log_step=True)
-    return {"grads": captured, "metrics": window.reduce()}
+    return first_step_gradient(distiller)
 
 
 def tmp_path_for(tmp, rank):

@@ -303,6 +303,19 @@ def test_missing_tracker_is_reported_before_loading(tmp_path, no_model_loading, 
         Distiller(make_config(tmp_path, report_to="wandb"), train_dataset=datasets.Dataset.from_list(chat_rows(16)))
 
 
+def _record_training_calls(module) -> list[bool]:
+    """module.training at every call of its forward (replaced on the instance: transformers keeps module hooks out of the
+    recomputation in backward)."""
+    calls, forward = [], module.forward
+
+    def recording(*args, **kwargs):
+        calls.append(module.training)
+        return forward(*args, **kwargs)
+
+    module.forward = recording
+    return calls
+
+
 def test_gradient_checkpointing_trains(tokenizer, tmp_path):
     """On in the student (every layer runs again in backward), and training gives the weights it gives without it."""
     runs = {}
@@ -311,12 +324,10 @@ def test_gradient_checkpointing_trains(tokenizer, tmp_path):
                                    max_steps=1)
         layers = distiller.student_model.get_decoder().layers
         assert [layer.gradient_checkpointing for layer in layers] == [checkpointing] * len(layers)
-        mlp, training_forwards = layers[0].mlp, []  # calls in training mode (sampling runs in eval mode), recomputations included
-        forward = mlp.forward  # an instance attribute, not a hook: transformers keeps module hooks out of the recomputation
-        mlp.forward = lambda *args, **kwargs: training_forwards.append(mlp.training) or forward(*args, **kwargs)
+        calls = _record_training_calls(layers[0].mlp)  # training mode: the loss's forwards and their recomputations, not sampling
         before = snapshot(distiller.student_model)
         distiller.train()
-        runs[checkpointing] = before, snapshot(distiller.student_model), sum(training_forwards)
+        runs[checkpointing] = before, snapshot(distiller.student_model), sum(calls)
     (before, plain, plain_forwards), (_, checkpointed, checkpointed_forwards) = runs[False], runs[True]
     assert checkpointed_forwards == 2 * plain_forwards > 0
     assert not torch.equal(before["model.embed_tokens.weight"], checkpointed["model.embed_tokens.weight"])
@@ -351,3 +362,18 @@ def test_tokenizer_mismatch_names_cross_tokenizer_distillation(tokenizer, tmp_pa
 def test_arguments_the_run_would_not_read_are_rejected(tmp_path, no_model_loading, kwargs, overrides, match):
     with pytest.raises(ValueError, match=match):
         Distiller(make_config(tmp_path, **overrides), train_dataset=datasets.Dataset.from_list(chat_rows(16)), **kwargs)
+
+
+def test_overwrite_removes_only_what_a_run_wrote(tokenizer, tmp_path):
+    make_distiller(tokenizer, tmp_path).train()
+    run = tmp_path / "run"
+    (run / "notes.txt").write_text("mine")
+    (run / "data").mkdir()
+    (run / "data" / "rows.jsonl").write_text("{}")
+    stale = run / "checkpoints" / "step-000099"
+    stale.mkdir()
+    distiller = make_distiller(tokenizer, tmp_path, overwrite_output_dir=True)
+    distiller.train()
+    assert (run / "notes.txt").read_text() == "mine" and (run / "data" / "rows.jsonl").read_text() == "{}"
+    assert not stale.exists()  # the previous run's checkpoints are gone, this run's are there
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000002"]

@@ -1,4 +1,4 @@
-"""The teacher of method offline: sparse log-probs read from a `distill cache-teacher` directory."""
+"""A teacher read from disk (`teacher_cache`): sparse log-probs from a `distill cache-teacher` directory."""
 
 from __future__ import annotations
 
