@@ -6,6 +6,7 @@ from pathlib import Path
 
 from distill.version import __version__
 
+
 def teacher_description(config: dict) -> str:
     if config.get("teacher_cache"):
         return f"the teacher cache {config['teacher_cache']}"

@@ -16,12 +16,22 @@ import yaml
 
 from distill import placement
 from distill.config import DistillConfig
-from distill.data import BUNDLED_DATASET, PromptEncoder, examples_from_dataset, load_dataset_spec
+from distill.data import (
+    BUNDLED_DATASET,
+    PromptEncoder,
+    examples_from_dataset,
+    load_dataset_spec,
+)
 from distill.evaluate import EvalSettings, Evaluator, build_report, write_report
 from distill.methods import get_method
 from distill.models import eos_token_ids, student_vocab_size
 from distill.runtime import eval_device
-from distill.teachers.build import comparison_vocab_size, load_model, model_teacher, server_teacher
+from distill.teachers.build import (
+    comparison_vocab_size,
+    load_model,
+    model_teacher,
+    server_teacher,
+)
 from distill.teachers.server import ServerSettings
 
 

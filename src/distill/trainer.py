@@ -30,12 +30,31 @@ from torch import nn
 from distill import checkpoint as ckpt
 from distill import placement
 from distill.config import DistillConfig
-from distill.data import BUNDLED_DATASET, EncodedExample, Example, PromptEncoder, StepSampler, examples_from_dataset, load_dataset_spec
+from distill.data import (
+    BUNDLED_DATASET,
+    EncodedExample,
+    Example,
+    PromptEncoder,
+    StepSampler,
+    examples_from_dataset,
+    load_dataset_spec,
+)
 from distill.errors import TeacherServerError
 from distill.evaluate import EvalSettings, Evaluator
 from distill.methods import get_method
-from distill.metrics import MetricWindow, add_throughput, log_record, new_window, record_micro_batch
-from distill.models import eos_token_ids, make_student, prepare_student, resolve_model_source
+from distill.metrics import (
+    MetricWindow,
+    add_throughput,
+    log_record,
+    new_window,
+    record_micro_batch,
+)
+from distill.models import (
+    eos_token_ids,
+    make_student,
+    prepare_student,
+    resolve_model_source,
+)
 from distill.objectives import StepContext
 from distill.objectives.student import StudentObjective
 from distill.rollout import MicroBatch, RolloutSettings, SamplingParams, StepRollout

@@ -9,9 +9,15 @@ import torch
 from distill.data import Example
 from distill.losses import LogitHead
 from distill.losses.uld import ULDSettings
-from distill.rollout import Completion, SamplingParams, collate
-from distill.objectives import DivergenceObjective, LossSettings, StepContext, StudentTokens, divergence
+from distill.objectives import (
+    DivergenceObjective,
+    LossSettings,
+    StepContext,
+    StudentTokens,
+    divergence,
+)
 from distill.objectives.student import student_loss
+from distill.rollout import Completion, SamplingParams, collate
 from distill.teachers.cross_tokenizer import CrossTokenizerTeacher
 from tests.conftest import tiny_lm
 from tests.gold.conftest import TEXT

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from distill.config import DistillConfig
-from distill.placement import CACHE, MODEL, SERVER as AT_SERVER, parse_routes, teacher_location
+from distill.placement import CACHE, MODEL, parse_routes, teacher_location
+from distill.placement import SERVER as AT_SERVER
 
 SERVER = dict(method="gkd", teacher_url="http://127.0.0.1:8000", student="s", seq_kd=False)
 OFFLINE = dict(method="gkd", teacher_cache="/c", student="s", seq_kd=False, lmbda=0.0, lmbda_schedule="constant",

@@ -8,8 +8,8 @@ import torch
 
 from distill.errors import TeacherServerError
 from distill.losses import LogitHead
-from distill.rollout import Completion, collate
 from distill.objectives import LossSettings, StudentTokens, divergence
+from distill.rollout import Completion, collate
 from distill.signals import DenseSignal
 from distill.teachers import LocalTeacher
 from distill.teachers.hidden import (

@@ -14,7 +14,15 @@ import torch
 
 from distill.config import DistillConfig
 from distill.losses import DistillLoss
-from distill.methods import Method, Paper, Reads, get_method, method_names, register, unregister
+from distill.methods import (
+    Method,
+    Paper,
+    Reads,
+    get_method,
+    method_names,
+    register,
+    unregister,
+)
 from distill.methods.mixing import ALWAYS_ON_POLICY
 from distill.run import resume_config
 from distill.run_parts import declared_fields

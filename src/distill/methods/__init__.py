@@ -4,8 +4,16 @@ Adding a method: write `methods/NAME.py` that builds a `Method` (paper, sources,
 reads, validation, metrics, hooks) and calls `register`, then import it below. docs/methods.md walks through it.
 """
 
-from distill.methods.registry import Method, Paper, Reads, StepHook, get_method, method_names, register, unregister
-
-from distill.methods import gkd, gold, on_policy  # noqa: E402,F401  (each registers itself)
+from distill.methods import gkd, gold, on_policy  # noqa: F401  (each registers itself)
+from distill.methods.registry import (
+    Method,
+    Paper,
+    Reads,
+    StepHook,
+    get_method,
+    method_names,
+    register,
+    unregister,
+)
 
 __all__ = ["Method", "Paper", "Reads", "StepHook", "get_method", "method_names", "register", "unregister"]

@@ -16,7 +16,14 @@ from distill.losses import DistillLoss, chunked_generalized_jsd, sparse_generali
 from distill.losses.uld import chunked_uld
 from distill.objectives.base import StepContext, StudentTokens
 from distill.objectives.routing import per_teacher
-from distill.signals import ALIGNED, DENSE, SPARSE, AlignedSignal, DenseSignal, SparseSignal
+from distill.signals import (
+    ALIGNED,
+    DENSE,
+    SPARSE,
+    AlignedSignal,
+    DenseSignal,
+    SparseSignal,
+)
 
 
 @dataclass(frozen=True)

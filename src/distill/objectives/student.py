@@ -15,7 +15,11 @@ from distill.losses import DistillLoss
 from distill.models import logit_head
 from distill.objectives.base import Objective, StepContext, StudentTokens
 from distill.rollout import MicroBatch
-from distill.teachers.hidden import backbone_hidden, completion_targets, predicting_positions
+from distill.teachers.hidden import (
+    backbone_hidden,
+    completion_targets,
+    predicting_positions,
+)
 
 
 def student_tokens(student: nn.Module, vocab_size: int, batch: MicroBatch) -> StudentTokens:
