@@ -27,6 +27,7 @@ from distill.methods import get_method
 from distill.models import eos_token_ids, student_vocab_size
 from distill.runtime import eval_device
 from distill.teachers.build import (
+    close_teacher,
     comparison_vocab_size,
     load_model,
     model_teacher,
@@ -70,9 +71,7 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
         with torch.no_grad():
             report = build_report(evaluator, {"student": evaluator.evaluate(student)})
     finally:
-        close = getattr(teacher, "close", None)
-        if close is not None:
-            close()
+        close_teacher(teacher)
     return report, write_report(report, Path(args.out) if args.out else target / "eval-cli")
 
 

@@ -35,10 +35,7 @@ def load_model(spec: str, field: str = "teacher", device: torch.device | None = 
     """(model, tokenizer) for a model spec; the model in eval mode on `device` (CPU when None)."""
     source = resolve_model_source(spec, field)
     model = load_causal_lm(source, torch.float32).to(device or torch.device("cpu"), dtype)
-    tokenizer = load_tokenizer(source)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return model.eval(), tokenizer
+    return model.eval(), load_tokenizer(source)  # load_tokenizer sets pad = EOS when there is no pad token
 
 
 def comparison_vocab_size(cross_tokenizer: bool, student_tokenizer, teacher_tokenizer, student: nn.Module, teacher: nn.Module) -> int:
