@@ -66,7 +66,7 @@ def run_trl(args) -> dict:
     from trl import DistillationConfig, DistillationTrainer
 
     from distill.config import DistillConfig
-    from distill.data import load_dataset_spec
+    from distill.data_files import load_dataset_spec
     from distill.models import (
         load_causal_lm,
         load_tokenizer,

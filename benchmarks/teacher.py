@@ -38,14 +38,15 @@ def _free_port() -> int:
 
 
 def scoring(args, work: Path) -> list[dict]:
-    from distill.data import PromptEncoder, examples_from_dataset, load_dataset_spec
+    from distill.data import PromptEncoder, examples_from_dataset
+    from distill.data_files import load_dataset_spec
     from distill.models import load_tokenizer, resolve_model_source
     from distill.serve import wait_until_healthy
     from distill.teachers.server import ServerSettings, ServerTeacher
 
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "distill", "serve-teacher", TEACHER, "--port", str(port), "--device", "cpu"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen([sys.executable, "-m", "distill", "serve-teacher", TEACHER, "--port", str(port), "--device", "cpu",
+                               "--max-logprobs", str(max(args.k, 1))], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_until_healthy(f"http://127.0.0.1:{port}", 300.0, server)
         tokenizer = load_tokenizer(resolve_model_source(TEACHER, "teacher"))
@@ -79,7 +80,8 @@ def scoring(args, work: Path) -> list[dict]:
 def make_data_and_student(args, work: Path) -> tuple[Path, Path]:
     import torch
 
-    from distill.data import examples_from_dataset, load_dataset_spec
+    from distill.data import examples_from_dataset
+    from distill.data_files import load_dataset_spec
     from distill.models import (
         load_causal_lm,
         load_tokenizer,

@@ -2,7 +2,9 @@
 
 The completions scored are the dataset's own, or, with `--generate`, ones the teacher samples (seeded per
 shard, so a resumed run samples the same ones). The format is documented in `distill.teachers.cache`.
-Re-running the same command resumes: complete shards whose checksum matches are skipped.
+Re-running the same command resumes: complete shards whose checksum matches are skipped. A directory that
+is not a cache (no manifest.json, or other settings) is refused; `--overwrite` rebuilds it from scratch,
+deleting only the cache's own files (`distill.teachers.cache.cache_files`), never anything else there.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from distill.data import PromptEncoder, examples_from_dataset, load_dataset_spec
+from distill.data import PromptEncoder, examples_from_dataset
+from distill.data_files import load_dataset_spec
 from distill.losses import DEFAULT_CHUNK_SIZE
 from distill.losses.sparse import DEFAULT_MIN_TAIL_MASS, teacher_cells
 from distill.rollout import Completion, SamplingParams, collate
@@ -26,9 +29,11 @@ from distill.teachers.cache import (
     SETTING_KEYS,
     VERSION,
     ShardRecords,
+    cache_files,
     id_bytes_for,
     prompt_crc,
     sha256_file,
+    shard_name,
     tokenizer_hash,
     write_manifest,
     write_shard,
@@ -56,6 +61,7 @@ class CacheJob:
     sampling_temperature: float = 1.0
     device: str = "auto"
     progress: bool = True
+    overwrite: bool = False
 
 
 def sparse_top_k(signal, batch, k: int, temperature: float) -> TopK:
@@ -74,7 +80,12 @@ def sparse_top_k(signal, batch, k: int, temperature: float) -> TopK:
 
 def _open_teacher(job: CacheJob, device: torch.device):
     """(teacher, tokenizer, teacher name) for a local model or a server, built as training builds them."""
-    from distill.models import eos_token_ids, load_tokenizer, resolve_model_source
+    from distill.models import (
+        check_context,
+        eos_token_ids,
+        load_tokenizer,
+        resolve_model_source,
+    )
     from distill.teachers.build import load_model, model_teacher, server_teacher
     from distill.teachers.server import ServerSettings
 
@@ -89,6 +100,7 @@ def _open_teacher(job: CacheJob, device: torch.device):
         teacher = server_teacher(ServerSettings(job.teacher_url, job.top_k), tokenizer, len(tokenizer), job.temperature, probe)
         return teacher, tokenizer, job.teacher_url
     model, tokenizer = load_model(job.teacher, "teacher", device)
+    check_context(model, "teacher", {"--max-prompt-length": job.max_prompt_length, "--max-new-tokens": job.max_new_tokens})
     teacher = model_teacher(model, tokenizer, tokenizer, cross_tokenizer=False, vocab_size=len(tokenizer),
                             student_eos_ids=eos_token_ids(tokenizer, model), device=device,
                             max_prompt_length=job.max_prompt_length)
@@ -102,8 +114,7 @@ def run_cache_teacher(job: CacheJob) -> dict:
     if job.top_k < 1 or job.shard_size < 1 or job.batch_size < 1 or not job.temperature > 0:
         raise ValueError("--top-k, --shard-size and --batch-size must be >= 1 and --temperature > 0")
     out = Path(job.out)
-    if out.exists() and not (out / MANIFEST).is_file() and any(out.iterdir()):
-        raise ValueError(f"--out {out} exists and is not a teacher cache; choose another directory")
+    _check_out(out, job.overwrite)
     examples = examples_from_dataset(load_dataset_spec(job.dataset, job.split, "dataset"), "dataset")
     if not job.generate:
         missing = [e.index for e in examples if e.completion is None]
@@ -123,7 +134,12 @@ def run_cache_teacher(job: CacheJob) -> dict:
                 "dataset": str(job.dataset), "split": job.split, "shard_size": job.shard_size, "num_examples": len(examples),
                 "seed": job.seed}
     manifest = {"format": FORMAT, "version": VERSION, **settings, "id_bytes": id_bytes_for(vocab), "shards": [], "complete": False}
-    if (out / MANIFEST).is_file():
+    if job.overwrite:
+        if out.is_dir():
+            _check_out(out, True)  # again, just before deleting: the teacher took a while to load
+            for path in cache_files(out)[0]:
+                path.unlink()
+    elif (out / MANIFEST).is_file():
         import json
 
         existing = json.loads((out / MANIFEST).read_text())
@@ -131,9 +147,11 @@ def run_cache_teacher(job: CacheJob) -> dict:
         if differing:
             shown = ", ".join(f"{k}: {existing.get(k)!r} vs {settings[k]!r}" for k in differing)
             raise ValueError(f"--out {out} holds a cache made with other settings ({shown}); re-run with the same settings "
-                             "to resume it, or choose another --out")
+                             f"to resume it, choose another --out, or pass --overwrite to rebuild it ({ONLY_CACHE_FILES})")
         manifest["shards"] = existing["shards"]
     out.mkdir(parents=True, exist_ok=True)
+    if not (out / MANIFEST).is_file():
+        write_manifest(out, manifest)  # before the first shard: a run interrupted inside it still resumes
 
     num_shards = math.ceil(len(examples) / job.shard_size)
     done = {s["file"]: s for s in manifest["shards"] if (out / s["file"]).is_file() and sha256_file(out / s["file"]) == s["sha256"]}
@@ -144,7 +162,7 @@ def run_cache_teacher(job: CacheJob) -> dict:
         progress = tqdm(total=len(examples), desc="cache-teacher", unit="ex", dynamic_ncols=True)
     entries = []
     for shard in range(num_shards):
-        name = f"shard-{shard:05d}.safetensors"
+        name = shard_name(shard)
         part = examples[shard * job.shard_size : (shard + 1) * job.shard_size]
         if name in done:
             entries.append(done[name])
@@ -166,6 +184,30 @@ def run_cache_teacher(job: CacheJob) -> dict:
     manifest["complete"] = True
     write_manifest(out, manifest)
     return manifest
+
+
+ONLY_CACHE_FILES = ("it deletes only the cache's own files: manifest.json, shard-NNNNN.safetensors and their "
+                    "temporary files, never other files")
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    """Refuse an --out that is not (or not only) a teacher cache, before anything is loaded, with the way out."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a directory; choose a directory for the cache")
+    own, foreign = cache_files(out)
+    if foreign:
+        names = ", ".join(p.name for p in foreign)
+        raise ValueError(f"--out {out} holds {names}, named like the cache's files but not written by cache-teacher; "
+                         "move them away or choose another directory (--overwrite never deletes them)")
+    if overwrite or (out / MANIFEST).is_file() or not any(out.iterdir()):
+        return
+    if own:
+        raise ValueError(f"--out {out} exists and is not a teacher cache: it holds {len(own)} cache file(s) but no {MANIFEST} "
+                         f"(deleted?); pass --overwrite to rebuild it ({ONLY_CACHE_FILES}), or choose another directory")
+    raise ValueError(f"--out {out} exists and is not a teacher cache; choose another directory, or pass --overwrite to "
+                     f"write the cache next to what is there ({ONLY_CACHE_FILES})")
 
 
 def _score_shard(job: CacheJob, shard: int, examples, teacher, encoder: PromptEncoder, pad_id: int, eos_ids) -> ShardRecords:

@@ -1,15 +1,20 @@
 """Checkpoints written atomically (temporary directory, then one rename) and the resume that reads them.
 
 A checkpoint `checkpoints/step-000050/` holds the student (`save_pretrained`, also LoRA adapters), the
-optimizer and scheduler states, every process's RNG state, the method's step-hook states (`hooks.pt`,
-tensors and plain values only, read with weights_only=True) and the step. A crash while writing leaves a
-`.tmp-*` directory that is ignored and cleaned up, never a half-written `step-*`.
+optimizer and scheduler states, every process's RNG state, the method's step-hook states and the step. A
+crash while writing leaves a `.tmp-*` directory that is ignored and cleaned up, never a half-written `step-*`.
+
+Every `.pt` file holds tensors and plain values only and is read with `torch.load(weights_only=True)`:
+resuming a run directory someone else wrote never runs code hidden in a pickle. (numpy's RNG state, the
+one value that is not plain, is stored as a tensor and ints.) A file that is damaged or holds anything
+else stops the resume with a message naming the file.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import shutil
 from pathlib import Path
@@ -39,7 +44,11 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    """This process's RNG states, in types `torch.load(weights_only=True)` reads."""
+    kind, key, position, has_gauss, gauss = np.random.get_state()
+    numpy_state = {"kind": kind, "key": torch.from_numpy(key.astype(np.int64)), "position": int(position),
+                   "has_gauss": int(has_gauss), "gauss": float(gauss)}
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": numpy_state}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -47,8 +56,11 @@ def rng_state() -> dict:
 
 def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    numpy_state = state["numpy"]
+    np.random.set_state((numpy_state["kind"], numpy_state["key"].numpy().astype(np.uint32), numpy_state["position"],
+                         numpy_state["has_gauss"], numpy_state["gauss"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
@@ -89,7 +101,11 @@ def load_training_state(accelerator, checkpoint: Path, model, optimizer, schedul
     and the step-hook states (name -> state) for the caller to hand to its hooks."""
     from safetensors.torch import load_file
 
-    state = json.loads((checkpoint / "state.json").read_text())
+    try:
+        state = json.loads((checkpoint / "state.json").read_text())
+        int(state["step"]), int(state["num_processes"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(damaged(checkpoint, checkpoint / "state.json", error)) from error
     if state["num_processes"] != accelerator.num_processes:
         raise ValueError(
             f"resume: checkpoint {checkpoint} was written by {state['num_processes']} processes, this run has "
@@ -97,7 +113,10 @@ def load_training_state(accelerator, checkpoint: Path, model, optimizer, schedul
         )
     weights = {}
     for file in sorted((checkpoint / "student").glob("*.safetensors")):
-        weights.update(load_file(str(file)))
+        try:
+            weights.update(load_file(str(file)))
+        except Exception as error:  # safetensors raises its own error types for a truncated or corrupt file
+            raise ValueError(damaged(checkpoint, file, error)) from error
     if hasattr(model, "load_adapter") and (checkpoint / "student" / "adapter_config.json").exists():
         from peft import set_peft_model_state_dict
 
@@ -107,9 +126,49 @@ def load_training_state(accelerator, checkpoint: Path, model, optimizer, schedul
         tied = {name for name in missing if "lm_head" in name}
         if set(missing) - tied or unexpected:
             raise ValueError(f"resume: checkpoint {checkpoint} does not match the student (missing {sorted(set(missing) - tied)[:3]}, unexpected {unexpected[:3]})")
-    optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", weights_only=False))
-    scheduler.load_state_dict(torch.load(checkpoint / "scheduler.pt", weights_only=False))
-    set_rng_state(torch.load(checkpoint / f"rng_{accelerator.process_index}.pt", weights_only=False))
-    hooks_file = checkpoint / "hooks.pt"
-    hooks = torch.load(hooks_file, weights_only=True) if hooks_file.is_file() else {}
+    restore(checkpoint, "optimizer.pt", optimizer.load_state_dict)
+    restore(checkpoint, "scheduler.pt", scheduler.load_state_dict)
+    restore(checkpoint, f"rng_{accelerator.process_index}.pt", set_rng_state)
+    hooks = load_plain(checkpoint, "hooks.pt") if (checkpoint / "hooks.pt").is_file() else {}
     return int(state["step"]), hooks
+
+
+def load_plain(checkpoint: Path, name: str):
+    """`torch.load(weights_only=True)` of one checkpoint file: tensors and plain values, never code."""
+    path = checkpoint / name
+    if not path.is_file():
+        raise ValueError(f"resume: checkpoint {checkpoint} has no {name}; {earlier(checkpoint)}")
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as error:
+        if "Weights only load failed" in str(error):
+            raise ValueError(
+                f"resume: {path} holds objects other than tensors and plain values, which distill never writes; it was "
+                f"not loaded (loading it could run code hidden in it). Resume only run directories you trust; "
+                f"{earlier(checkpoint)}"
+            ) from error
+        raise ValueError(damaged(checkpoint, path, error)) from error
+    except Exception as error:
+        raise ValueError(damaged(checkpoint, path, error)) from error
+
+
+def restore(checkpoint: Path, name: str, load_state) -> None:
+    """Hand a checkpoint file's state to `load_state`; a state that does not fit is reported with its file."""
+    state = load_plain(checkpoint, name)
+    try:
+        load_state(state)
+    except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as error:
+        raise ValueError(f"resume: {checkpoint / name} does not fit this run ({error}); {earlier(checkpoint)}") from error
+
+
+def damaged(checkpoint: Path, path: Path, error: Exception) -> str:
+    return f"resume: {path} is damaged or truncated ({type(error).__name__}: {error}); {earlier(checkpoint)}"
+
+
+def earlier(checkpoint: Path) -> str:
+    """How to go on without `checkpoint`: the checkpoints before it, if any."""
+    others = [p.name for p in list_checkpoints(checkpoint.parent.parent) if p != checkpoint]
+    if not others:
+        return "no other checkpoint of this run is left: start the run again"
+    return (f"move {checkpoint.name} out of {checkpoint.parent} to resume from {others[-1]} "
+            f"(checkpoints left: {', '.join(others)})")

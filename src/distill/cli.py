@@ -7,8 +7,8 @@
     distill recipes                                the bundled recipes, with one line each
     distill eval MODEL_OR_RUN_DIR [--teacher T] [--dataset D]
     distill plot RUN_DIR
-    distill serve-teacher MODEL [--host 127.0.0.1] [--port 8000]     teacher log-probs over vLLM's completions API
-    distill cache-teacher --teacher MODEL --dataset D --top-k K --out DIR [--generate]   offline teacher cache
+    distill serve-teacher MODEL [--host 127.0.0.1] [--port 8000] [--max-logprobs 20]   teacher log-probs over vLLM's completions API
+    distill cache-teacher --teacher MODEL --dataset D --top-k K --out DIR [--generate] [--overwrite]   offline teacher cache
 Config flags are the DistillConfig field names (`--per_device_train_batch_size 4`; `--per-device-train-batch-size`
 works too). `distill train --help` lists them all with their help.
 """
@@ -76,7 +76,7 @@ def cmd_train(argv: list[str]) -> int:
         resume, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
     overrides = parse_field_flags(argv)
 
-    from distill.run import resume_config
+    from distill.run import check_inputs_outside, resume_config
     from distill.trainer import Distiller
 
     if resume is not None:
@@ -88,7 +88,9 @@ def cmd_train(argv: list[str]) -> int:
         if recipe:
             from distill.recipes import recipe_path
 
-            config = DistillConfig.from_yaml(recipe_path(recipe), overrides)
+            path = recipe_path(recipe)
+            config = DistillConfig.from_yaml(path, overrides)
+            check_inputs_outside(Path(config.output_dir), {"recipe": str(path)})
         else:
             config = DistillConfig.from_dict(overrides, "command line")
         distiller = Distiller(config)
@@ -106,7 +108,7 @@ def cmd_eval(argv: list[str]) -> int:
     parser.add_argument("--method", help="the method whose teacher to build (default: the run's, else gkd); gold for a "
                         "teacher with another tokenizer (aligned divergence)")
     parser.add_argument("--dataset", help="prompts (default: the run's held-out set, else the bundled held-out split)")
-    parser.add_argument("--split", default=None, help="dataset split (default: heldout)")
+    parser.add_argument("--split", default=None, help="dataset split (default: the run's eval_split, heldout; a file without a 'split' column has only 'train')")
     parser.add_argument("--max-prompts", type=int, default=None)
     parser.add_argument("--max-new-tokens", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=None)
@@ -144,10 +146,23 @@ def cmd_serve_teacher(argv: list[str]) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--served-model-name", default=None, help="the `model` name clients send (default: MODEL)")
     parser.add_argument("--max-batch-tokens", type=int, default=16384, help="padded prompt tokens (rows x longest) per forward pass of batched requests")
-    args = parser.parse_args(argv)
-    from distill.serve import serve
+    from distill.serve import (
+        DEFAULT_MAX_LOGPROBS,
+        DEFAULT_MAX_PROMPT_TOKENS,
+        DEFAULT_MAX_REQUEST_BYTES,
+        ServerLimits,
+        serve,
+    )
 
-    serve(args.model, args.host, args.port, args.device, args.served_model_name, args.max_batch_tokens)
+    parser.add_argument("--max-logprobs", type=int, default=DEFAULT_MAX_LOGPROBS,
+                        help=f"most prompt_logprobs (top tokens per position) a request may ask for, like vLLM's; -1: no cap (default {DEFAULT_MAX_LOGPROBS})")
+    parser.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES,
+                        help=f"largest request body in bytes; larger ones get 413 (default {DEFAULT_MAX_REQUEST_BYTES})")
+    parser.add_argument("--max-prompt-tokens", type=int, default=DEFAULT_MAX_PROMPT_TOKENS,
+                        help=f"most prompt tokens per request, over all its prompts (default {DEFAULT_MAX_PROMPT_TOKENS})")
+    args = parser.parse_args(argv)
+    limits = ServerLimits(args.max_logprobs, args.max_request_bytes, args.max_prompt_tokens)
+    serve(args.model, args.host, args.port, args.device, args.served_model_name, args.max_batch_tokens, limits)
     return 0
 
 
@@ -162,6 +177,8 @@ def cmd_cache_teacher(argv: list[str]) -> int:
     parser.add_argument("--split", default="train")
     parser.add_argument("--top-k", type=int, required=True, help="K: log-probs kept per token")
     parser.add_argument("--out", required=True, help="cache directory (re-running resumes it)")
+    parser.add_argument("--overwrite", action="store_true", help="rebuild --out from scratch: deletes only the cache's own "
+                        "files (manifest.json, shard-NNNNN.safetensors, their temporary files), never other files")
     parser.add_argument("--temperature", type=float, default=1.0, help="loss temperature the log-probs are computed at")
     parser.add_argument("--generate", action="store_true", help="the teacher writes the completions (sequence-level KD)")
     parser.add_argument("--sampling-temperature", type=float, default=1.0, help="with --generate: sampling temperature")
@@ -177,7 +194,8 @@ def cmd_cache_teacher(argv: list[str]) -> int:
 
     job = CacheJob(args.teacher, args.teacher_url, args.tokenizer, args.dataset, args.split, args.top_k, args.out,
                    args.temperature, args.generate, args.max_new_tokens, args.max_prompt_length, args.shard_size,
-                   args.batch_size, args.seed, args.sampling_temperature, args.device, not args.no_progress)
+                   args.batch_size, args.seed, args.sampling_temperature, args.device, not args.no_progress,
+                   overwrite=args.overwrite)
     manifest = run_cache_teacher(job)
     print(f"{args.out}: {manifest['num_examples']} examples, {manifest['tokens']} tokens, "
           f"{manifest['bytes_per_token']:.1f} bytes/token on disk ({manifest['token_bytes_per_token']:.0f} in per-token arrays; K={manifest['top_k']})")

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from distill import config_io, placement
-from distill.data import BUNDLED_DATASET
+from distill.data_files import BUNDLED_DATASET
 from distill.methods import get_method, method_names
 from distill.methods.mixing import LMBDA_SCHEDULES
 from distill.run_parts import check_fields_read
+from distill.runtime import check_device
 
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_min_lr")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -60,11 +61,14 @@ class DistillConfig:
                       "'train' split), a local .json/.jsonl/.parquet file or directory, or a hub dataset "
                       "(online). Rows hold `prompt` (text or chat messages) or `messages`; optional "
                       "`completion` (text or messages) for off-policy training.")
-    dataset_split: str = _f("train", "Split of `dataset` to train on.")
+    dataset_split: str = _f("train", "Split of `dataset` to train on: the rows whose `split` column holds it; a "
+                            "file without a `split` column has one split, 'train' (all rows). An unknown "
+                            "split is an error listing the available ones.")
     eval_dataset: str | None = _f(None, "Held-out prompts for the before/after evaluation (same forms as "
                                   "`dataset`). None: the bundled held-out split with the bundled dataset, "
                                   "else no evaluation.")
-    eval_split: str = _f("heldout", "Split of the evaluation dataset.")
+    eval_split: str = _f("heldout", "Split of the evaluation dataset (as `dataset_split`; an eval file without "
+                         "a `split` column needs eval_split: train).")
     output_dir: str = _f("runs/default", "Run directory: config, metrics.jsonl, checkpoints, final model, "
                          "model card, plots, evaluation report.")
     overwrite_output_dir: bool = _f(False, "Allow writing into an existing, non-empty `output_dir` (its "
@@ -227,6 +231,14 @@ class DistillConfig:
                      "eval_max_prompts", "eval_examples", "weight_decay", "max_grad_norm"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        for name in ("adam_beta1", "adam_beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1) (AdamW's moment decay; 0.9 and 0.999 are usual), got {getattr(self, name)!r}")
+        if not 0.0 <= self.adam_epsilon < math.inf:
+            raise ValueError(f"adam_epsilon must be a finite number >= 0 (1e-8 is usual), got {self.adam_epsilon!r}")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed must be an integer in [0, 2**32), got {self.seed!r}")
+        check_device(self.device)
         for tracker in [t.strip() for t in self.report_to.split(",") if t.strip()]:
             _one_of("report_to", tracker, TRACKERS)
         if self.student_init is not None:

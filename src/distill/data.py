@@ -5,19 +5,19 @@ assistant turn, if any, is the completion). Optional columns: `completion` (a st
 one assistant message) gives off-policy completions; `privileged_context` (text: a demonstration, a fact,
 a hint) is context a self-teacher sees and the student does not; `teacher_id` routes the row to one of
 several teachers. Every problem is reported when the run is set up, before any model is loaded, with the
-column or row at fault. The step sampler (which prompts each optimizer step trains on) is here too.
+column or row at fault. Loading files and splits is `distill.data_files`. The step sampler (which prompts
+each optimizer step trains on) is here too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
-BUNDLED_DATASET = "bundled"
-BUNDLED_PROMPTS = Path(__file__).parent / "recipes" / "data" / "prompts.jsonl"
+from distill.data_files import check_columns
+
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -41,56 +41,9 @@ class EncodedExample:
     completion_ids: list[int] | None
 
 
-def load_dataset_spec(spec: Any, split: str, field: str):
-    """A `datasets.Dataset` from a name/path or an object; raises TypeError/ValueError with the fix."""
-    import datasets
-
-    if isinstance(spec, datasets.DatasetDict):
-        if split not in spec:
-            raise ValueError(f"{field}: the DatasetDict has no split '{split}' (it has {list(spec)})")
-        return spec[split]
-    if isinstance(spec, datasets.IterableDataset):
-        raise TypeError(f"{field}: an IterableDataset is not supported; materialise it with Dataset.from_list(list(ds))")
-    if isinstance(spec, datasets.Dataset):
-        return spec
-    if not isinstance(spec, (str, Path)):
-        kind = type(spec).__name__
-        fix = "datasets.Dataset.from_pandas(df)" if kind == "DataFrame" else "datasets.Dataset.from_list(rows)"
-        raise TypeError(f"{field} must be a datasets.Dataset (or a name/path), got a {kind}; wrap it with {fix}")
-    spec = str(spec)
-    if spec == BUNDLED_DATASET:
-        dataset = datasets.load_dataset("json", data_files=str(BUNDLED_PROMPTS), split="train")
-        return dataset.filter(lambda row: row["split"] == split)
-    path = Path(spec).expanduser()
-    if path.exists():
-        if path.is_dir():
-            return datasets.load_from_disk(str(path)) if (path / "dataset_info.json").exists() else _load_files(path, split, field)
-        return _load_files(path, split, field)
-    if spec.startswith((".", "/", "~")) or spec.endswith((".json", ".jsonl", ".parquet", ".csv")):
-        raise ValueError(f"{field}: {spec} does not exist")
-    return datasets.load_dataset(spec, split=split)
-
-
-def _load_files(path: Path, split: str, field: str):
-    import datasets
-
-    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.suffix in (".json", ".jsonl", ".parquet"))
-    if not files:
-        raise ValueError(f"{field}: no .json, .jsonl or .parquet files in {path}")
-    builder = "parquet" if files[0].suffix == ".parquet" else "json"
-    dataset = datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train")
-    if "split" in dataset.column_names:
-        dataset = dataset.filter(lambda row: row["split"] == split)
-    return dataset
-
-
 def examples_from_dataset(dataset, field: str) -> list[Example]:
     """Validate every row and turn it into an Example; raises ValueError naming the column or row."""
-    columns = set(dataset.column_names)
-    if "prompt" not in columns and "messages" not in columns:
-        raise ValueError(
-            f"{field}: needs a 'prompt' column (text or chat messages) or a 'messages' column; it has {sorted(columns)}"
-        )
+    check_columns(dataset.column_names, field)
     if len(dataset) == 0:
         raise ValueError(f"{field}: the dataset is empty")
     examples = []
@@ -110,6 +63,8 @@ def _example(index: int, row: dict[str, Any], field: str) -> Example:
             raise ValueError(f"{where}: 'prompt' must be non-empty text or a list of chat messages")
     else:
         messages = row.get("messages")
+        if messages is None:
+            raise ValueError(f"{where}: has no 'prompt' and no 'messages' (missing or null); every row needs one of them")
         _check_messages(messages, where, "messages")
         if messages[-1]["role"] == "assistant":
             if completion is None:

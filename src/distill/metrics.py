@@ -84,13 +84,6 @@ class MetricsLog:
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
 
-    def truncate_after(self, step: int) -> None:
-        """On resume: drop lines logged after the checkpoint's step (they will be logged again)."""
-        if not self.enabled or not self.path.exists():
-            return
-        kept = [line for line in self.path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-        self.path.write_text("".join(line + "\n" for line in kept))
-
 
 def read_metrics(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

@@ -10,6 +10,8 @@ A method works with a location when its objective consumes that location's signa
 
 from __future__ import annotations
 
+import urllib.parse
+
 from distill.methods.registry import Method, Reads
 from distill.signals import ALIGNED, DENSE, SPARSE
 
@@ -51,6 +53,10 @@ def validate(config, method: Method, sources: frozenset[str]) -> None:
     for name in ("teacher_url", "teacher_cache"):
         if getattr(config, name) is not None:
             parse_routes(getattr(config, name), name)
+    for url in parse_routes(config.teacher_url, "teacher_url").values() if config.teacher_url is not None else ():
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"teacher_url must look like http://host:port (scheme and host), got {url!r}")
     location = teacher_location(config)
     kind = signal_kind(location, method)
     accepted = method.objective(config).signals

@@ -4,14 +4,18 @@
     metrics.jsonl     one line per logging step      model/                     the final student + model card
     plots/*.png       curves                         eval/                      before/after report
 distill deletes only these, and only when told to (`overwrite_output_dir`), never anything else in the
-directory.
+directory; it refuses an output directory that holds any of the run's inputs (models, datasets, cache,
+recipe), and one that another run holds (`run.lock`, see `distill.run_lock`).
 """
 
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import logging
+import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -19,24 +23,129 @@ from typing import Any
 import yaml
 
 from distill import checkpoint as ckpt
-from distill.config import DistillConfig
+from distill import placement
+from distill.config import DEFAULT_TEACHER, DistillConfig
+from distill.data_files import BUNDLED_DATASET
 from distill.evaluate import Evaluator, build_report, summary_lines, write_report
 from distill.metrics import MetricsLog
 from distill.model_card import write_model_card
 from distill.models import count_parameters
+from distill.run_lock import RunLock, check_unlocked
 
 logger = logging.getLogger(__name__)
 
+OBJECT_RECORD = re.compile(r"<\w+ object>")  # how config.yaml records a model or dataset passed as an object
+API_NAMES = {"dataset": "train_dataset"}  # Distiller's keyword for a config field, where they differ
 WRITTEN = ("config.yaml", "metrics.jsonl", ckpt.CHECKPOINTS, "model", "plots", "eval")
 
 
-def check_output_dir(run_dir: Path, overwrite: bool) -> None:
-    """A new run needs an empty (or absent) directory, or `overwrite` to replace a previous run's files."""
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())) and not overwrite:
+def check_output_dir(run_dir: Path, overwrite: bool, inputs: dict[str, str], resuming: bool = False) -> None:
+    """Before any model loads: the directory can be written, holds none of `inputs` (field -> path), is not
+    locked by another run, and (for a new run) is empty or `overwrite` replaces a previous run's files."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"output_dir {run_dir} is a file, not a directory; choose another --output_dir")
+    check_writable(run_dir)
+    check_inputs_outside(run_dir, inputs)
+    check_unlocked(run_dir)
+    if resuming:
+        return
+    if run_dir.exists() and any(run_dir.iterdir()) and not overwrite:
         raise ValueError(
             f"output_dir {run_dir} already exists and is not empty: choose another --output_dir, continue it with "
             f"`distill train --resume {run_dir}`, or replace the previous run's files with --overwrite_output_dir true"
         )
+
+
+def run_inputs(config, location: str) -> dict[str, str]:
+    """The run's inputs named by path in `config` (field -> path); objects passed from Python are not paths."""
+    inputs = {"student": config.student, "dataset": config.dataset, "eval_dataset": config.eval_dataset}
+    if location == placement.MODEL:
+        inputs["teacher"] = config.teacher
+    if location == placement.CACHE:
+        inputs.update({f"teacher_cache {tid}".strip(): path
+                       for tid, path in placement.parse_routes(config.teacher_cache, "teacher_cache").items()})
+    named = {BUNDLED_DATASET, DEFAULT_TEACHER}  # names distill resolves itself, not paths
+    return {field: path for field, path in inputs.items() if isinstance(path, str) and path not in named}
+
+
+def check_objects_given(config, given: set[str]) -> None:
+    """A resumed run started from Python with objects (config.yaml records only "<Type object>") needs them again."""
+    missing = [name for name in ("student", "teacher", "dataset", "eval_dataset")
+               if isinstance(getattr(config, name), str) and OBJECT_RECORD.fullmatch(getattr(config, name)) and name not in given]
+    if missing:
+        raise ValueError(
+            f"resume: {config.output_dir} was started from the Python API with objects for {', '.join(missing)} (its "
+            f"config.yaml records only their types); pass them again: on the command line as "
+            f"{' '.join(f'--{n} PATH' for n in missing)}, or from Python with "
+            f"Distiller(config, {', '.join(f'{API_NAMES.get(n, n)}=...' for n in missing)}, resume=True)"
+        )
+
+
+def check_writable(run_dir: Path) -> None:
+    """The directory, or the nearest existing folder above it, accepts new files."""
+    existing = run_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"output_dir {run_dir}: {existing} is a file, so the directory cannot be created; choose another --output_dir")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"output_dir {run_dir}: {existing} is not writable by this user; choose another --output_dir")
+
+
+def check_inputs_outside(run_dir: Path, inputs: dict[str, str]) -> None:
+    """Refuse a run directory that is, or holds, one of the run's inputs: overwriting, checkpoint rotation or
+    the final model could otherwise replace what the run reads."""
+    root = run_dir.expanduser().resolve()
+    for field, spec in inputs.items():
+        path = Path(spec).expanduser()
+        if not path.exists():
+            continue
+        path = path.resolve()
+        if path == root or root in path.parents:
+            raise ValueError(
+                f"output_dir {run_dir} holds this run's {field} ({spec}): a run directory must not contain the run's "
+                f"inputs; choose an --output_dir outside it (or move the {field} out)"
+            )
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full_message(run_dir: Path, error: OSError) -> str:
+    """What a run stopped by a full disk tells its user: the intact checkpoint and how to go on."""
+    latest = ckpt.latest_checkpoint(run_dir)
+    intact = (f"the last intact checkpoint is {latest} (a half-written one is kept under a .tmp- name and never "
+              f"resumed from); free space, then continue with `distill train --resume {run_dir}`"
+              if latest else "no checkpoint was completed; free space and start the run again")
+    return f"the disk holding {run_dir} is full ({error.strerror}, writing {error.filename or 'a file'}): {intact}"
+
+
+def trim_metrics(path: Path, step: int) -> list[str]:
+    """On resume: keep metrics.jsonl's records up to the checkpoint's `step`; drop later records (they will
+    be logged again) and torn or unreadable lines (a kill or a full disk mid-write). Returns the dropped
+    lines' descriptions. Rewritten atomically."""
+    if not path.exists():
+        return []
+    kept, dropped = [], []
+    for number, line in enumerate(path.read_bytes().decode("utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            logged = int(record["step"])
+        except (ValueError, KeyError, TypeError):
+            dropped.append(f"line {number} (torn or unreadable: {line[:40]!r})")
+            continue
+        if logged <= step:
+            kept.append(line)
+        else:
+            dropped.append(f"line {number} (step {logged}, after the checkpoint)")
+    if dropped:
+        temporary = path.with_name(f".{path.name}.tmp")
+        temporary.write_text("".join(line + "\n" for line in kept))
+        os.replace(temporary, path)
+    return dropped
 
 
 def clear_previous_run(run_dir: Path) -> list[Path]:
@@ -60,12 +169,21 @@ class RunDirectory:
     def __init__(self, path: Path, runtime, config, config_record: dict[str, Any]):
         self.path, self.runtime, self.config, self.record = Path(path), runtime, config, config_record
         self._saved_step: int | None = None
+        self.lock: RunLock | None = None
 
     def prepare(self, resuming: bool) -> MetricsLog:
-        """Create (or reuse) the directory, record the config; returns the metrics log."""
+        """Lock the directory, create (or reuse) it, record the config; returns the metrics log."""
         accelerator = self.runtime.accelerator
+        error = None
+        if accelerator.is_main_process:
+            try:
+                self.lock = RunLock(self.path).acquire()
+            except ValueError as caught:
+                error = caught
+        if self.runtime.agree([error is not None])[0]:
+            raise error or ValueError(f"output_dir {self.path}: the main process could not lock it (see its error)")
         if accelerator.is_main_process and not resuming:
-            if self.path.exists() and self.config.overwrite_output_dir:
+            if self.config.overwrite_output_dir:
                 for path in clear_previous_run(self.path):
                     logger.info("overwrite_output_dir: removed %s", path)
             self.path.mkdir(parents=True, exist_ok=True)
@@ -107,13 +225,23 @@ class RunDirectory:
             self._saved_step = step
         return ckpt.checkpoint_dir(self.path, step)
 
+    def release(self) -> None:
+        """Remove this run's lock (main process); called however the run ends."""
+        if self.lock is not None:
+            self.lock.release()
+
     def resume(self, student, optimizer, scheduler, hooks) -> int:
-        """Restore the latest checkpoint (weights, optimizer, scheduler, RNG, hook states); returns its step."""
+        """Restore the latest checkpoint (weights, optimizer, scheduler, RNG, hook states) and cut metrics.jsonl
+        back to its step; returns the step."""
         latest = ckpt.latest_checkpoint(self.path)
         if latest is None:
             raise ValueError(f"resume: {self.path} holds no checkpoint to resume from")
         step, states = ckpt.load_training_state(self.runtime.accelerator, latest, student, optimizer, scheduler)
         load_hook_states(hooks, states, latest)
+        if self.runtime.is_main_process:
+            dropped = trim_metrics(self.path / "metrics.jsonl", step)
+            if dropped:
+                logger.warning("resume: metrics.jsonl cut back to checkpoint step %d; dropped %s", step, "; ".join(dropped))
         logger.info("resumed from %s (step %d)", latest, step)
         return step
 
@@ -167,7 +295,7 @@ def load_hook_states(hooks, states: dict[str, dict], checkpoint: Path) -> None:
         hook.load_state_dict(states[hook.name])
 
 
-__all__ = ["RunDirectory", "check_output_dir", "clear_previous_run"]
+__all__ = ["RunDirectory", "check_output_dir", "clear_previous_run", "trim_metrics"]
 
 
 def resume_config(run_dir: Path, overrides: dict[str, Any] | None = None) -> DistillConfig:
@@ -175,7 +303,14 @@ def resume_config(run_dir: Path, overrides: dict[str, Any] | None = None) -> Dis
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise ValueError(f"resume: {run_dir} is not a run directory (no config.yaml)")
-    values = yaml.safe_load(path.read_text())
+    try:
+        values = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise ValueError(f"resume: {path} is not readable YAML ({error}); it is the run's recorded config: restore it "
+                         f"or start a new run") from error
+    if not isinstance(values, dict) or not values:
+        raise ValueError(f"resume: {path} is empty or not a mapping of config fields; it is the run's recorded config: "
+                         f"restore it, or start a new run with the same fields")
     values.pop("num_processes", None)
     values.update(overrides or {})
     values["output_dir"] = str(run_dir)

@@ -89,8 +89,29 @@ def start_runtime(config, project_dir: str) -> Runtime:
     return Runtime(accelerator, device, teacher_dtype)
 
 
+def check_device(spec: str, field: str = "device") -> None:
+    """`spec` names a device torch knows and this machine has; raises ValueError naming `field` otherwise."""
+    if spec == "auto":
+        return
+    forms = "'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"
+    try:
+        device = torch.device(spec)
+    except (RuntimeError, ValueError, TypeError):
+        raise ValueError(f"{field} must be {forms}, got {spec!r}") from None
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"{field} must be {forms}, got {spec!r} (distill does not run on {device.type})")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{field} {spec!r}: no CUDA device is visible here (torch.cuda.is_available() is False); use "
+                         "'auto' or 'cpu'")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"{field} {spec!r}: this machine has {torch.cuda.device_count()} CUDA devices")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{field} {spec!r}: MPS is not available here; use 'auto' or 'cpu'")
+
+
 def eval_device(spec: str) -> torch.device:
     """The device of a single-process command (`distill eval`, `cache-teacher`, `serve-teacher`)."""
+    check_device(spec)
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(spec)

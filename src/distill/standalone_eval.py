@@ -16,15 +16,11 @@ import yaml
 
 from distill import placement
 from distill.config import DistillConfig
-from distill.data import (
-    BUNDLED_DATASET,
-    PromptEncoder,
-    examples_from_dataset,
-    load_dataset_spec,
-)
+from distill.data import PromptEncoder, examples_from_dataset
+from distill.data_files import BUNDLED_DATASET, load_dataset_spec
 from distill.evaluate import EvalSettings, Evaluator, build_report, write_report
 from distill.methods import get_method
-from distill.models import eos_token_ids, student_vocab_size
+from distill.models import check_context, eos_token_ids, student_vocab_size
 from distill.runtime import eval_device
 from distill.teachers.build import (
     close_teacher,
@@ -52,6 +48,8 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
     student, tokenizer = load_model(str(model_dir), "model", device)
     settings = EvalSettings(args.max_new_tokens or config.eval_max_new_tokens, args.batch_size or config.eval_batch_size,
                             config.eval_examples, config.seed, config.loss_chunk_size)
+    budget = {"max_prompt_length": config.max_prompt_length, "max_new_tokens": settings.max_new_tokens}
+    check_context(student, "student", budget)
     eos_ids = eos_token_ids(tokenizer, student)
     encoder = PromptEncoder(tokenizer, config.max_prompt_length, settings.max_new_tokens, eos_ids)
     if placement.teacher_location(config) == placement.SERVER:  # scores the student's own samples; it does not sample
@@ -62,6 +60,7 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
         teacher = server_teacher(server, tokenizer, vocab, 1.0, probe)
     else:
         teacher_model, teacher_tokenizer = load_model(config.teacher, "teacher", device)
+        check_context(teacher_model, "teacher", budget)
         vocab = comparison_vocab_size(method.cross_tokenizer, tokenizer, teacher_tokenizer, student, teacher_model)
         teacher = model_teacher(teacher_model, teacher_tokenizer, tokenizer, cross_tokenizer=method.cross_tokenizer,
                                 vocab_size=vocab, student_eos_ids=eos_ids, device=device,

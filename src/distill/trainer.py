@@ -31,14 +31,13 @@ from distill import checkpoint as ckpt
 from distill import placement
 from distill.config import DistillConfig
 from distill.data import (
-    BUNDLED_DATASET,
     EncodedExample,
     Example,
     PromptEncoder,
     StepSampler,
     examples_from_dataset,
-    load_dataset_spec,
 )
+from distill.data_files import BUNDLED_DATASET, load_dataset_spec
 from distill.errors import TeacherServerError
 from distill.evaluate import EvalSettings, Evaluator
 from distill.methods import get_method
@@ -50,6 +49,8 @@ from distill.metrics import (
     record_micro_batch,
 )
 from distill.models import (
+    check_context,
+    check_rows_match,
     eos_token_ids,
     make_student,
     prepare_student,
@@ -58,7 +59,14 @@ from distill.models import (
 from distill.objectives import StepContext
 from distill.objectives.student import StudentObjective
 from distill.rollout import MicroBatch, RolloutSettings, SamplingParams, StepRollout
-from distill.run import RunDirectory, check_output_dir
+from distill.run import (
+    DISK_FULL,
+    RunDirectory,
+    check_objects_given,
+    check_output_dir,
+    disk_full_message,
+    run_inputs,
+)
 from distill.runtime import StopRequest, start_runtime
 from distill.teachers.build import (
     check_routes,
@@ -94,13 +102,15 @@ class Distiller:
                               if value is not None and not isinstance(value, str)}
         self.run_dir = Path(config.output_dir)
         self._reject_unread_arguments(teacher, teacher_tokenizer, eval_dataset)
+        if resume:
+            check_objects_given(config, {name for name, value in (("student", student), ("teacher", teacher), ("dataset", train_dataset),
+                                                                  ("eval_dataset", eval_dataset)) if value is not None})
 
         self.train_examples = examples_from_dataset(
             load_dataset_spec(train_dataset if train_dataset is not None else config.dataset, config.dataset_split, "dataset"), "dataset")
         self.eval_examples = self._load_eval_examples(train_dataset, eval_dataset)
         self._check_completions_present()
-        if not resume:
-            check_output_dir(self.run_dir, config.overwrite_output_dir)
+        check_output_dir(self.run_dir, config.overwrite_output_dir, run_inputs(config, self.location), resuming=resume)
         teacher_spec = None if self.location != placement.MODEL else (teacher if teacher is not None else config.teacher)
         if isinstance(teacher_spec, str):
             resolve_model_source(teacher_spec, "teacher")
@@ -160,11 +170,15 @@ class Distiller:
     def _load_models(self, student, teacher, tokenizer, teacher_tokenizer) -> None:
         config = self.config
         teacher_model = None
+        tokenizer_assumed = isinstance(teacher, nn.Module) and teacher_tokenizer is None
         if self.location != placement.MODEL:
             if not isinstance(student, (nn.Module, str)):
                 raise ValueError(f"student: with a {self.location} teacher there are no teacher weights here to start a "
                                  "student from; give `student` (a model directory, .gguf file or hub id)")
         elif isinstance(teacher, nn.Module):
+            if teacher_tokenizer is None and self.method.cross_tokenizer:
+                raise ValueError(f"teacher_tokenizer: method {config.method} distils across tokenizers; pass the teacher "
+                                 "model's own tokenizer as teacher_tokenizer")
             teacher_model, teacher_tokenizer = teacher, teacher_tokenizer or tokenizer
             if teacher_tokenizer is None:
                 raise ValueError("tokenizer: pass the tokenizer when the teacher is given as a model object")
@@ -178,7 +192,10 @@ class Distiller:
             student_model, student_tokenizer = load_model(student, "student")
         else:
             student_model, student_tokenizer = teacher_model, teacher_tokenizer
+        if tokenizer_assumed and student_model is not teacher_model:
+            check_rows_match(teacher_model, student_model)
         student_model = make_student(student_model, config.resolved_student_init(student is not None))
+        self._check_context(student_model, teacher_model)
         if teacher_model is None:  # the teacher's vocabulary is checked against the student's tokenizer remotely
             teacher_model, teacher_tokenizer = student_model, student_tokenizer
         for each in (teacher_tokenizer, student_tokenizer):
@@ -207,6 +224,17 @@ class Distiller:
             check_routes(self.teacher, self.train_examples + self.eval_examples)
             if self.location == placement.CACHE:
                 use_cached_completions(self.teacher, self.train_examples, self.encoded)
+
+    def _check_context(self, student_model: nn.Module, teacher_model: nn.Module | None) -> None:
+        """Prompt + completion budget within the models' context (a server teacher checks per request)."""
+        config = self.config
+        completion = ("max_new_tokens", config.max_new_tokens)
+        if self.eval_examples and config.eval_max_new_tokens > config.max_new_tokens:
+            completion = ("eval_max_new_tokens", config.eval_max_new_tokens)
+        budget = {"max_prompt_length": config.max_prompt_length, completion[0]: completion[1]}
+        check_context(student_model, "student", budget)
+        if teacher_model is not None:
+            check_context(teacher_model, "teacher", budget)
 
     def _encode(self, example: Example) -> EncodedExample:
         ids, truncated = self.encoder.prompt_ids(example.prompt)
@@ -242,12 +270,13 @@ class Distiller:
         self.scheduler = get_scheduler(config.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=config.max_steps)
         self.wrapped, self.optimizer = accelerator.prepare(StudentObjective(self.student_model, self.vocab_size), optimizer)
         self.hooks = list(self.method.hooks(config, self.student_for_generation()))
+        if hasattr(self, "run"):  # setup called again (train after a manual setup): this Distiller's own lock
+            self.run.release()
         self.run = RunDirectory(self.run_dir, self.runtime, config, self.config_record())
         self.metrics_log = self.run.prepare(self.resuming)
         start_step = 0
         if self.resuming:
             start_step = self.run.resume(self.student_for_generation(), self.optimizer, self.scheduler, self.hooks)
-        self.metrics_log.truncate_after(start_step)
         if config.report_to != "none":
             accelerator.init_trackers(config.run_name or self.run_dir.name, config=self.config_record())
         return start_step
@@ -256,8 +285,14 @@ class Distiller:
         """Run the configured number of steps; returns {"train": last metrics, "eval": report metrics}."""
         try:
             return self._train()
+        except OSError as error:
+            if error.errno in DISK_FULL:
+                raise OSError(error.errno, disk_full_message(self.run_dir, error)) from error
+            raise
         finally:
             close_teacher(self.teacher)
+            if hasattr(self, "run"):
+                self.run.release()
 
     def _train(self) -> dict[str, Any]:
         config = self.config
@@ -411,6 +446,6 @@ class Distiller:
     def config_record(self) -> dict[str, Any]:
         record = self.config.to_dict()
         for name, given in self.objects_given.items():
-            record[name] = f"<{given} object>"
+            record[name] = f"<{given} object>"  # run.OBJECT_RECORD: --resume asks for it again
         record["num_processes"] = self.runtime.num_processes
         return record

@@ -1,4 +1,5 @@
-"""A real `distill serve-teacher` in a subprocess, and a fault-injecting proxy in front of it."""
+"""A real `distill serve-teacher` in a subprocess, the same app in-process (fast, for request-level tests),
+and a fault-injecting proxy in front of either."""
 
 from __future__ import annotations
 
@@ -36,6 +37,43 @@ def serve_teacher(model_dir, *extra: str):
     finally:
         process.kill()
         process.wait()
+
+
+@contextlib.contextmanager
+def serve_app(app):
+    """Run an ASGI app (`distill.serve.build_app(...)`) with uvicorn on a thread, on a free loopback port; yields its URL.
+
+    Starts in well under a second (no model load in a subprocess), so each hostile request is cheap to test.
+    """
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        wait_until_healthy(url, 30.0)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def post(url: str, path: str, body, headers: dict | None = None) -> tuple[int, object]:
+    """POST `body` (bytes as they are, an iterable of bytes sent chunked, anything else as JSON) -> (status, decoded answer)."""
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    chunked = not isinstance(body, (bytes, str, dict, list, int, float, type(None))) and hasattr(body, "__iter__")
+    data = body if isinstance(body, bytes) or chunked else json.dumps(body).encode()
+    connection.request("POST", path, body=data, headers={"Content-Type": "application/json", **(headers or {})},
+                       encode_chunked=chunked)
+    response = connection.getresponse()
+    raw = response.read()
+    connection.close()
+    return response.status, json.loads(raw) if raw else None
 
 
 class FaultProxy:

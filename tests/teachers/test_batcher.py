@@ -46,3 +46,12 @@ def test_the_budget_counts_padding_and_requests_at_other_settings_run_apart():
     assert engine.batches[0] == [10, 2]
     assert sorted(map(tuple, engine.batches[1:])) == [(2,), (2,)]  # the k=7, T=2 request is not merged with k=5
     assert answers[3][0]["k"] == 7 and answers[3][0]["t"] == 2.0
+
+
+def test_a_request_over_the_budget_is_split_into_passes_within_it():
+    """One request's padded size is rows x its longest prompt: a long prompt among short ones must not blow
+    the forward pass up to (all rows) x (longest), so the batcher scores it in runs that fit (order kept)."""
+    prompts = [[1] * 10, [2] * 2, [3] * 2, [4] * 30, [5] * 3]
+    engine, answers = _run([(prompts, 5, 1.0)], max_batch_tokens=24)
+    assert engine.batches == [[10, 2], [2], [30], [3]]  # the 30-token prompt is over the budget alone: its own pass
+    assert [a["prompt_token_ids"] for a in answers[0]] == prompts and [a["index"] for a in answers[0]] == list(range(5))

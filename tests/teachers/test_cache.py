@@ -119,6 +119,26 @@ def test_rerun_skips_complete_shards_and_rewrites_missing_or_corrupt_ones(model_
     TeacherCache(out)
 
 
+def test_run_interrupted_inside_its_first_shard_resumes(model_dirs, data_file, tmp_path, monkeypatch):
+    """The manifest is written before the first shard, so a half-written first shard leaves a resumable cache
+    (not a directory that `cache-teacher` refuses as "not a teacher cache")."""
+    import distill.cache_teacher as module
+
+    out = tmp_path / "cache"
+    real_write = module.write_shard
+
+    def interrupted(directory, index, *args):
+        (directory / f".shard-{index:05d}.safetensors.tmp").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, "write_shard", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_cache_teacher(_job(model_dirs["teacher"], data_file, out))
+    monkeypatch.setattr(module, "write_shard", real_write)
+    assert run_cache_teacher(_job(model_dirs["teacher"], data_file, out))["complete"]
+    assert TeacherCache(out).get(9).tokens.numel() > 0
+
+
 def test_corrupt_shard_is_detected_by_checksum(cache_dir, tmp_path):
     import shutil
 

@@ -27,7 +27,8 @@ from tests.train.helpers import make_config
 
 @pytest.fixture(scope="module")
 def server(model_dirs):
-    with serve_teacher(model_dirs["teacher"]) as (url, _):
+    # --max-logprobs: the K = V test asks for all 320 tokens, over the default cap of 20.
+    with serve_teacher(model_dirs["teacher"], "--max-logprobs", "320") as (url, _):
         yield url
 
 
@@ -153,6 +154,26 @@ def test_bad_request_is_not_retried(server):
     teacher = _teacher(server, 4, retries=3)
     with pytest.raises(TeacherServerError, match="refused.*400.*max_tokens"):
         teacher.client.request("POST", "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 2, "prompt_logprobs": 2})
+
+
+def test_prompt_logprobs_over_the_cap_are_refused_naming_the_option(server):
+    teacher = _teacher(server, 4, retries=3)
+    with pytest.raises(TeacherServerError, match="refused.*400.*greater than max allowed: 320.*--max-logprobs"):
+        teacher.client.request("POST", "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 1, "prompt_logprobs": 321})
+
+
+def test_cli_limits_reach_the_server(monkeypatch):
+    import distill.serve
+    from distill.cli import main
+    from distill.serve import ServerLimits
+
+    calls = []
+    monkeypatch.setattr(distill.serve, "serve", lambda *args: calls.append(args))
+    assert main(["serve-teacher", "m", "--max-logprobs", "50", "--max-request-bytes", "1000", "--max-prompt-tokens", "99"]) == 0
+    assert main(["serve-teacher", "m"]) == 0
+    assert calls[0][-1] == ServerLimits(50, 1000, 99)
+    assert calls[1][-1] == ServerLimits(20, 4 << 20, 65536)  # vLLM's --max-logprobs default; 4 MiB; 64k tokens
+    assert main(["serve-teacher", "m", "--max-logprobs", "0"]) == 2 and len(calls) == 2  # refused before loading
 
 
 def _server_config(tmp_path, url, **overrides):

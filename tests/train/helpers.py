@@ -18,9 +18,10 @@ def make_config(tmp_path, **overrides) -> DistillConfig:
     return DistillConfig(**values)
 
 
-def make_distiller(tokenizer, tmp_path, rows=None, teacher=None, student=None, eval_dataset=None, **overrides) -> Distiller:
+def make_distiller(tokenizer, tmp_path, rows=None, teacher=None, student=None, eval_dataset=None, teacher_tokenizer=None,
+                   **overrides) -> Distiller:
     teacher = teacher if teacher is not None else tiny_lm(len(tokenizer), layers=3, seed=1, eos_token_id=tokenizer.eos_token_id)
     student = student if student is not None else tiny_lm(len(tokenizer), layers=2, seed=2, eos_token_id=tokenizer.eos_token_id)
     dataset = datasets.Dataset.from_list(rows if rows is not None else chat_rows(16))
     return Distiller(make_config(tmp_path, **overrides), student=student, teacher=teacher, tokenizer=tokenizer,
-                     train_dataset=dataset, eval_dataset=eval_dataset)
+                     teacher_tokenizer=teacher_tokenizer, train_dataset=dataset, eval_dataset=eval_dataset)

@@ -3,12 +3,8 @@
 import datasets
 import pytest
 
-from distill.data import (
-    BUNDLED_PROMPTS,
-    PromptEncoder,
-    examples_from_dataset,
-    load_dataset_spec,
-)
+from distill.data import PromptEncoder, examples_from_dataset
+from distill.data_files import BUNDLED_PROMPTS, load_dataset_spec
 
 
 def test_bundled_prompt_set_has_a_fixed_heldout_split():

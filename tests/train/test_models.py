@@ -57,7 +57,16 @@ def test_model_sources_fail_early_on_missing_paths(tmp_path):
     gguf.write_bytes(b"GGUF")
     source = resolve_model_source(str(gguf), "teacher")
     assert source.path == str(tmp_path) and source.gguf_file == "m.gguf"
-    assert resolve_model_source("org/model", "teacher").path == "org/model"  # a hub id, for online use
+
+
+def test_a_hub_id_resolves_when_cached_and_fails_at_once_when_not(monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ValueError, match="'no-org/no-model' is not a local path and is not in the hub cache, and HF_HUB_OFFLINE"):
+        resolve_model_source("no-org/no-model", "teacher")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *args, **kwargs: "/cache/snapshot")
+    assert resolve_model_source("org/model", "teacher").path == "org/model"
 
 
 def test_packaged_default_teacher_is_found():

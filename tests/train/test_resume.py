@@ -41,7 +41,11 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path, model_dir
     assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
     assert not (killed / "model").exists()
 
-    resumed = subprocess.run([sys.executable, "-m", "distill", "train", "--resume", str(killed)], capture_output=True, text=True, timeout=600)
+    resume = [sys.executable, "-m", "distill", "train", "--resume", str(killed)]
+    refused = subprocess.run(resume, capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and f"has a stale lock: {killed / 'run.lock'} names pid {process.pid}" in refused.stderr
+    (killed / "run.lock").unlink()  # what the message tells the user to do once no run uses the directory
+    resumed = subprocess.run(resume, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     expected = load_file(str(straight / "model" / "model.safetensors"))
     actual = load_file(str(killed / "model" / "model.safetensors"))

@@ -230,7 +230,7 @@ def test_models_loaded_from_disk_train_in_training_mode(tokenizer, tmp_path, mod
 
 def test_padded_embeddings_are_aligned_to_the_tokenizer(tokenizer, tmp_path):
     teacher = tiny_lm(len(tokenizer), layers=2, seed=3, eos_token_id=tokenizer.eos_token_id, pad_rows=13)
-    distiller = make_distiller(tokenizer, tmp_path, teacher=teacher)
+    distiller = make_distiller(tokenizer, tmp_path, teacher=teacher, teacher_tokenizer=tokenizer)
     assert distiller.vocab_size == len(tokenizer)
     assert distiller.teacher.head.weight.shape[0] == len(tokenizer)
     distiller.train()

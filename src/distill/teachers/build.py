@@ -34,7 +34,7 @@ from distill.teachers.server import ServerSettings, ServerTeacher
 def load_model(spec: str, field: str = "teacher", device: torch.device | None = None, dtype: torch.dtype = torch.float32):
     """(model, tokenizer) for a model spec; the model in eval mode on `device` (CPU when None)."""
     source = resolve_model_source(spec, field)
-    model = load_causal_lm(source, torch.float32).to(device or torch.device("cpu"), dtype)
+    model = load_causal_lm(source, torch.float32, field).to(device or torch.device("cpu"), dtype)
     return model.eval(), load_tokenizer(source)  # load_tokenizer sets pad = EOS when there is no pad token
 
 

@@ -29,6 +29,11 @@ Log-probs in float16 keep ~3 significant digits (an error of ~0.004 nats at -10)
 Shards are written to a temporary name and renamed, and the manifest is rewritten after each shard, so an
 interrupted `cache-teacher` resumes by skipping shards whose checksum matches; a shard whose bytes do not
 match its checksum is detected when the cache is opened (and rewritten by re-running `cache-teacher`).
+
+The cache's own files, the only ones `cache-teacher --overwrite` deletes (`cache_files`): manifest.json of this
+format, shard-NNNNN.safetensors files holding exactly the arrays above, and the temporary files
+.manifest.json.tmp and .shard-NNNNN.safetensors.tmp. A file with one of these names but other contents (a
+user's manifest.json, say) is never deleted: it stops `--overwrite` with its name instead.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +52,10 @@ import torch
 FORMAT = "distill-teacher-cache"
 VERSION = 1
 MANIFEST = "manifest.json"
+SHARD_ARRAYS = frozenset(("example_ids", "prompt_crc", "offsets", "tokens", "topk_ids", "topk_logprobs", "token_logprobs",
+                          "tail_logprobs"))
+_SHARD_NAME = re.compile(r"shard-\d{5,}\.safetensors")
+_TEMPORARY_NAME = re.compile(r"\.(shard-\d{5,}\.safetensors|manifest\.json)\.tmp")
 # Settings that must agree between a cache and the run (or the cache-teacher re-run) that uses it.
 SETTING_KEYS = ("teacher", "tokenizer_hash", "vocab_size", "top_k", "temperature", "max_prompt_length", "max_new_tokens",
                 "completions", "dataset", "split", "shard_size", "num_examples", "seed")
@@ -80,6 +90,49 @@ def unpack_ids(packed: np.ndarray) -> np.ndarray:
     padded = np.zeros((*packed.shape[:-1], 4), dtype=np.uint8)
     padded[..., : packed.shape[-1]] = packed
     return padded.view("<u4")[..., 0].astype(np.int64)
+
+
+def shard_name(index: int) -> str:
+    return f"shard-{index:05d}.safetensors"
+
+
+def is_cache_manifest(path: Path) -> bool:
+    """A manifest.json that cache-teacher wrote (a JSON object of this format), not a user's file of that name."""
+    try:
+        manifest = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("format") == FORMAT
+
+
+def is_cache_shard(path: Path) -> bool:
+    """A safetensors file holding exactly a shard's arrays (checked from its header, the data is not read)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as handle:
+            return set(handle.keys()) == SHARD_ARRAYS
+    except (SafetensorError, OSError, ValueError):  # not safetensors at all, or unreadable
+        return False
+
+
+def cache_files(directory: Path) -> tuple[list[Path], list[Path]]:
+    """(the cache's own files in `directory`, files named like them that are not the cache's).
+
+    Own: manifest.json of this format, shard-NNNNN.safetensors with a shard's arrays, and the temporary files
+    .manifest.json.tmp / .shard-NNNNN.safetensors.tmp (possibly half-written, so judged by name). Only the first
+    list is ever deleted; the second names what a user must move before the directory can be rebuilt.
+    """
+    own, foreign = [], []
+    for path in sorted(Path(directory).iterdir()):
+        name = path.name
+        if name == MANIFEST:
+            (own if path.is_file() and is_cache_manifest(path) else foreign).append(path)
+        elif _SHARD_NAME.fullmatch(name):
+            (own if path.is_file() and is_cache_shard(path) else foreign).append(path)
+        elif _TEMPORARY_NAME.fullmatch(name):
+            (own if path.is_file() else foreign).append(path)
+    return own, foreign
 
 
 def sha256_file(path: Path) -> str:
@@ -145,7 +198,7 @@ def write_shard(directory: Path, index: int, records: ShardRecords, id_bytes: in
     """Write shard `index` atomically; returns its manifest entry."""
     from safetensors.numpy import save_file
 
-    name = f"shard-{index:05d}.safetensors"
+    name = shard_name(index)
     arrays = records.arrays(id_bytes, k)
     temporary = directory / f".{name}.tmp"
     save_file(arrays, str(temporary))

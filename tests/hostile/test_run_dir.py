@@ -1,0 +1,340 @@
+"""Hostile cases for the run directory: nothing of the user's is deleted, one run writes a directory at a
+time, resume survives torn metrics and refuses checkpoints that are damaged or carry code."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import datasets
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from distill import checkpoint as ckpt
+from distill.cli import main
+from distill.run import check_output_dir, resume_config, trim_metrics
+from distill.run_lock import LOCK, RunLocked
+from distill.trainer import Distiller
+from tests.conftest import chat_rows, tiny_lm
+from tests.train.helpers import make_config, make_distiller
+
+
+def models(tokenizer):
+    return dict(student=tiny_lm(len(tokenizer), layers=2, seed=2, eos_token_id=tokenizer.eos_token_id),
+                teacher=tiny_lm(len(tokenizer), layers=3, seed=1, eos_token_id=tokenizer.eos_token_id))
+
+
+def resumed(tokenizer, run_dir) -> Distiller:
+    """A Distiller resuming `run_dir` (started from Python with objects, so they are passed again)."""
+    return Distiller(resume_config(run_dir), tokenizer=tokenizer, train_dataset=datasets.Dataset.from_list(chat_rows(16)),
+                     resume=True, **models(tokenizer))
+
+
+@pytest.fixture(scope="module")
+def finished_run(tokenizer, tmp_path_factory):
+    """A 3-step run with checkpoints at steps 1, 2 and 3 (kept as a template; tests copy it)."""
+    root = tmp_path_factory.mktemp("template")
+    make_distiller(tokenizer, root, max_steps=3, save_steps=1, save_total_limit=5).train()
+    return root / "run"
+
+
+@pytest.fixture
+def run_copy(finished_run, tmp_path):
+    target = tmp_path / "copy"
+    shutil.copytree(finished_run, target)
+    return target
+
+
+# ------------------------------------------------------------------------------- inputs and deletion --
+def test_output_dir_holding_the_student_is_refused_and_nothing_is_deleted(tokenizer, tmp_path, model_dirs):
+    project = tmp_path / "project"
+    shutil.copytree(model_dirs["student"], project / "student")
+    (project / ".git").mkdir()
+    before = sorted(p.relative_to(project) for p in project.rglob("*"))
+    config = make_config(tmp_path, output_dir=str(project), student=str(project / "student"), overwrite_output_dir=True)
+    with pytest.raises(ValueError, match=r"holds this run's student .* must not contain the run's inputs"):
+        Distiller(config, teacher=models(tokenizer)["teacher"], tokenizer=tokenizer,
+                  train_dataset=datasets.Dataset.from_list(chat_rows(16)))
+    assert sorted(p.relative_to(project) for p in project.rglob("*")) == before
+
+
+def test_output_dir_that_is_the_student_directory_is_refused(tokenizer, tmp_path, model_dirs):
+    student = tmp_path / "student"
+    shutil.copytree(model_dirs["student"], student)
+    config = make_config(tmp_path, output_dir=str(student), student=str(student), overwrite_output_dir=True)
+    with pytest.raises(ValueError, match="holds this run's student"):
+        Distiller(config, teacher=models(tokenizer)["teacher"], tokenizer=tokenizer,
+                  train_dataset=datasets.Dataset.from_list(chat_rows(16)))
+    assert (student / "config.json").is_file()
+
+
+def test_output_dir_holding_the_dataset_is_refused_even_with_overwrite(tokenizer, tmp_path):
+    data = tmp_path / "out" / "data.jsonl"
+    data.parent.mkdir()
+    data.write_text("".join(json.dumps(row) + "\n" for row in chat_rows(16)))
+    config = make_config(tmp_path, output_dir=str(tmp_path / "out"), dataset=str(data), overwrite_output_dir=True)
+    with pytest.raises(ValueError, match=r"holds this run's dataset \(.*data.jsonl\)"):
+        Distiller(config, tokenizer=tokenizer, **models(tokenizer))
+    assert data.is_file()
+
+
+def test_output_dir_holding_the_eval_dataset_is_refused(tokenizer, tmp_path):
+    held = tmp_path / "out" / "held.jsonl"
+    held.parent.mkdir()
+    held.write_text("".join(json.dumps(row) + "\n" for row in chat_rows(4)))
+    config = make_config(tmp_path, output_dir=str(tmp_path / "out"), eval_dataset=str(held), eval_split="train",
+                         eval_before_after=True, overwrite_output_dir=True)
+    with pytest.raises(ValueError, match="holds this run's eval_dataset"):
+        Distiller(config, tokenizer=tokenizer, train_dataset=datasets.Dataset.from_list(chat_rows(16)), **models(tokenizer))
+
+
+def test_output_dir_holding_a_teacher_cache_is_refused(tmp_path):
+    cache = tmp_path / "out" / "cache"
+    cache.mkdir(parents=True)
+    config = make_config(tmp_path, output_dir=str(tmp_path / "out"), teacher_cache=str(cache), student="s", lmbda=0.0,
+                         overwrite_output_dir=True)
+    with pytest.raises(ValueError, match="holds this run's teacher_cache"):
+        Distiller(config, train_dataset=datasets.Dataset.from_list(chat_rows(16)))
+
+
+def test_cli_recipe_inside_the_output_dir_is_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    recipe = out / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({"output_dir": str(out), "overwrite_output_dir": True, "max_steps": 1}))
+    assert main(["train", str(recipe)]) == 2
+    assert "holds this run's recipe" in capsys.readouterr().err
+    assert recipe.is_file()
+
+
+def test_overwrite_removes_only_what_a_run_wrote(run_copy, tokenizer):
+    (run_copy / ".git").mkdir()
+    (run_copy / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (run_copy / "notes.md").write_text("mine")
+    config = make_config(run_copy.parent, output_dir=str(run_copy), overwrite_output_dir=True, max_steps=1)
+    Distiller(config, tokenizer=tokenizer, train_dataset=datasets.Dataset.from_list(chat_rows(16)), **models(tokenizer)).train()
+    assert (run_copy / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
+    assert (run_copy / "notes.md").read_text() == "mine"
+    assert [p.name for p in ckpt.list_checkpoints(run_copy)] == ["step-000001"]  # the old run's 2 and 3 are gone
+    assert [r["step"] for r in map(json.loads, (run_copy / "metrics.jsonl").read_text().splitlines())] == [1]
+
+
+def test_output_dir_that_is_a_file_is_refused(tmp_path):
+    target = tmp_path / "file.txt"
+    target.write_text("x")
+    with pytest.raises(ValueError, match="is a file, not a directory"):
+        check_output_dir(target, True, {})
+
+
+def test_output_dir_below_a_file_is_refused(tmp_path):
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(ValueError, match="file.txt is a file, so the directory cannot be created"):
+        check_output_dir(tmp_path / "file.txt" / "run", False, {})
+
+
+def test_output_dir_that_cannot_be_written_is_refused_before_models_load(tmp_path, monkeypatch):
+    import distill.run
+
+    monkeypatch.setattr(distill.run.os, "access", lambda path, mode: False)
+    with pytest.raises(ValueError, match="is not writable by this user"):
+        Distiller(make_config(tmp_path), student="no-such-org/no-such-model",
+                  train_dataset=datasets.Dataset.from_list(chat_rows(16)))
+
+
+# -------------------------------------------------------------------------------------------- lock --
+def write_lock(run_dir, **record):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / LOCK).write_text(json.dumps(record))
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_resume_of_a_directory_another_live_run_holds_is_refused(run_copy, tokenizer):
+    write_lock(run_copy, pid=os.getppid(), host=socket.gethostname(), started=time.time())
+    with pytest.raises(RunLocked, match=rf"is locked by another run \(pid {os.getppid()} on host {socket.gethostname()}"):
+        resumed(tokenizer, run_copy)
+    assert (run_copy / LOCK).is_file()
+
+
+def test_a_stale_lock_is_reported_and_left_in_place(run_copy, tokenizer):
+    pid = dead_pid()
+    write_lock(run_copy, pid=pid, host=socket.gethostname(), started=time.time())
+    with pytest.raises(RunLocked, match=rf"has a stale lock: .* names pid {pid} on this host .*\(rm "):
+        resumed(tokenizer, run_copy)
+    assert json.loads((run_copy / LOCK).read_text())["pid"] == pid  # never broken silently
+
+
+def test_a_lock_from_another_host_is_never_taken_for_stale(tmp_path):
+    write_lock(tmp_path / "run", pid=dead_pid(), host="another-node", started=time.time())
+    with pytest.raises(RunLocked, match="on host another-node"):
+        check_output_dir(tmp_path / "run", True, {})
+
+
+def test_an_unreadable_lock_still_locks(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / LOCK).write_text("{torn")
+    with pytest.raises(RunLocked, match="a process whose lock file is unreadable"):
+        check_output_dir(tmp_path / "run", True, {})
+
+
+def test_the_lock_is_held_while_training_and_removed_after(tokenizer, tmp_path):
+    distiller = make_distiller(tokenizer, tmp_path, max_steps=2)
+    seen = []
+    original = distiller.train_step
+
+    def watching(step, *args, **kwargs):
+        seen.append(json.loads((tmp_path / "run" / LOCK).read_text()))
+        return original(step, *args, **kwargs)
+
+    distiller.train_step = watching
+    distiller.train()
+    assert [(r["pid"], r["host"]) for r in seen] == [(os.getpid(), socket.gethostname())] * 2
+    assert not (tmp_path / "run" / LOCK).exists()
+
+
+def test_the_lock_is_removed_when_a_run_fails(tokenizer, tmp_path):
+    distiller = make_distiller(tokenizer, tmp_path, max_steps=2)
+
+    def failing(step, *args, **kwargs):
+        raise RuntimeError("boom")
+
+    distiller.train_step = failing
+    with pytest.raises(RuntimeError, match="boom"):
+        distiller.train()
+    assert not (tmp_path / "run" / LOCK).exists()
+
+
+# ------------------------------------------------------------------------------------------ resume --
+def test_trim_metrics_drops_torn_and_later_lines_and_says_which(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss": 1.0}\n\n{"step": 2, "loss": 0.9}\n{"step": 3, "lo\n{"step": 4}\n{"no_step": 1}\n')
+    dropped = trim_metrics(path, 2)
+    assert path.read_text() == '{"step": 1, "loss": 1.0}\n{"step": 2, "loss": 0.9}\n'
+    assert dropped == ["line 4 (torn or unreadable: '{\"step\": 3, \"lo')", "line 5 (step 4, after the checkpoint)",
+                       "line 6 (torn or unreadable: '{\"no_step\": 1}')"]
+
+
+def test_resume_after_a_torn_metrics_line_logs_each_step_once(run_copy, tokenizer, caplog):
+    checkpoint = ckpt.latest_checkpoint(run_copy)
+    shutil.rmtree(checkpoint)  # resume from step 2; metrics hold step 3 and a torn line after it
+    with (run_copy / "metrics.jsonl").open("ab") as f:
+        f.write(b'{"step": 4, "loss": 0.')
+    config = resume_config(run_copy, {"max_steps": 4})
+    with caplog.at_level("WARNING"):
+        Distiller(config, tokenizer=tokenizer, train_dataset=datasets.Dataset.from_list(chat_rows(16)), resume=True,
+                  **models(tokenizer)).train()
+    steps = [json.loads(line)["step"] for line in (run_copy / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
+    assert "metrics.jsonl cut back to checkpoint step 2" in caplog.text and "torn or unreadable" in caplog.text
+
+
+class Payload:
+    """A pickle that creates a file when loaded: what a hostile checkpoint would hide."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.parametrize("name", ["rng_0.pt", "optimizer.pt", "scheduler.pt", "hooks.pt"])
+def test_a_crafted_pickle_in_a_checkpoint_never_runs(run_copy, tokenizer, tmp_path, name):
+    marker = tmp_path / "payload-ran"
+    torch.save({"state": Payload(marker)}, ckpt.latest_checkpoint(run_copy) / name)
+    distiller = resumed(tokenizer, run_copy)
+    with pytest.raises(ValueError, match=rf"{name} holds objects other than tensors and plain values.*not loaded"):
+        distiller.train()
+    assert not marker.exists()
+    assert not (run_copy / LOCK).exists()
+
+
+def test_a_truncated_optimizer_state_names_the_file_and_the_earlier_checkpoints(run_copy, tokenizer):
+    optimizer = ckpt.latest_checkpoint(run_copy) / "optimizer.pt"
+    optimizer.write_bytes(optimizer.read_bytes()[:100])
+    with pytest.raises(ValueError, match=r"optimizer.pt is damaged or truncated .* to resume from step-000002 "
+                                         r"\(checkpoints left: step-000001, step-000002\)"):
+        resumed(tokenizer, run_copy).train()
+
+
+def test_a_truncated_checkpoint_student_names_the_file(run_copy, tokenizer):
+    weights = ckpt.latest_checkpoint(run_copy) / "student" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:200])
+    with pytest.raises(ValueError, match=r"student/model.safetensors is damaged or truncated"):
+        resumed(tokenizer, run_copy).train()
+
+
+def test_a_garbled_state_json_is_named(run_copy, tokenizer):
+    (ckpt.latest_checkpoint(run_copy) / "state.json").write_text("{\"step\": ")
+    with pytest.raises(ValueError, match=r"state.json is damaged or truncated"):
+        resumed(tokenizer, run_copy).train()
+
+
+def test_an_optimizer_state_of_another_model_does_not_fit(run_copy, tokenizer):
+    other = torch.optim.AdamW(torch.nn.Linear(2, 2).parameters())
+    torch.save(other.state_dict(), ckpt.latest_checkpoint(run_copy) / "optimizer.pt")
+    with pytest.raises(ValueError, match=r"optimizer.pt does not fit this run"):
+        resumed(tokenizer, run_copy).train()
+
+
+def test_rng_states_round_trip_through_weights_only_files(tmp_path):
+    torch.manual_seed(3)
+    np.random.seed(4)
+    import random
+
+    random.seed(5)
+    torch.save(ckpt.rng_state(), tmp_path / "rng.pt")
+    expected = (torch.rand(3), np.random.rand(3), random.random())
+    ckpt.set_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True))
+    again = (torch.rand(3), np.random.rand(3), random.random())
+    assert torch.equal(expected[0], again[0]) and np.array_equal(expected[1], again[1]) and expected[2] == again[2]
+
+
+@pytest.mark.parametrize("content, message", [("", "is empty or not a mapping"), ("- a\n- b\n", "is empty or not a mapping"),
+                                              ("method: [unclosed\n", "is not readable YAML")])
+def test_resume_of_a_damaged_config_yaml_names_it(run_copy, content, message):
+    (run_copy / "config.yaml").write_text(content)
+    with pytest.raises(ValueError, match=rf"config.yaml {message}"):
+        resume_config(run_copy)
+
+
+def test_cli_resume_of_a_run_started_with_objects_asks_for_them(run_copy, capsys):
+    assert main(["train", "--resume", str(run_copy)]) == 2
+    err = capsys.readouterr().err
+    assert "was started from the Python API with objects for student, teacher, dataset" in err
+    assert "--student PATH --teacher PATH --dataset PATH" in err and "train_dataset=..." in err
+
+
+def test_resume_without_a_checkpoint_says_so(tokenizer, tmp_path):
+    make_distiller(tokenizer, tmp_path, max_steps=1).train()
+    shutil.rmtree(tmp_path / "run" / "checkpoints")
+    with pytest.raises(ValueError, match="holds no checkpoint to resume from"):
+        resumed(tokenizer, tmp_path / "run").train()
+
+
+def test_a_full_disk_names_the_intact_checkpoint(tokenizer, tmp_path, monkeypatch):
+    real_save = torch.save
+
+    def filling(obj, path, *args, **kwargs):
+        if "step-000002" in str(path):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(ckpt.torch, "save", filling)
+    distiller = make_distiller(tokenizer, tmp_path, max_steps=3, save_steps=1)
+    with pytest.raises(OSError, match=r"is full \(No space left on device.*the last intact checkpoint is .*step-000001"):
+        distiller.train()
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path / "run")] == ["step-000001"]
+    assert not (tmp_path / "run" / LOCK).exists()
