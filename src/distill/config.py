@@ -130,6 +130,24 @@ class DistillConfig:
     loss_chunk_size: int = _f(256, "Completion tokens projected to the vocabulary at a time in the chunked "
                               "loss (memory ~ 4 x chunk x vocab x 4 bytes).")
 
+    # --- sampled-token policy gradients (method iw_opd) ------------------------------------------------
+    iw_opd_gamma: float = _f(0.5, "method iw_opd: prefix decay of the token weights w_t = 1 + gamma (1 - P_t / S), "
+                             "where P_t is the |advantage| before token t in its sequence and S the sequence's "
+                             "total; 0 = plain sampled-token OPD (every weight 1).")
+    iw_opd_epsilon: float = _f(1e-8, "method iw_opd: floor of S in the token weights (a sequence the teacher "
+                               "fully agrees with has S = 0).")
+    teacher_warmup_steps: int = _f(0, "method iw_opd: optimizer steps at the start trained with forward KL on "
+                                   "teacher-sampled completions (sequence-level KD, a fresh student's own samples "
+                                   "are noise) before the policy gradient on the student's samples takes over.")
+    num_iterations: int = _f(1, "method iw_opd: optimizer steps per generation batch. Above 1, a step's "
+                             "rollouts (with their sampling log-probs) are reused for the next num_iterations - 1 "
+                             "steps, and the importance ratio pi_theta / pi_old, clipped, corrects for the moved policy.")
+    epsilon_low: float = _f(0.2, "PPO ratio clip, lower side: rho is clipped at 1 - epsilon_low (read with "
+                            "num_iterations > 1; with fresh rollouts rho = 1).")
+    epsilon_high: float = _f(0.2, "PPO ratio clip, upper side: rho is clipped at 1 + epsilon_high.")
+    dual_clip: float | None = _f(3.0, "Dual clip for negative advantages: the surrogate is bounded below by "
+                                 "dual_clip x A (must be > 1); None = off.")
+
     # --- sampling --------------------------------------------------------------------------------------
     max_new_tokens: int = _f(48, "Maximum completion length (generated tokens; dataset completions are cut "
                              "to it too).")

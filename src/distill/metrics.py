@@ -1,12 +1,14 @@
 """Training metrics: sums and counts accumulated over a logging window, reduced across processes once.
 
 Every logged mean is sum(numerators) / sum(denominators) over all micro-batches and processes (float32
-all-reduce), never a mean of means. Maxima are all-reduced with MAX.
+all-reduce), never a mean of means. Maxima are all-reduced with MAX, minima with MIN; an extreme no
+process saw in the window (still +-inf) is not logged.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 
@@ -23,6 +25,7 @@ class MetricWindow:
     def __init__(self) -> None:
         self.pairs: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
         self.maxima: dict[str, float] = defaultdict(float)
+        self.minima: dict[str, float] = defaultdict(lambda: math.inf)
         self.sums: dict[str, float] = defaultdict(float)
 
     def add_mean(self, name: str, numerator: float, denominator: float) -> None:
@@ -32,6 +35,9 @@ class MetricWindow:
 
     def add_max(self, name: str, value: float) -> None:
         self.maxima[name] = max(self.maxima[name], float(value))
+
+    def add_min(self, name: str, value: float) -> None:
+        self.minima[name] = min(self.minima[name], float(value))
 
     def add_sum(self, name: str, value: float) -> None:
         self.sums[name] += float(value)
@@ -46,7 +52,10 @@ class MetricWindow:
             [v for n in mean_names for v in self.pairs[n]] + [self.sums[n] for n in sum_names], dtype=torch.float64, device=device
         )
         totals = all_reduce_sum(packed).tolist() if packed.numel() else []
-        maxima = torch.tensor([self.maxima[n] for n in max_names], dtype=torch.float64, device=device)
+        # Minima travel negated, so one MAX all-reduce serves both.
+        min_names = sorted(self.minima)
+        maxima = torch.tensor([self.maxima[n] for n in max_names] + [-self.minima[n] for n in min_names],
+                              dtype=torch.float64, device=device)
         if maxima.numel() and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(maxima, op=dist.ReduceOp.MAX)
         result: dict[str, float] = {}
@@ -57,18 +66,25 @@ class MetricWindow:
         offset = 2 * len(mean_names)
         for i, name in enumerate(sum_names):
             result[name] = totals[offset + i]
-        for i, name in enumerate(max_names):
-            result[name] = float(maxima[i])
+        extremes = [(name, float(maxima[i])) for i, name in enumerate(max_names)]
+        extremes += [(name, -float(maxima[len(max_names) + i])) for i, name in enumerate(min_names)]
+        result.update({name: value for name, value in extremes if math.isfinite(value)})
         return result
 
-    def register(self, means: list[str], sums: list[str], maxima: list[str]) -> None:
-        """Create entries so every process reduces the same vector even if it never saw some source."""
+    def register(self, means: list[str], sums: list[str], maxima: list[str], minima: list[str] = (),
+                 signed_maxima: list[str] = ()) -> None:
+        """Create entries so every process reduces the same vector even if it never saw some source.
+        `maxima` start at 0 (lengths); `signed_maxima` at -inf, so an unseen one is not logged."""
         for name in means:
             self.pairs[name]
         for name in sums:
             self.sums[name]
         for name in maxima:
             self.maxima[name]
+        for name in signed_maxima:
+            self.maxima[name] = -math.inf
+        for name in minima:
+            self.minima[name]
 
 
 class MetricsLog:
@@ -89,20 +105,25 @@ def read_metrics(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def new_window(method_metrics: tuple[str, ...] = (), teacher_ids: list[str] = ()) -> MetricWindow:
-    """A window with every name the run may log registered, so every process reduces the same vector."""
+def new_window(method=None, teacher_ids: list[str] = ()) -> MetricWindow:
+    """A window with every name the run may log registered (`method`'s own metrics, maxima and minima
+    too), so every process reduces the same vector."""
     window = MetricWindow()
-    means = ["loss", "completion_length", "clipped_ratio", "grad_norm", "learning_rate", *STAT_NAMES, *method_metrics]
+    means = ["loss", "completion_length", "clipped_ratio", "grad_norm", "learning_rate", *STAT_NAMES,
+             *getattr(method, "metrics", ())]
     means += [f"{kind}/{s}" for s in SOURCES for kind in ("loss", "completion_length")]
     means += [f"loss/teacher/{tid}" for tid in teacher_ids if tid]
     window.register(means, ["prompts_truncated", *[f"micro_batches/{s}" for s in SOURCES], "tokens_per_second/generation",
                             "tokens_per_second/teacher", "tokens_per_second/student"],
-                    ["completion_length_max", *[f"completion_length/{s}_max" for s in SOURCES]])
+                    ["completion_length_max", *[f"completion_length/{s}_max" for s in SOURCES]],
+                    minima=list(getattr(method, "minima", ())), signed_maxima=list(getattr(method, "maxima", ())))
     return window
 
 
-def record_micro_batch(window: MetricWindow, mb, out, log_step: bool, method_metrics: tuple[str, ...] = ()) -> None:
-    """Add one micro-batch's loss sums, lengths and diagnostics (`out`: its DistillLoss) to `window`."""
+def record_micro_batch(window: MetricWindow, mb, out, log_step: bool, method=None) -> None:
+    """Add one micro-batch's loss sums, lengths and diagnostics (`out`: its DistillLoss) to `window`;
+    `method` declares the objective's own metric names."""
+    method_metrics = getattr(method, "metrics", ())
     tokens = int(out.num_tokens)
     loss_sum = float(out.loss_sum.detach())
     window.add_mean("loss", loss_sum, tokens)
@@ -120,6 +141,14 @@ def record_micro_batch(window: MetricWindow, mb, out, log_step: bool, method_met
         if name not in method_metrics:  # an undeclared name would be reduced on some processes only
             raise ValueError(f"the objective reported metric {name!r}, which its method does not declare in Method.metrics")
         window.add_mean(name, float(numerator), float(denominator))
+    for name, value in (out.extrema or {}).items():
+        if name in getattr(method, "maxima", ()):
+            window.add_max(name, float(value))
+        elif name in getattr(method, "minima", ()):
+            window.add_min(name, float(value))
+        else:
+            raise ValueError(f"the objective reported extreme {name!r}, which its method does not declare in "
+                             "Method.maxima or Method.minima")
     if log_step and out.stats is not None:
         for name in STAT_NAMES:
             window.add_mean(name, float(getattr(out.stats, name).double().sum()), tokens)

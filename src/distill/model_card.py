@@ -57,7 +57,8 @@ def write_model_card(model_dir: Path, config: dict, method, num_parameters: int,
             shown = (f"{on_teacher['forward_kl']:.3f}", f"{on_teacher['top1_agreement']:.3f}") if on_teacher else ("n/a", "n/a")
             lines.append(f"| {name} | {shown[0]} | {metrics['on_student_completions']['reverse_kl']:.3f} | {shown[1]} |")
     key, authors_bib, venue = paper.bibtex_key, paper.bibtex_authors, paper.venue
-    lines += ["", "## Citation", "", "```bibtex", f"@inproceedings{{{key},", f"  title={{{title}}},", f"  author={{{authors_bib}}},",
+    entry = "article" if venue.startswith("journal=") else "inproceedings"  # a preprint vs a conference paper
+    lines += ["", "## Citation", "", "```bibtex", f"@{entry}{{{key},", f"  title={{{title}}},", f"  author={{{authors_bib}}},",
               f"  {venue},", f"  eprint={{{arxiv}}}, archivePrefix={{arXiv}}", "}", "```", ""]
     path = Path(model_dir) / "README.md"
     path.write_text("\n".join(lines))

@@ -218,6 +218,7 @@ class RolloutSettings:
     max_steps: int
     seed: int
     record_log_probs: bool
+    num_iterations: int = 1
 
 
 class StepRollout:
@@ -225,7 +226,13 @@ class StepRollout:
 
     One student `generate` for the step's on-policy micro-batches, one teacher `generate` per window of
     `seq_kd_generation_steps` steps for the seq_kd ones, dataset completions for the rest.
+
+    With `num_iterations` > 1 the micro-batches of step k * num_iterations (prompts, completions and their
+    sampling log-probs) are reused by the next num_iterations - 1 steps. The reused rollout is a step hook:
+    checkpointed (`state_dict`), so a run resumed inside a reuse window trains on the same samples.
     """
+
+    name = "rollout"
 
     def __init__(self, plan: SourcePlan, sampler: StepSampler, examples: list[Example], encoded: list[EncodedExample],
                  settings: RolloutSettings, student: Callable[[], object], teacher, eos_ids: list[int], pad_id: int,
@@ -234,11 +241,54 @@ class StepRollout:
         self.student, self.teacher = student, teacher
         self.eos_ids, self.pad_id, self.vocab_size, self.device, self.process_index = eos_ids, pad_id, vocab_size, device, process_index
         self._teacher_window: tuple[int, dict] | None = None
+        self._reused: tuple[int, list[MicroBatch]] | None = None
 
     def sources(self, step: int) -> list[str]:
-        return self.plan.draw(self.settings.seed, step, self.sampler.accumulation)
+        return self.plan.draw(self.settings.seed, self.generation_step(step), self.sampler.accumulation)
+
+    def generation_step(self, step: int) -> int:
+        """The step whose rollout `step` trains on (itself unless rollouts are reused)."""
+        return step - step % self.settings.num_iterations
 
     def __call__(self, step: int, timings: dict[str, float]) -> list[MicroBatch]:
+        first = self.generation_step(step)
+        if self._reused is not None and self._reused[0] == first:
+            return self._reused[1]
+        micro_batches = self._generate(first, timings)
+        if self.settings.num_iterations > 1:
+            self._reused = (first, micro_batches)
+        return micro_batches
+
+    # ----------------------------------------------------------------------- the reused rollout as a hook --
+    def after_optimizer_step(self, step: int) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        """The reused rollout's completions (token ids, hit-max flags, sampling log-probs), plain values only;
+        prompts and sources follow from the step."""
+        if self._reused is None:
+            return {}
+        first, batches = self._reused
+        return {"step": first, "batches": [[{"ids": list(c.completion_ids), "hit_max": bool(c.hit_max_new_tokens),
+                                             "log_probs": c.rollout_log_probs} for c in mb.completions] for mb in batches]}
+
+    def load_state_dict(self, state: dict) -> None:
+        if not state:
+            self._reused = None
+            return
+        first = int(state["step"])
+        groups, sources = self.sampler.micro_batch_indices(first), self.sources(first)
+        batches = []
+        for source, group, saved in zip(sources, groups, state["batches"], strict=True):
+            completions = [Completion(self.encoded[j].prompt_ids, list(c["ids"]), source, bool(c["hit_max"]),
+                                      self.encoded[j].prompt_truncated, self.examples[j],
+                                      None if c["log_probs"] is None else [float(v) for v in c["log_probs"]])
+                           for j, c in zip(group, saved, strict=True)]
+            batches.append(collate(completions, source, self.pad_id))
+        self._reused = (first, batches)
+
+    # --------------------------------------------------------------------------------------- generation --
+    def _generate(self, step: int, timings: dict[str, float]) -> list[MicroBatch]:
         sources = self.sources(step)
         groups = self.sampler.micro_batch_indices(step)
         generated: dict[int, list[tuple]] = {}
@@ -283,7 +333,7 @@ class StepRollout:
         first = step - step % size
         if self._teacher_window is not None and self._teacher_window[0] == first:
             return self._teacher_window[1]
-        keys = [(s, i) for s in range(first, min(first + size, settings.max_steps))
+        keys = [(s, i) for s in range(first, min(first + size, settings.max_steps)) if self.generation_step(s) == s
                 for i, source in enumerate(self.sources(s)) if source == "teacher"]
         groups = {s: self.sampler.micro_batch_indices(s) for s in {s for s, _ in keys}}
         prompts = [self.encoded[j].prompt_ids for s, i in keys for j in groups[s][i]]

@@ -245,7 +245,8 @@ class Distiller:
         c = self.config
         return RolloutSettings(SamplingParams(c.sampling_temperature, c.top_p, c.top_k, c.max_new_tokens),
                                SamplingParams(c.teacher_sampling_temperature, c.teacher_top_p, c.teacher_top_k, c.max_new_tokens),
-                               c.seq_kd_generation_steps, c.max_steps, c.seed, self.method.needs_rollout_log_probs)
+                               c.seq_kd_generation_steps, c.max_steps, c.seed, self.method.needs_rollout_log_probs,
+                               c.num_iterations)
 
     def sources_for_step(self, step: int) -> list[str]:
         return self.rollout.sources(step)
@@ -270,6 +271,8 @@ class Distiller:
         self.scheduler = get_scheduler(config.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=config.max_steps)
         self.wrapped, self.optimizer = accelerator.prepare(StudentObjective(self.student_model, self.vocab_size), optimizer)
         self.hooks = list(self.method.hooks(config, self.student_for_generation()))
+        if config.num_iterations > 1:  # the reused rollout is checkpointed like a method's hook
+            self.hooks.append(self.rollout)
         if hasattr(self, "run"):  # setup called again (train after a manual setup): this Distiller's own lock
             self.run.release()
         self.run = RunDirectory(self.run_dir, self.runtime, config, self.config_record())
@@ -371,7 +374,7 @@ class Distiller:
                 out = self.wrapped(mb, signal, self.objective, StepContext(mb.source, log_step))
                 accelerator.backward(out.loss_sum * scale)
             timings["student"] = timings.get("student", 0.0) + time.perf_counter() - start
-            record_micro_batch(window, mb, out, log_step, self.method.metrics)
+            record_micro_batch(window, mb, out, log_step, self.method)
             timings["tokens_scored"] = timings.get("tokens_scored", 0.0) + mb.num_completion_tokens
         grad_norm = accelerator.clip_grad_norm_(self.wrapped.parameters(), config.max_grad_norm or float("inf"))
         if step_tokens:
@@ -407,7 +410,7 @@ class Distiller:
 
     # ------------------------------------------------------------------------------------- metrics --
     def _new_window(self) -> MetricWindow:
-        return new_window(self.method.metrics, list(teachers_of(self.teacher)))
+        return new_window(self.method, list(teachers_of(self.teacher)))
 
     def _log(self, step: int, window: MetricWindow, timings: dict[str, float], progress) -> dict[str, Any]:
         add_throughput(window, timings)

@@ -123,3 +123,31 @@ def uld_groups_reference(student_logits, teacher_logits, student_targets, teache
             for row in s_rows:
                 total = total - ce_weight * torch.log(p_raw[row, student_targets[row]])
     return total
+
+
+def iw_opd_weights(advantages: list[list[float]], gamma: float, epsilon: float) -> list[list[float]]:
+    """IW-OPD's w_t = 1 + gamma (1 - P_t / S) per sequence, by explicit loops over each sequence's tokens."""
+    out = []
+    for sequence in advantages:
+        total = max(sum(abs(a) for a in sequence), epsilon)
+        before, weights = 0.0, []
+        for a in sequence:
+            weights.append(1.0 + gamma * (1.0 - before / total))
+            before += abs(a)
+        out.append(weights)
+    return out
+
+
+def clipped_surrogate_loss(student_probs_at_token, old_log_probs, advantages, weights, epsilon_low, epsilon_high, dual_clip):
+    """-sum_t w_t s_t with s_t PPO's clipped surrogate (and the dual clip for A < 0), float64, per token in a loop.
+
+    student_probs_at_token: (N,) float64 probabilities pi_theta(y_t), differentiable."""
+    total = torch.zeros((), dtype=torch.float64)
+    for t in range(student_probs_at_token.shape[0]):
+        ratio = student_probs_at_token[t] / torch.exp(torch.tensor(float(old_log_probs[t]), dtype=torch.float64))
+        a = float(advantages[t])
+        s = torch.minimum(ratio * a, torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high) * a)
+        if dual_clip is not None and a < 0:
+            s = torch.maximum(s, torch.tensor(dual_clip * a, dtype=torch.float64))
+        total = total - float(weights[t]) * s
+    return total

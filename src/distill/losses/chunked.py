@@ -164,6 +164,8 @@ class DistillLoss(NamedTuple):
     groups: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None  # per teacher id: (loss_sum, num_tokens)
     # a method's own token-weighted metrics: name -> (numerator, denominator), names declared by the method
     metrics: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
+    # a method's own extremes of the micro-batch: name -> () tensor, names declared in Method.maxima / minima
+    extrema: dict[str, torch.Tensor] | None = None
 
 
 def run_chunked(

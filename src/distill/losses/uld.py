@@ -35,6 +35,7 @@ import torch
 from distill.losses.blocks import Workspace
 from distill.losses.checks import check_beta, check_chunk_size, check_temperature
 from distill.losses.chunked import DistillLoss, LogitHead, run_chunked
+from distill.losses.token_log_probs import token_log_probs
 
 _TINY = torch.finfo(torch.float32).tiny
 
@@ -135,25 +136,6 @@ def group_divergence(student: torch.Tensor, teacher: torch.Tensor, settings: ULD
     return settings.matched_weight * jsd + settings.unmatched_weight * uld
 
 
-def _target_log_probs(student_hidden, head, targets, mask, temperature, chunk_size) -> torch.Tensor:
-    """Pass A: log softmax(z_k / T)[x_k] at the masked rows, (R,), without gradients."""
-    out = torch.zeros(int(mask.sum()), dtype=torch.float32, device=student_hidden.device)
-
-    def make_objective(valid_rows):
-        row_targets = targets.index_select(0, valid_rows)
-
-        def objective(rows, logits, need_grad):
-            picked = logits.gather(1, row_targets[rows].unsqueeze(1)).squeeze(1)
-            out[rows] = picked - logits.logsumexp(dim=-1)
-            return torch.zeros(logits.shape[0], device=logits.device), None, None
-
-        return objective
-
-    with torch.no_grad():
-        run_chunked(student_hidden, head, mask, make_objective, temperature, chunk_size, False)
-    return out
-
-
 def chunked_uld(
     student_hidden: torch.Tensor,
     student_head: LogitHead,
@@ -206,7 +188,7 @@ def chunked_uld(
 
     student_log_prefix = torch.zeros(groups, dtype=torch.float32, device=device)
     if inner.any():
-        inner_log_probs = _target_log_probs(student_hidden, student_head, targets, inner, temperature, chunk_size)
+        inner_log_probs = token_log_probs(student_hidden, student_head, targets, temperature, chunk_size, inner)
         student_log_prefix.index_add_(0, row_group[inner], inner_log_probs)
     teacher_log_prefix = teacher_log_prefix.to(device, torch.float32)
     group_weight = alignment.group_weight.to(device, torch.float32)

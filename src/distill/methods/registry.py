@@ -60,6 +60,7 @@ class Method:
     validate(config): the method's own rules, raising ValueError naming the field and the fix.
     cross_tokenizer: the teacher model has its own tokenizer (aligned signals) instead of the student's.
     metrics: names of the token-weighted means its objective reports in `DistillLoss.metrics`.
+    maxima, minima: names of the extremes it reports in `DistillLoss.extrema` (reduced with max / min).
     needs_rollout_log_probs: record each sampled token's log-prob under the sampling policy.
     hooks(config, student) -> step hooks (e.g. an EMA teacher), checkpointed with the run.
     describe_loss(config record) -> one line for the model card.
@@ -74,6 +75,8 @@ class Method:
     validate: Callable[[Any], None] = lambda config: None
     cross_tokenizer: bool = False
     metrics: tuple[str, ...] = ()
+    maxima: tuple[str, ...] = ()
+    minima: tuple[str, ...] = ()
     needs_rollout_log_probs: bool = False
     hooks: Callable[[Any, Any], list] = lambda config, student: []
     describe_loss: Callable[[dict], str] = lambda record: ""

@@ -1,0 +1,108 @@
+"""iw_opd: importance-weighted on-policy distillation (Xie et al., 2026, arXiv 2606.22600).
+
+A teacher-guided policy gradient on the student's own samples: each sampled token's advantage is the
+teacher's log-prob of it minus the sampling policy's, weighted by a prefix decay that favours a sequence's
+early tokens, in PPO's clipped surrogate (`distill.objectives.iw_opd`). Rollouts may be reused for
+`num_iterations` optimizer steps. An optional warm-up (`teacher_warmup_steps`) first trains on teacher
+samples with forward KL, since a fresh student's own samples carry little signal. Teachers: a model with
+the student's tokenizer, or a server (the completion token's entry of `prompt_logprobs`); never a cache,
+which holds completions written before the run, not the student's samples.
+"""
+
+from __future__ import annotations
+
+import math
+
+from distill.losses.policy_gradient import ClipSettings
+from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
+from distill.methods.registry import Method, Paper, Reads, register
+from distill.objectives.iw_opd import (
+    MAXIMA,
+    METRICS,
+    MINIMA,
+    IWOPDObjective,
+    IWOPDSettings,
+)
+
+IW_OPD_PAPER = Paper(
+    "On the Position Bias of On-Policy Distillation", "Xie et al., 2026", "2606.22600", "xie2026position",
+    "Yan Xie and Sijie Zhu and Tiansheng Wen and Bo Chen and Yifei Wang",
+    "journal={arXiv preprint arXiv:2606.22600}, year={2026}")
+
+
+def sources(config):
+    """Teacher samples for the warm-up steps (sequence-level KD), the student's own after."""
+    if config.teacher_warmup_steps == 0:
+        return ALWAYS_ON_POLICY
+    return MixedSources(1.0, "step", 0.0, config.teacher_warmup_steps, seq_kd=True)
+
+
+def clip_settings(config) -> ClipSettings:
+    return ClipSettings(config.epsilon_low, config.epsilon_high, config.dual_clip)
+
+
+def objective(config) -> IWOPDObjective:
+    return IWOPDObjective(IWOPDSettings(config.iw_opd_gamma, config.iw_opd_epsilon, clip_settings(config),
+                                        config.temperature, config.loss_chunk_size))
+
+
+def validate(config) -> None:
+    """iw_opd's own rules; every message names the field and the fix."""
+    if not (config.iw_opd_gamma >= 0 and math.isfinite(config.iw_opd_gamma)):
+        raise ValueError(f"iw_opd_gamma must be a finite number >= 0 (0 = plain sampled-token OPD), got {config.iw_opd_gamma!r}")
+    if not (config.iw_opd_epsilon > 0 and math.isfinite(config.iw_opd_epsilon)):
+        raise ValueError(f"iw_opd_epsilon must be a finite number > 0 (1e-8 is usual), got {config.iw_opd_epsilon!r}")
+    if config.num_iterations < 1:
+        raise ValueError(f"num_iterations must be >= 1 (optimizer steps per generation batch), got {config.num_iterations!r}")
+    if config.teacher_warmup_steps < 0:
+        raise ValueError(f"teacher_warmup_steps must be >= 0, got {config.teacher_warmup_steps!r}")
+    try:
+        clip_settings(config)
+    except ValueError as error:
+        raise ValueError(f"epsilon_low / epsilon_high / dual_clip: {error}") from None
+    if config.teacher_cache is not None:
+        raise ValueError("teacher_cache: iw_opd learns from the student's own samples, and a cache holds completions "
+                         "written before the run, which it cannot score; use a teacher model or teacher_url")
+    if config.sampling_temperature != config.temperature:
+        raise ValueError(f"sampling_temperature ({config.sampling_temperature}) and temperature ({config.temperature}) "
+                         "must be equal for iw_opd: the advantage and the ratio compare the teacher's and the student's "
+                         "log-probs with the sampling policy's, at one temperature")
+    if config.top_p != 1.0 or config.top_k != 0:
+        raise ValueError("top_p / top_k: iw_opd needs the student's full sampling distribution (top_p 1, top_k 0); "
+                         "truncated sampling records log-probs of a renormalised distribution the loss cannot match")
+    if config.teacher_warmup_steps and config.teacher_url is not None:
+        raise ValueError("teacher_warmup_steps needs a teacher model that samples; a teacher_url server only scores. "
+                         "Set teacher_warmup_steps: 0")
+
+
+def describe(record: dict) -> str:
+    parts = [f"IW-OPD, gamma {record['iw_opd_gamma']}, {record['num_iterations']} optimizer step(s) per rollout"]
+    if record["num_iterations"] > 1:
+        parts.append(f"ratio clip [{1 - record['epsilon_low']:g}, {1 + record['epsilon_high']:g}], dual clip {record['dual_clip']}")
+    if record["teacher_warmup_steps"]:
+        parts.append(f"after {record['teacher_warmup_steps']} warm-up steps of forward KL on teacher samples")
+    return "; ".join(parts)
+
+
+register(Method(
+    name="iw_opd",
+    summary="importance-weighted on-policy distillation: sampled-token policy gradient with prefix-decayed "
+            "weights (arXiv 2606.22600)",
+    paper=IW_OPD_PAPER,
+    sources=sources,
+    objective=objective,
+    reads=(
+        Reads("method iw_opd", ("temperature", "iw_opd_gamma", "iw_opd_epsilon", "num_iterations", "teacher_warmup_steps")),
+        Reads("num_iterations > 1 (with fresh rollouts the ratio is 1)", ("epsilon_low", "epsilon_high", "dual_clip"),
+              lambda c: c.num_iterations > 1),
+        Reads("teacher_warmup_steps > 0 (teacher-sampled warm-up)",
+              ("teacher_sampling_temperature", "teacher_top_p", "teacher_top_k", "seq_kd_generation_steps"),
+              lambda c: c.teacher_warmup_steps > 0),
+    ),
+    validate=validate,
+    metrics=METRICS,
+    maxima=MAXIMA,
+    minima=MINIMA,
+    needs_rollout_log_probs=True,
+    describe_loss=describe,
+))
