@@ -5,7 +5,11 @@ training minutes, then the held-out evaluation measures forward KL on teacher co
 the student's own, and top-1 agreement. Runs are sequential (one at a time on the machine).
 
     python benchmarks/sources.py --minutes 6 [--max_new_tokens 48 ...]
-Writes benchmarks/results/sources.json and prints a table.
+Writes benchmarks/results/sources.json and prints a table. The second phase compared (JSD on the
+student's samples vs IW-OPD vs sampled-token OPD, gamma 0), after the same teacher-sampled phase:
+
+    python benchmarks/sources.py --minutes 10 --switch-step 30 --configs iw_opd opd_gamma0 schedule \
+        --out benchmarks/results/sources_iw_opd.json
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ CONFIGS = {
     "mixed": ["--seq_kd", "true", "--seq_kd_generation_steps", "1", "--lmbda", "0.5", "--lmbda_schedule", "constant", "--off_policy_beta", "0", "--beta", "0.5"],
     "schedule": ["--seq_kd", "true", "--seq_kd_generation_steps", "1", "--lmbda", "0.5", "--lmbda_schedule", "step", "--lmbda_start", "0",
                  "--lmbda_schedule_steps", "{half}", "--off_policy_beta", "0", "--beta", "0.5"],
+    # The same teacher-sampled phase, then a sampled-token policy gradient on the student's own samples.
+    "iw_opd": ["--method", "iw_opd", "--teacher_warmup_steps", "{half}", "--seq_kd_generation_steps", "1"],
+    "opd_gamma0": ["--method", "iw_opd", "--teacher_warmup_steps", "{half}", "--seq_kd_generation_steps", "1",
+                   "--iw_opd_gamma", "0"],
 }
 
 
@@ -33,7 +41,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=6.0, help="training minutes per configuration")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    parser.add_argument("--switch-step", type=int, default=30, help="'schedule': the step where on-policy starts")
+    parser.add_argument("--switch-step", type=int, default=30, help="'schedule', 'iw_opd', 'opd_gamma0': the step where on-policy starts")
     parser.add_argument("--runs", type=Path, default=Path("runs/bench-sources"))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "sources.json")
     args, extra = parser.parse_known_args()

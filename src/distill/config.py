@@ -138,10 +138,12 @@ class DistillConfig:
                                "fully agrees with has S = 0).")
     teacher_warmup_steps: int = _f(0, "method iw_opd: optimizer steps at the start trained with forward KL on "
                                    "teacher-sampled completions (sequence-level KD, a fresh student's own samples "
-                                   "are noise) before the policy gradient on the student's samples takes over.")
+                                   "are noise) before the policy gradient on the student's samples takes over; with "
+                                   "num_iterations > 1, rounded up to whole rollouts.")
     num_iterations: int = _f(1, "method iw_opd: optimizer steps per generation batch. Above 1, a step's "
                              "rollouts (with their sampling log-probs) are reused for the next num_iterations - 1 "
-                             "steps, and the importance ratio pi_theta / pi_old, clipped, corrects for the moved policy.")
+                             "steps, and the importance ratio pi_theta / pi_old, clipped, corrects for the moved "
+                             "policy; each rollout takes the sampler's next batch of prompts.")
     epsilon_low: float = _f(0.2, "PPO ratio clip, lower side: rho is clipped at 1 - epsilon_low (read with "
                             "num_iterations > 1; with fresh rollouts rho = 1).")
     epsilon_high: float = _f(0.2, "PPO ratio clip, upper side: rho is clipped at 1 + epsilon_high.")

@@ -250,6 +250,15 @@ class StepRollout:
         """The step whose rollout `step` trains on (itself unless rollouts are reused)."""
         return step - step % self.settings.num_iterations
 
+    def generations(self, steps: int) -> int:
+        """Rollouts generated in the first `steps` optimizer steps (each takes a fresh batch of prompts)."""
+        return -(-steps // self.settings.num_iterations)
+
+    def prompt_groups(self, step: int) -> list[list[int]]:
+        """The prompts of each micro-batch of `step`'s rollout: the sampler's batch of the rollout's index, so
+        that reuse skips no prompt of an epoch."""
+        return self.sampler.micro_batch_indices(self.generation_step(step) // self.settings.num_iterations)
+
     def __call__(self, step: int, timings: dict[str, float]) -> list[MicroBatch]:
         first = self.generation_step(step)
         if self._reused is not None and self._reused[0] == first:
@@ -277,20 +286,24 @@ class StepRollout:
             self._reused = None
             return
         first = int(state["step"])
-        groups, sources = self.sampler.micro_batch_indices(first), self.sources(first)
+        groups, sources = self.prompt_groups(first), self.sources(first)
+        if [len(g) for g in groups] != [len(saved) for saved in state["batches"]]:
+            raise ValueError(f"resume: the checkpoint's reused rollout (step {first}) has micro-batches of "
+                             f"{[len(saved) for saved in state['batches']]} prompts, this run {[len(g) for g in groups]}; "
+                             "resume with the run's per_device_train_batch_size and gradient_accumulation_steps")
         batches = []
-        for source, group, saved in zip(sources, groups, state["batches"], strict=True):
+        for source, group, saved in zip(sources, groups, state["batches"]):
             completions = [Completion(self.encoded[j].prompt_ids, list(c["ids"]), source, bool(c["hit_max"]),
                                       self.encoded[j].prompt_truncated, self.examples[j],
                                       None if c["log_probs"] is None else [float(v) for v in c["log_probs"]])
-                           for j, c in zip(group, saved, strict=True)]
+                           for j, c in zip(group, saved)]
             batches.append(collate(completions, source, self.pad_id))
         self._reused = (first, batches)
 
     # --------------------------------------------------------------------------------------- generation --
     def _generate(self, step: int, timings: dict[str, float]) -> list[MicroBatch]:
         sources = self.sources(step)
-        groups = self.sampler.micro_batch_indices(step)
+        groups = self.prompt_groups(step)
         generated: dict[int, list[tuple]] = {}
         on_policy = [i for i, s in enumerate(sources) if s == "student"]
         if on_policy:
@@ -335,7 +348,7 @@ class StepRollout:
             return self._teacher_window[1]
         keys = [(s, i) for s in range(first, min(first + size, settings.max_steps)) if self.generation_step(s) == s
                 for i, source in enumerate(self.sources(s)) if source == "teacher"]
-        groups = {s: self.sampler.micro_batch_indices(s) for s in {s for s, _ in keys}}
+        groups = {s: self.prompt_groups(s) for s in {s for s, _ in keys}}
         prompts = [self.encoded[j].prompt_ids for s, i in keys for j in groups[s][i]]
         examples = [self.examples[j] for s, i in keys for j in groups[s][i]]
         start = time.perf_counter()

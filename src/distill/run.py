@@ -50,6 +50,8 @@ def check_output_dir(run_dir: Path, overwrite: bool, inputs: dict[str, str], res
     check_unlocked(run_dir)
     if resuming:
         return
+    if overwrite and run_dir.is_dir():
+        previous_run_files(run_dir)
     if run_dir.exists() and any(run_dir.iterdir()) and not overwrite:
         raise ValueError(
             f"output_dir {run_dir} already exists and is not empty: choose another --output_dir, continue it with "
@@ -112,13 +114,26 @@ def check_inputs_outside(run_dir: Path, inputs: dict[str, str]) -> None:
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
-def disk_full_message(run_dir: Path, error: OSError) -> str:
+def disk_is_full(error: Exception, run_dir: Path) -> bool:
+    """A write failed because the run directory's disk is full: ENOSPC / EDQUOT, or (torch.save reports a
+    full disk as a RuntimeError) under 1 MiB free there."""
+    if isinstance(error, OSError) and error.errno in DISK_FULL:
+        return True
+    existing = Path(run_dir)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    return isinstance(error, (OSError, RuntimeError)) and shutil.disk_usage(existing).free < 2**20
+
+
+def disk_full_message(run_dir: Path, error: Exception) -> str:
     """What a run stopped by a full disk tells its user: the intact checkpoint and how to go on."""
     latest = ckpt.latest_checkpoint(run_dir)
     intact = (f"the last intact checkpoint is {latest} (a half-written one is kept under a .tmp- name and never "
               f"resumed from); free space, then continue with `distill train --resume {run_dir}`"
               if latest else "no checkpoint was completed; free space and start the run again")
-    return f"the disk holding {run_dir} is full ({error.strerror}, writing {error.filename or 'a file'}): {intact}"
+    reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error).splitlines()[0]
+    where = getattr(error, "filename", None) or "a file"
+    return f"the disk holding {run_dir} is full ({reason}, writing {where}): {intact}"
 
 
 def trim_metrics(path: Path, step: int) -> list[str]:
@@ -148,17 +163,36 @@ def trim_metrics(path: Path, step: int) -> list[str]:
     return dropped
 
 
+def previous_run_recorded(run_dir: Path) -> bool:
+    """`run_dir/config.yaml` is a distill run's record (a mapping with `method` and `num_processes`)."""
+    try:
+        record = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return False
+    return isinstance(record, dict) and "method" in record and "num_processes" in record
+
+
+def previous_run_files(run_dir: Path) -> list[Path]:
+    """The names in WRITTEN present in `run_dir`, if its config.yaml records a distill run; a `model/` or
+    `eval/` without that record is the user's, and the run refuses to write over it."""
+    present = [run_dir / name for name in WRITTEN if (run_dir / name).exists() or (run_dir / name).is_symlink()]
+    if present and not previous_run_recorded(run_dir):
+        raise ValueError(
+            f"output_dir {run_dir} holds {', '.join(p.name for p in present)} but no distill run's config.yaml, so they "
+            "are not a previous run's: overwrite_output_dir replaces only what distill wrote. Move them or choose "
+            "another --output_dir"
+        )
+    return present
+
+
 def clear_previous_run(run_dir: Path) -> list[Path]:
-    """Remove what a previous distill run wrote in `run_dir` (the names in WRITTEN); nothing else. Returns them."""
+    """Remove what a previous distill run wrote in `run_dir` (`previous_run_files`); nothing else. Returns them."""
     removed = []
-    for name in WRITTEN:
-        path = run_dir / name
+    for path in previous_run_files(run_dir):
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
-        elif path.exists() or path.is_symlink():
-            path.unlink()
         else:
-            continue
+            path.unlink()
         removed.append(path)
     return removed
 
@@ -176,17 +210,18 @@ class RunDirectory:
         accelerator = self.runtime.accelerator
         error = None
         if accelerator.is_main_process:
-            try:
+            try:  # any failure must reach the agreement below, or the other processes would wait forever
                 self.lock = RunLock(self.path).acquire()
-            except ValueError as caught:
+                if not resuming:
+                    if self.config.overwrite_output_dir:
+                        for path in clear_previous_run(self.path):
+                            logger.info("overwrite_output_dir: removed %s", path)
+                    self.path.mkdir(parents=True, exist_ok=True)
+            except Exception as caught:
                 error = caught
+                self.release()
         if self.runtime.agree([error is not None])[0]:
-            raise error or ValueError(f"output_dir {self.path}: the main process could not lock it (see its error)")
-        if accelerator.is_main_process and not resuming:
-            if self.config.overwrite_output_dir:
-                for path in clear_previous_run(self.path):
-                    logger.info("overwrite_output_dir: removed %s", path)
-            self.path.mkdir(parents=True, exist_ok=True)
+            raise error or ValueError(f"output_dir {self.path}: the main process could not prepare it (see its error)")
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             (self.path / "config.yaml").write_text(yaml.safe_dump(self.record, sort_keys=False))
@@ -289,8 +324,9 @@ def hook_states(hooks) -> dict[str, dict]:
 def load_hook_states(hooks, states: dict[str, dict], checkpoint: Path) -> None:
     names = {hook.name for hook in hooks}
     if set(states) != names:
-        raise ValueError(f"resume: checkpoint {checkpoint} holds step-hook states {sorted(states)}, this run's method has "
-                         f"{sorted(names)}; resume with the method the run was started with")
+        raise ValueError(f"resume: checkpoint {checkpoint} holds step-hook states {sorted(states)}, this run has "
+                         f"{sorted(names)}; resume with the method and num_iterations the run was started with "
+                         "('rollout' is the reused rollout of num_iterations > 1)")
     for hook in hooks:
         hook.load_state_dict(states[hook.name])
 

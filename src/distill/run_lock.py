@@ -89,8 +89,12 @@ class RunLock:
             check_unlocked(self.path.parent)
             raise RunLocked(f"output_dir {self.path.parent}: another run took {self.path} and released it while this one "
                             "started; run again once it has finished") from None
-        with os.fdopen(descriptor, "w") as file:
-            file.write(json.dumps(self.record))
+        try:
+            with os.fdopen(descriptor, "w") as file:
+                file.write(json.dumps(self.record))
+        except BaseException:  # a full disk, an interrupt: leave no empty lock behind to block the next run
+            self.path.unlink(missing_ok=True)
+            raise
         self.held = True
         return self
 

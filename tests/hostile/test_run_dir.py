@@ -338,3 +338,43 @@ def test_a_full_disk_names_the_intact_checkpoint(tokenizer, tmp_path, monkeypatc
         distiller.train()
     assert [p.name for p in ckpt.list_checkpoints(tmp_path / "run")] == ["step-000001"]
     assert not (tmp_path / "run" / LOCK).exists()
+
+
+def test_overwrite_refuses_a_model_dir_no_distill_run_recorded(tokenizer, tmp_path):
+    out = tmp_path / "project"
+    (out / "model").mkdir(parents=True)
+    (out / "model" / "weights.bin").write_text("the user's")
+    (out / "config.yaml").write_text("learning_rate: 3\n")  # a user's config, not a distill run's record
+    config = make_config(tmp_path, output_dir=str(out), overwrite_output_dir=True)
+    with pytest.raises(ValueError, match=r"holds config.yaml, model but no distill run's config.yaml"):
+        Distiller(config, tokenizer=tokenizer, train_dataset=datasets.Dataset.from_list(chat_rows(16)), **models(tokenizer))
+    assert (out / "model" / "weights.bin").read_text() == "the user's"
+
+
+def test_a_full_disk_reported_by_torch_save_as_a_runtime_error_is_named(tokenizer, tmp_path, monkeypatch):
+    import distill.run
+
+    real_save = torch.save
+
+    def filling(obj, path, *args, **kwargs):
+        if "step-000002" in str(path):
+            raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0")
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(ckpt.torch, "save", filling)
+    monkeypatch.setattr(distill.run.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(100, 100, 0))
+    distiller = make_distiller(tokenizer, tmp_path, max_steps=3, save_steps=1)
+    with pytest.raises(OSError, match=r"is full \(\[enforce fail.*the last intact checkpoint is .*step-000001"):
+        distiller.train()
+
+
+def test_a_lock_that_cannot_be_written_leaves_nothing_behind(tmp_path, monkeypatch):
+    import distill.run_lock
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(distill.run_lock.os, "fdopen", no_space)
+    with pytest.raises(OSError, match="No space left"):
+        distill.run_lock.RunLock(tmp_path).acquire()
+    assert not (tmp_path / LOCK).exists()

@@ -284,3 +284,14 @@ def test_cli_without_manifest_exits_2_with_the_hint(built_cache, model_dirs, row
                  "--out", str(out), "--no-progress", "--device", "cpu"])
     err = capsys.readouterr().err
     assert code == 2 and "pass --overwrite to rebuild it" in err and "never other files" in err
+
+
+def test_a_damaged_shard_the_manifest_lists_is_the_caches_own(tmp_path):
+    from distill.teachers.cache import FORMAT, MANIFEST, VERSION, cache_files
+
+    (tmp_path / MANIFEST).write_text(json.dumps({"format": FORMAT, "version": VERSION, "shards": [{"file": "shard-00000.safetensors"}]}))
+    (tmp_path / "shard-00000.safetensors").write_bytes((900).to_bytes(8, "little") + b'{"topk_i')  # cut by a crash
+    (tmp_path / "shard-00001.safetensors").write_bytes(b"a user's file, not listed")
+    own, foreign = cache_files(tmp_path)
+    assert [p.name for p in own] == [MANIFEST, "shard-00000.safetensors"]
+    assert [p.name for p in foreign] == ["shard-00001.safetensors"]

@@ -104,6 +104,13 @@ def test_fresh_rollouts_give_reinforce_with_weights_and_gamma_zero_gives_plain_o
         torch.testing.assert_close(wc.grad.double(), w64.grad, rtol=1e-4, atol=1e-6)
         if gamma == 0.0:
             assert torch.equal(weights, torch.ones(n))
+        # old None (a fresh rollout, rho = 1 by definition) is the same loss and gradient
+        h2 = h.clone().requires_grad_()
+        again, facts = chunked_policy_gradient(h2, LogitHead(weight, bias), targets, advantages, weights, None, ClipSettings(),
+                                               temperature=1.0, chunk_size=7)
+        again.loss_sum.backward()
+        assert torch.equal(facts["ratio"], torch.ones(n))
+        torch.testing.assert_close(h2.grad, hc.grad, rtol=1e-5, atol=1e-7)
 
 
 def test_token_log_probs_match_the_definition_and_respect_the_mask():

@@ -52,6 +52,7 @@ def distiller(tokenizer, tmp_path, rows=None, resume=False, config=None, **overr
     ({"num_iterations": 2, "dual_clip": 0.5}, "dual_clip must be > 1"),
     ({"epsilon_low": 0.1}, r"epsilon_low is only read with num_iterations > 1"),
     ({"teacher_warmup_steps": -1}, "teacher_warmup_steps must be >= 0"),
+    ({"teacher_warmup_steps": 4, "seq_kd_generation_steps": 0}, "seq_kd_generation_steps must be >= 1"),
     ({"lmbda": 0.3}, "lmbda is not read by method iw_opd"),
     ({"seq_kd": False}, "seq_kd is not read by method iw_opd"),
     ({"beta": 0.9}, "beta is not read by method iw_opd"),
@@ -121,6 +122,34 @@ def test_trains_with_a_server_teacher(tokenizer, tmp_path, model_dirs):
     assert result["train"]["micro_batches/student"] == 2 and 0 < result["train"]["iw_opd/abs_advantage"] < 50
 
 
+def test_fresh_rollouts_have_ratio_one_whatever_the_recorded_log_probs():
+    """Generation may run in another precision than training (fp32 vs bf16 autocast): with num_iterations 1
+    the ratio is 1 by definition and no clip engages; the recorded log-probs still set the advantage."""
+    from distill.objectives.base import StepContext
+    from distill.objectives.iw_opd import IWOPDObjective, IWOPDSettings
+
+    tokens = tokens_for(9)
+    recorded = torch.full((9,), -1.0)
+    tokens.rollout_log_probs = recorded + torch.linspace(-0.5, 0.5, 9)  # off by up to 0.5 nats: would be clipped
+    teacher = SparseSignal(torch.zeros(9, 2, dtype=torch.long), torch.zeros(9, 2), torch.full((9,), -2.0), None, 1.0)
+    for reused, expect_clipped in ((False, False), (True, True)):
+        out = IWOPDObjective(IWOPDSettings(reused_rollouts=reused))(tokens, teacher, StepContext("student"))
+        ratio_sum, count = out.metrics["iw_opd/ratio"]
+        clipped_sum, _ = out.metrics["iw_opd/clip_fraction"]
+        assert (float(ratio_sum) == float(count)) is not reused
+        assert (float(clipped_sum) > 0) is expect_clipped
+        advantage_sum, _ = out.metrics["iw_opd/advantage"]
+        assert float(advantage_sum) == pytest.approx(float((-2.0 - tokens.rollout_log_probs).sum()), rel=1e-6)
+
+
+def test_each_reused_rollout_takes_the_next_batch_of_prompts(tokenizer, tmp_path):
+    run = distiller(tokenizer, tmp_path, max_steps=4, num_iterations=2)
+    sampler = run.rollout.sampler
+    assert run.rollout.prompt_groups(0) == run.rollout.prompt_groups(1) == sampler.micro_batch_indices(0)
+    assert run.rollout.prompt_groups(2) == run.rollout.prompt_groups(3) == sampler.micro_batch_indices(1)
+    assert [run.rollout.generations(s) for s in (0, 1, 2, 3, 4)] == [0, 1, 1, 2, 2]
+
+
 # ------------------------------------------------------------------------------------------ training --
 def test_a_run_with_warmup_and_reuse_logs_its_metrics_and_cites_the_paper(tokenizer, tmp_path):
     result = distiller(tokenizer, tmp_path, max_steps=4, teacher_warmup_steps=2, num_iterations=2, logging_steps=1).train()
@@ -137,6 +166,15 @@ def test_a_run_with_warmup_and_reuse_logs_its_metrics_and_cites_the_paper(tokeni
     card = (tmp_path / "run" / "model" / "README.md").read_text()
     assert "arXiv:2606.22600" in card and "@article{xie2026position" in card and "IW-OPD, gamma 0.5" in card
     assert result["steps"] == 4
+
+
+def test_a_prompt_only_dataset_trains_through_warm_up_and_on_policy(tokenizer, tmp_path):
+    rows = chat_rows(16, with_completion=False)
+    result = distiller(tokenizer, tmp_path, rows=rows, max_steps=2, teacher_warmup_steps=1, logging_steps=1).train()
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [sorted(k for k in r if k.startswith("micro_batches/")) for r in records] == [["micro_batches/teacher"],
+                                                                                         ["micro_batches/student"]]
+    assert result["steps"] == 2 and all(torch.isfinite(torch.tensor(r["loss"])) for r in records)
 
 
 def test_a_step_of_empty_completions_trains_nothing_and_stays_finite(tokenizer, tmp_path, monkeypatch):

@@ -62,7 +62,7 @@ def chunked_policy_gradient(
     targets: torch.Tensor,
     advantages: torch.Tensor,
     weights: torch.Tensor,
-    old_log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor | None,
     clip: ClipSettings,
     *,
     temperature: float,
@@ -71,12 +71,15 @@ def chunked_policy_gradient(
     """-sum_t w_t s_t over the N tokens (see the module docstring), and per-token facts for metrics.
 
     hidden: (N, H) the student's hidden states predicting targets (N,) long; advantages, weights,
-    old_log_probs: (N,) float32 constants. Returns the loss and {"ratio": (N,), "clipped": (N,) bool}.
+    old_log_probs: (N,) float32 constants. old_log_probs None: the rollout is this policy's own, fresh
+    (pi_old = sg[pi_theta]), so rho = 1 exactly and no clip engages, whatever precision generation ran
+    in. Returns the loss and {"ratio": (N,), "clipped": (N,) bool}.
     """
     n = hidden.shape[0]
-    advantages, weights, old = (t.detach().float() for t in (advantages, weights, old_log_probs))
+    advantages, weights = advantages.detach().float(), weights.detach().float()
+    old = None if old_log_probs is None else old_log_probs.detach().float()
     for name, values in (("advantages", advantages), ("weights", weights), ("old_log_probs", old)):
-        if values.shape != (n,):
+        if values is not None and values.shape != (n,):
             raise ValueError(f"{name} must have shape ({n},), got {tuple(values.shape)}")
     ratio_out = torch.ones(n, dtype=torch.float32, device=hidden.device)
     clipped_out = torch.zeros(n, dtype=torch.bool, device=hidden.device)
@@ -85,8 +88,9 @@ def chunked_policy_gradient(
         def objective(rows, logits, need_grad):
             log_norm = logits.logsumexp(dim=-1, keepdim=True)
             picked = logits.gather(1, targets[rows].unsqueeze(1)).squeeze(1) - log_norm.squeeze(1)
-            value, slope, clipped = surrogate(picked - old[rows], advantages[rows], clip)
-            ratio_out[rows], clipped_out[rows] = (picked - old[rows]).exp(), clipped
+            log_ratio = picked - (picked if old is None else old[rows])
+            value, slope, clipped = surrogate(log_ratio, advantages[rows], clip)
+            ratio_out[rows], clipped_out[rows] = log_ratio.exp(), clipped
             grad = None
             if need_grad:  # d(-w s)/dz = -w slope (onehot - softmax)
                 coefficient = -(weights[rows] * slope).unsqueeze(1)

@@ -43,7 +43,7 @@ def clip_settings(config) -> ClipSettings:
 
 def objective(config) -> IWOPDObjective:
     return IWOPDObjective(IWOPDSettings(config.iw_opd_gamma, config.iw_opd_epsilon, clip_settings(config),
-                                        config.temperature, config.loss_chunk_size))
+                                        config.temperature, config.loss_chunk_size, config.num_iterations > 1))
 
 
 def validate(config) -> None:
@@ -56,6 +56,9 @@ def validate(config) -> None:
         raise ValueError(f"num_iterations must be >= 1 (optimizer steps per generation batch), got {config.num_iterations!r}")
     if config.teacher_warmup_steps < 0:
         raise ValueError(f"teacher_warmup_steps must be >= 0, got {config.teacher_warmup_steps!r}")
+    if config.teacher_warmup_steps and config.seq_kd_generation_steps < 1:
+        raise ValueError(f"seq_kd_generation_steps must be >= 1 (optimizer steps whose teacher samples are drawn in one "
+                         f"call), got {config.seq_kd_generation_steps!r}")
     try:
         clip_settings(config)
     except ValueError as error:

@@ -39,6 +39,7 @@ class IWOPDSettings:
     clip: ClipSettings = ClipSettings()
     temperature: float = 1.0
     chunk_size: int = 256
+    reused_rollouts: bool = False  # num_iterations > 1: the ratio against the recorded pi_old, clipped
 
 
 class IWOPDObjective:
@@ -57,7 +58,10 @@ class IWOPDObjective:
         old = sampling_log_probs(tokens, s.temperature, s.chunk_size)
         advantages = teacher - old
         weights = prefix_decayed_weights(advantages, tokens.rows, s.gamma, s.epsilon)
-        loss, facts = chunked_policy_gradient(tokens.hidden, tokens.head, tokens.targets, advantages, weights, old, s.clip,
+        # A fresh rollout is the current policy's: rho = 1 by definition, not by the (bf16 vs fp32) numerics of
+        # generation and training; the advantage still uses the recorded sampling log-probs.
+        loss, facts = chunked_policy_gradient(tokens.hidden, tokens.head, tokens.targets, advantages, weights,
+                                              old if s.reused_rollouts else None, s.clip,
                                               temperature=s.temperature, chunk_size=s.chunk_size)
         n = torch.tensor(float(advantages.numel()))
         metrics = {"iw_opd/advantage": (advantages.sum(), n), "iw_opd/abs_advantage": (advantages.abs().sum(), n),

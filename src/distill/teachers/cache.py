@@ -116,20 +116,34 @@ def is_cache_shard(path: Path) -> bool:
         return False
 
 
+def _starts_like_safetensors(path: Path) -> bool:
+    """The first bytes are a safetensors header's (a length, then '{'): a truncated shard, not a user's file."""
+    with open(path, "rb") as handle:
+        head = handle.read(9)
+    return len(head) == 9 and head[8:9] == b"{" and 0 < int.from_bytes(head[:8], "little") < 1 << 30
+
+
 def cache_files(directory: Path) -> tuple[list[Path], list[Path]]:
     """(the cache's own files in `directory`, files named like them that are not the cache's).
 
-    Own: manifest.json of this format, shard-NNNNN.safetensors with a shard's arrays, and the temporary files
-    .manifest.json.tmp / .shard-NNNNN.safetensors.tmp (possibly half-written, so judged by name). Only the first
-    list is ever deleted; the second names what a user must move before the directory can be rebuilt.
+    Own: manifest.json of this format, shard-NNNNN.safetensors with a shard's arrays, or listed in that
+    manifest and starting like a safetensors file (a truncated shard is still the cache's; a user's file that
+    took the name is not), and the temporary files .manifest.json.tmp /
+    .shard-NNNNN.safetensors.tmp (possibly half-written, so judged by name). Only the first list is ever
+    deleted; the second names what a user must move before the directory can be rebuilt.
     """
     own, foreign = [], []
+    manifest = Path(directory) / MANIFEST
+    listed = set()
+    if manifest.is_file() and is_cache_manifest(manifest):
+        listed = {entry.get("file") for entry in json.loads(manifest.read_text()).get("shards", []) if isinstance(entry, dict)}
     for path in sorted(Path(directory).iterdir()):
         name = path.name
         if name == MANIFEST:
             (own if path.is_file() and is_cache_manifest(path) else foreign).append(path)
         elif _SHARD_NAME.fullmatch(name):
-            (own if path.is_file() and is_cache_shard(path) else foreign).append(path)
+            (own if path.is_file() and ((name in listed and _starts_like_safetensors(path)) or is_cache_shard(path))
+             else foreign).append(path)
         elif _TEMPORARY_NAME.fullmatch(name):
             (own if path.is_file() else foreign).append(path)
     return own, foreign
