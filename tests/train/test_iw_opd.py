@@ -202,12 +202,15 @@ def _iw_opd_step_gradient(rank, world_size, tmp, batch, accumulation):
 
     import distill.rollout
 
-    distill.rollout.generate_completions = fixed_completions  # a fresh spawned process: nothing to restore
-    torch.manual_seed(0)
-    tokenizer = train_tiny_tokenizer()
-    config = iw_opd_config(Path(tmp) / f"rank{rank}", per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
-                           max_grad_norm=0.0)
-    return first_step_gradient(distiller(tokenizer, None, rows=chat_rows(8), config=config))
+    original, distill.rollout.generate_completions = distill.rollout.generate_completions, fixed_completions
+    try:  # restored: the single-process call runs inside the test process
+        torch.manual_seed(0)
+        tokenizer = train_tiny_tokenizer()
+        config = iw_opd_config(Path(tmp) / f"rank{rank}", per_device_train_batch_size=batch,
+                               gradient_accumulation_steps=accumulation, max_grad_norm=0.0)
+        return first_step_gradient(distiller(tokenizer, None, rows=chat_rows(8), config=config))
+    finally:
+        distill.rollout.generate_completions = original
 
 
 def test_gradient_is_split_invariant_across_processes_and_micro_batches(tmp_path):
