@@ -178,7 +178,7 @@ def context_length(model: nn.Module) -> int | None:
     config = getattr(model, "config", None)
     for name in ("max_position_embeddings", "n_positions"):
         value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
 

@@ -84,11 +84,16 @@ def check_objects_given(config, given: set[str]) -> None:
         )
 
 
+def nearest_existing(path: Path) -> Path:
+    """`path`, or the nearest folder above it that exists."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 def check_writable(run_dir: Path) -> None:
     """The directory, or the nearest existing folder above it, accepts new files."""
-    existing = run_dir
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    existing = nearest_existing(run_dir)
     if not existing.is_dir():
         raise ValueError(f"output_dir {run_dir}: {existing} is a file, so the directory cannot be created; choose another --output_dir")
     if not os.access(existing, os.W_OK | os.X_OK):
@@ -119,10 +124,7 @@ def disk_is_full(error: Exception, run_dir: Path) -> bool:
     full disk as a RuntimeError) under 1 MiB free there."""
     if isinstance(error, OSError) and error.errno in DISK_FULL:
         return True
-    existing = Path(run_dir)
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    return isinstance(error, (OSError, RuntimeError)) and shutil.disk_usage(existing).free < 2**20
+    return isinstance(error, (OSError, RuntimeError)) and shutil.disk_usage(nearest_existing(Path(run_dir))).free < 2**20
 
 
 def disk_full_message(run_dir: Path, error: Exception) -> str:

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import torch
 
 from distill.losses import LogitHead
-from distill.models import logit_head
+from distill.models import context_length, logit_head
 from distill.teachers.hidden import backbone_hidden
 from distill.teachers.topk import topk_log_probs
 
@@ -98,16 +98,6 @@ class ServerLimits:
                 raise ValueError(f"--{name.replace('_', '-')} must be an integer >= 1{extra}, got {value!r}")
 
 
-def model_max_length(model) -> int | None:
-    """The model's context length in tokens (`max_position_embeddings`, GPT-2's `n_positions`), None if unknown."""
-    config = getattr(model, "config", None)
-    for name in ("max_position_embeddings", "n_positions"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
-
-
 def padded_slices(prompts: list[list[int]], max_batch_tokens: int) -> list[slice]:
     """Consecutive runs of `prompts` whose padded size (rows x longest) fits `max_batch_tokens`; a prompt
     longer than the budget gets a run of its own. Order is kept, so answers line up with the prompts."""
@@ -144,7 +134,7 @@ class ScoringEngine:
         self.head: LogitHead = logit_head(model, self.vocab_size)
         self.decoded = tokenizer.convert_ids_to_tokens(list(range(self.vocab_size)))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        self.max_model_len = model_max_length(model)
+        self.max_model_len = context_length(model)
 
     @torch.inference_mode()
     def score(self, prompts: list[list[int]], k: int, temperature: float) -> list[dict]:
