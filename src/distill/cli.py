@@ -102,7 +102,8 @@ def cmd_train(argv: list[str]) -> int:
 def cmd_eval(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="distill eval", description="Evaluate a student against a teacher on held-out prompts.")
     parser.add_argument("model", help="a student model directory, or a run directory (its model/ and config are used)")
-    parser.add_argument("--teacher", help="teacher model (default: the run's teacher; required for a bare student directory)")
+    parser.add_argument("--teacher", help="teacher model (default: the run's teacher; required for a bare student directory). "
+                        "For an sdft or sft run: its initial model, which is shown each row's privileged context")
     parser.add_argument("--teacher-url", help="a teacher server instead (scores the student's own samples; default: a "
                         "server run's teacher_url)")
     parser.add_argument("--method", help="the method whose teacher to build (default: the run's, else gkd); gold for a "

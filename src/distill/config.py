@@ -24,13 +24,17 @@ from distill import config_io, placement
 from distill.data_files import BUNDLED_DATASET
 from distill.methods import get_method, method_names
 from distill.methods.mixing import LMBDA_SCHEDULES
+from distill.models import DEFAULT_TEACHER, parse_student_init
 from distill.run_parts import check_fields_read
 from distill.runtime import check_device
+from distill.teacher_prompts import DEFAULT_TEACHER_PROMPT_TEMPLATE
 
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_min_lr")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+SELF_TEACHER_KINDS = ("base", "live", "ema")
+DISTILLATION_MODES = ("full_logits", "topk_logits", "sampled_token")
+MISSING_CONTEXT = ("error", "skip")
 TRACKERS = ("none", "tensorboard", "wandb", "trackio", "mlflow")
-DEFAULT_TEACHER = "smollm2-135m-instruct"
 DEFAULT_STUDENT_INIT = "drop_every:3"
 __all__ = ["BUNDLED_DATASET", "DEFAULT_TEACHER", "DistillConfig", "parse_student_init"]
 
@@ -111,8 +115,9 @@ class DistillConfig:
                                       "which makes generation cheaper per token; 1 = one call per step.")
 
     # --- the loss --------------------------------------------------------------------------------------
-    beta: float = _f(0.5, "Generalized JSD interpolation for student-sampled completions: 0 = forward "
-                     "KL(teacher||student), 1 = reverse KL(student||teacher).")
+    beta: float | None = _f(None, "Generalized JSD interpolation for student-sampled completions: 0 = forward "
+                            "KL(teacher||student), 1 = reverse KL(student||teacher). None: the method's default "
+                            "(0.5 for gkd, on_policy and gold; 0 for sdft, whose paper trains with forward KL).")
     off_policy_beta: float | None = _f(0.0, "beta for dataset and teacher completions; None = `beta`. "
                                        "Forward KL (0) is the natural loss on teacher samples.")
     temperature: float = _f(1.0, "Loss temperature: divides student and teacher logits inside the loss. Not "
@@ -140,15 +145,52 @@ class DistillConfig:
                                    "teacher-sampled completions (sequence-level KD, a fresh student's own samples "
                                    "are noise) before the policy gradient on the student's samples takes over; with "
                                    "num_iterations > 1, rounded up to whole rollouts.")
-    num_iterations: int = _f(1, "method iw_opd: optimizer steps per generation batch. Above 1, a step's "
+    num_iterations: int = _f(1, "methods iw_opd, sdft: optimizer steps per generation batch. Above 1, a step's "
                              "rollouts (with their sampling log-probs) are reused for the next num_iterations - 1 "
-                             "steps, and the importance ratio pi_theta / pi_old, clipped, corrects for the moved "
-                             "policy; each rollout takes the sampler's next batch of prompts.")
+                             "steps, and an importance ratio pi_theta / pi_old, clipped, corrects for the moved "
+                             "policy (iw_opd: epsilon_low / epsilon_high / dual_clip; sdft: distillation_is_clip); "
+                             "each rollout takes the sampler's next batch of prompts.")
     epsilon_low: float = _f(0.2, "PPO ratio clip, lower side: rho is clipped at 1 - epsilon_low (read with "
                             "num_iterations > 1; with fresh rollouts rho = 1).")
     epsilon_high: float = _f(0.2, "PPO ratio clip, upper side: rho is clipped at 1 + epsilon_high.")
     dual_clip: float | None = _f(3.0, "Dual clip for negative advantages: the surrogate is bounded below by "
                                  "dual_clip x A (must be > 1); None = off.")
+
+    # --- self-distillation: the student is its own teacher (method sdft) -------------------------------
+    teacher_model_kind: str = _f("ema", f"The self-teacher: {SELF_TEACHER_KINDS}. 'base': the initial weights, frozen "
+                                 "(a copy; with LoRA the adapter is switched off for the teacher pass, no copy). "
+                                 "'live': the current weights, without gradient. 'ema': a moving average of the "
+                                 "student's weights (a copy, saved in checkpoints), see teacher_update_rate.")
+    teacher_update_rate: float = _f(0.05, "EMA self-teacher: theta_T <- (1 - r) theta_T + r theta_S every "
+                                    "teacher_sync_steps optimizer steps. r in (0, 1] is the student's share: small r "
+                                    "= a slow teacher, 1 = the teacher is reset to the student.")
+    teacher_sync_steps: int = _f(1, "EMA self-teacher: optimizer steps between its updates.")
+    teacher_prompt_template: str = _f(DEFAULT_TEACHER_PROMPT_TEMPLATE, "How the self-teacher sees a row: a template "
+                                      "with {prompt} and {privileged_context} and no other placeholder (literal braces: "
+                                      "{{ }}). A chat prompt keeps its turns; its last user turn becomes the filled-in "
+                                      "template. The default shows the context as an example answer, then asks for "
+                                      "the model's own (SDFT's).")
+    max_teacher_prompt_length: int = _f(512, "Teacher prompts longer than this many tokens are truncated keeping "
+                                        "their end (the fraction cut is logged as self_teacher/prompt_truncated).")
+    missing_privileged_context: str = _f("error", "Training rows without privileged_context: 'error' (the run "
+                                         "refuses them, naming the first) or 'skip' (they are sampled but get no "
+                                         "loss and leave the denominator; the fraction is logged as "
+                                         "self_teacher/rows_without_context).")
+    distillation_mode: str = _f("full_logits", f"Self-distillation loss: {DISTILLATION_MODES}. 'full_logits': "
+                                "generalized JSD (beta) over the whole vocabulary. 'topk_logits': on the student's "
+                                "distillation_topk most likely tokens plus one tail bucket for the rest of each "
+                                "distribution's mass. 'sampled_token': reverse KL estimated on the sampled token "
+                                "(REINFORCE, advantage log pi_T - log pi_S; needs beta 1).")
+    distillation_topk: int = _f(100, "distillation_mode topk_logits: the student's top-k tokens the divergence "
+                                "is computed on (plus the tail bucket).")
+    distillation_is_clip: float | None = _f(2.0, "With num_iterations > 1: each token's loss is weighted by the "
+                                            "importance ratio pi_theta / pi_old of its sampled token, capped at this "
+                                            "value (None: uncapped).")
+    num_loss_tokens_to_skip: int = _f(0, "The first this many tokens of every completion get no loss (and leave "
+                                      "the denominator): the opening tokens are where the teacher prompt shows most.")
+    generate_from_teacher: bool = _f(False, "The self-teacher samples the completions from its own prompt (with the "
+                                     "privileged context); the student then learns on them from the bare prompt. "
+                                     "Uses teacher_sampling_temperature / teacher_top_p / teacher_top_k.")
 
     # --- sampling --------------------------------------------------------------------------------------
     max_new_tokens: int = _f(48, "Maximum completion length (generated tokens; dataset completions are cut "
@@ -228,12 +270,16 @@ class DistillConfig:
         return dataclasses.asdict(self)
 
     def validate(self) -> "DistillConfig":
-        """Checks that need no model or data; raises ValueError naming the field and the fix."""
+        """Checks that need no model or data; raises ValueError naming the field and the fix. Fields left at
+        None that the method gives a default for (`Method.defaults`, e.g. beta) are filled in first."""
         method = get_method(self.method)
+        for name, value in method.defaults.items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
         _one_of("lr_scheduler_type", self.lr_scheduler_type, SCHEDULERS)
         _one_of("dtype", self.dtype, DTYPES)
         for name in ("beta", "warmup_ratio", "top_p", "teacher_top_p"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
+            if getattr(self, name) is not None and not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
         if self.top_p == 0 or self.teacher_top_p == 0:
             raise ValueError("top_p and teacher_top_p must be in (0, 1]; use 1.0 to turn nucleus sampling off")
@@ -273,28 +319,6 @@ class DistillConfig:
         if self.student_init is not None:
             return self.student_init
         return "all" if student_given else DEFAULT_STUDENT_INIT
-
-
-def parse_student_init(spec: str) -> tuple[str, list[int] | int | None]:
-    """Parse `student_init` into (kind, argument); raises ValueError with the accepted forms."""
-    forms = "'all', 'drop_every:K', 'keep_every:K', 'first:N' or 'layers:0,2,5'"
-    kind, _, arg = spec.partition(":")
-    try:
-        if kind == "all" and not arg:
-            return "all", None
-        if kind in ("drop_every", "keep_every", "first"):
-            value = int(arg)
-            if value < 1 or (kind == "drop_every" and value < 2):
-                raise ValueError
-            return kind, value
-        if kind == "layers":
-            layers = [int(x) for x in arg.split(",")]
-            if not layers or min(layers) < 0 or len(set(layers)) != len(layers):
-                raise ValueError
-            return kind, layers
-    except ValueError:
-        pass
-    raise ValueError(f"student_init must be {forms}, got {spec!r}")
 
 
 def _one_of(name: str, value: Any, allowed: tuple) -> None:

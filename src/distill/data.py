@@ -3,8 +3,9 @@
 A row holds either `prompt` (a string, or a list of chat messages) or `messages` (a chat whose last
 assistant turn, if any, is the completion). Optional columns: `completion` (a string, or a list holding
 one assistant message) gives off-policy completions; `privileged_context` (text: a demonstration, a fact,
-a hint) is context a self-teacher sees and the student does not; `teacher_id` routes the row to one of
-several teachers. Every problem is reported when the run is set up, before any model is loaded, with the
+a hint) is context a self-teacher sees and the student does not; `answer` (text or a number) is a short
+checkable answer (the evaluation reports how often a greedy answer contains it); `teacher_id` routes the
+row to one of several teachers. Every problem is reported when the run is set up, before any model is loaded, with the
 column or row at fault. Loading files and splits is `distill.data_files`. The step sampler (which prompts
 each optimizer step trains on) is here too.
 """
@@ -30,6 +31,7 @@ class Example:
     completion: str | None  # the dataset's own answer, when it has one
     teacher_id: str | None = None  # which teacher scores it, when several are configured
     privileged_context: str | None = None  # what a self-teacher is shown and the student is not
+    answer: str | None = None  # a short checkable answer, when the task has one
 
 
 @dataclass
@@ -87,7 +89,11 @@ def _example(index: int, row: dict[str, Any], field: str) -> Example:
     context = row.get("privileged_context")
     if context is not None and not isinstance(context, str):
         raise ValueError(f"{where}: 'privileged_context' must be text, got {type(context).__name__}")
-    return Example(index, prompt, completion, None if teacher_id is None else str(teacher_id), context)
+    answer = row.get("answer")
+    if answer is not None and (isinstance(answer, bool) or not isinstance(answer, (str, int, float)) or not str(answer).strip()):
+        raise ValueError(f"{where}: 'answer' must be non-empty text or a number, got {answer!r}")
+    return Example(index, prompt, completion, None if teacher_id is None else str(teacher_id), context,
+                   None if answer is None else str(answer))
 
 
 def _check_messages(messages: Any, where: str, column: str) -> None:

@@ -2,7 +2,8 @@
 
 Local data is .json/.jsonl/.parquet files, a directory of them, or a directory written by `save_to_disk`:
 one split, 'train', unless its rows have a 'split' column; 'bundled' is the prompt set shipped with
-distill. Every problem (an unknown split, an empty, malformed, non-UTF-8 or unsupported file, a missing
+distill, 'bundled:facts' its knowledge-injection set (invented facts with checkable answers, for
+self-distillation: `scripts/make_facts.py` writes it). Every problem (an unknown split, an empty, malformed, non-UTF-8 or unsupported file, a missing
 prompt column) is one ValueError naming the field, the file (and line) and the fix, raised before any
 model loads. Rows are validated and turned into examples by `distill.data`.
 """
@@ -16,6 +17,8 @@ from typing import Any
 
 BUNDLED_DATASET = "bundled"
 BUNDLED_PROMPTS = Path(__file__).parent / "recipes" / "data" / "prompts.jsonl"
+BUNDLED_SETS = {BUNDLED_DATASET: BUNDLED_PROMPTS,
+                "bundled:facts": Path(__file__).parent / "recipes" / "data" / "facts.jsonl"}
 DATA_SUFFIXES = (".json", ".jsonl", ".parquet")
 _UNREAD_SUFFIXES = (".csv", ".tsv", ".arrow", ".gz", ".zst", ".xlsx")  # data files distill does not read
 _SAVED_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")  # what save_to_disk writes
@@ -44,12 +47,15 @@ def load_dataset_spec(spec: Any, split: str, field: str):
         return spec
     if not isinstance(spec, (str, Path)):
         kind = type(spec).__name__
-        fix = "datasets.Dataset.from_pandas(df)" if kind == "DataFrame" else "datasets.Dataset.from_list(rows)"
+        fix = {"DataFrame": "datasets.Dataset.from_pandas(df)", "dict": "datasets.Dataset.from_dict(columns)"}.get(
+            kind, "datasets.Dataset.from_list(rows)")
         raise TypeError(f"{field} must be a datasets.Dataset (or a name/path), got a {kind}; wrap it with {fix}")
     spec = str(spec)
-    if spec == BUNDLED_DATASET:
-        dataset = datasets.load_dataset("json", data_files=str(BUNDLED_PROMPTS), split="train")
-        return _select_split(dataset, split, field, "the bundled dataset")
+    if spec in BUNDLED_SETS:
+        dataset = datasets.load_dataset("json", data_files=str(BUNDLED_SETS[spec]), split="train")
+        return _select_split(dataset, split, field, "the bundled dataset" + ("" if spec == BUNDLED_DATASET else f" {spec!r}"))
+    if spec.startswith(BUNDLED_DATASET + ":"):
+        raise ValueError(f"{field}: {spec!r} is not a bundled dataset; the bundled ones are {sorted(BUNDLED_SETS)}")
     path = Path(spec).expanduser()
     if path.exists():
         if path.is_dir() and any((path / marker).exists() for marker in _SAVED_MARKERS):

@@ -3,7 +3,8 @@
 Per-token forward KL(teacher || student) and reverse KL(student || teacher) over the full vocabulary (at
 temperature 1), and top-1 agreement, measured on two sets of completions: ones the teacher samples (what
 forward KL is an expectation over) and ones the student samples (where on-policy errors show). Plus greedy
-answers side by side. Sampling is seeded and runs in a forked RNG, so evaluating never changes training.
+answers side by side, and, when the prompts have an `answer`, how often the greedy answer contains it
+(`distill.answers`). Sampling is seeded and runs in a forked RNG, so evaluating never changes training.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from distill.answers import contains_answer
 from distill.data import Example, PromptEncoder
 from distill.objectives import DivergenceObjective, StepContext
 from distill.objectives.student import student_loss
@@ -135,13 +137,16 @@ class Evaluator:
             student, prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size, vocab_size=self.vocab_size)
 
     def evaluate(self, student) -> dict:
-        """{"on_teacher_completions": {...}, "on_student_completions": {...}, "answers": [...]}"""
+        """{"on_teacher_completions": {...}, "on_student_completions": {...}, "answers": [...]}, and
+        "answer_accuracy" (greedy, over the prompts with an answer) when any prompt has one."""
         was_training = student.training
         student.eval()
         try:
             own = _sample(self._student_generate(student), self.prompts, self.settings, self.device, greedy=False)
-            shown = self.prompts[: self.settings.num_examples]
-            greedy = _sample(self._student_generate(student), shown, self.settings, self.device, greedy=True)
+            checked = [i for i, e in enumerate(self.examples) if e.answer is not None]
+            greedy_count = max(self.settings.num_examples, checked[-1] + 1 if checked else 0)
+            greedy = _sample(self._student_generate(student), self.prompts[:greedy_count], self.settings, self.device,
+                             greedy=True)
             result = {}
             if self.teacher.can_generate:  # a scoring-only teacher (server) has no samples of its own
                 result["on_teacher_completions"] = score_completions(
@@ -149,7 +154,10 @@ class Evaluator:
                     self.device, self.settings)
             result["on_student_completions"] = score_completions(student, self.teacher, self._completions(own, "student"),
                                                                  self.vocab_size, self.pad_id, self.device, self.settings)
-            result["answers"] = [self.decode(ids) for ids in greedy]
+            result["answers"] = [self.decode(ids) for ids in greedy[: self.settings.num_examples]]
+            if checked:
+                correct = sum(contains_answer(self.decode(greedy[i]), self.examples[i].answer) for i in checked)
+                result["answer_accuracy"] = {"correct": correct, "prompts": len(checked), "accuracy": correct / len(checked)}
             return result
         finally:
             student.train(was_training)
@@ -192,6 +200,10 @@ def report_markdown(report: dict) -> str:
         before = report["metrics"]["before"][part_shown][key]
         after = report["metrics"]["after"][part_shown][key]
         lines += ["", f"{label_text}: {before:.3f} -> {after:.3f} (after / before = {after / max(before, 1e-12):.3f})."]
+    accuracy = {name: m["answer_accuracy"] for name, m in report["metrics"].items() if "answer_accuracy" in m}
+    if accuracy:
+        lines += ["", "Answer accuracy (greedy answer contains the row's answer): " + ", ".join(
+            f"{name} {a['correct']}/{a['prompts']} = {a['accuracy']:.3f}" for name, a in accuracy.items()) + "."]
     lines += ["", "## Greedy answers", ""]
     for example in report["examples"]:
         lines.append(f"**Prompt:** {example['prompt']}")

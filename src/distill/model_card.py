@@ -7,6 +7,14 @@ from pathlib import Path
 from distill.version import __version__
 
 
+def title_line(config: dict, method) -> str:
+    if method.teacher == "self":
+        return "# Student distilled from itself, shown privileged context (self-distillation)"
+    if method.teacher == "none":
+        return "# Student fine-tuned on its dataset's completions (no teacher)"
+    return f"# Student distilled from {teacher_description(config)}"
+
+
 def teacher_description(config: dict) -> str:
     if config.get("teacher_cache"):
         return f"the teacher cache {config['teacher_cache']}"
@@ -18,20 +26,22 @@ def teacher_description(config: dict) -> str:
 def write_model_card(model_dir: Path, config: dict, method, num_parameters: int, steps: int, report: dict | None) -> Path:
     """README.md in `model_dir`; `method` (a registered `Method`) gives the paper and the loss line."""
     paper = method.paper
-    title, authors, arxiv = paper.title, paper.authors, paper.arxiv
+    made_with = (f"the `{config['method']}` method: {paper.title}, {paper.authors}, "
+                 f"[arXiv:{paper.arxiv}](https://arxiv.org/abs/{paper.arxiv})." if paper else f"the `{config['method']}` method.")
+    initial = "initialised from the teacher" if method.teacher == "external" else "the default model"
     lines = [
         "---",
         "library_name: transformers",
         "tags: [distill, knowledge-distillation, " + config["method"] + "]",
         "---",
         "",
-        f"# Student distilled from {teacher_description(config)}",
+        title_line(config, method),
         "",
         f"Trained with distill {__version__} (a knowledge-distillation library; not published on a package index) "
-        f"using the `{config['method']}` method: {title}, {authors}, [arXiv:{arxiv}](https://arxiv.org/abs/{arxiv}).",
+        f"using {made_with}",
         "",
         f"- parameters: {num_parameters:,}",
-        f"- student: {config['student'] or 'initialised from the teacher'} (student_init: {config['student_init'] or 'default'})",
+        f"- student: {config['student'] or initial} (student_init: {config['student_init'] or 'default'})",
         f"- optimizer steps: {steps}; loss: {method.describe_loss(config)}",
         f"- dataset: {config['dataset']}",
         "",
@@ -56,10 +66,15 @@ def write_model_card(model_dir: Path, config: dict, method, num_parameters: int,
             on_teacher = metrics.get("on_teacher_completions")  # absent for a teacher that only scores
             shown = (f"{on_teacher['forward_kl']:.3f}", f"{on_teacher['top1_agreement']:.3f}") if on_teacher else ("n/a", "n/a")
             lines.append(f"| {name} | {shown[0]} | {metrics['on_student_completions']['reverse_kl']:.3f} | {shown[1]} |")
-    key, authors_bib, venue = paper.bibtex_key, paper.bibtex_authors, paper.venue
-    entry = "article" if venue.startswith("journal=") else "inproceedings"  # a preprint vs a conference paper
-    lines += ["", "## Citation", "", "```bibtex", f"@{entry}{{{key},", f"  title={{{title}}},", f"  author={{{authors_bib}}},",
-              f"  {venue},", f"  eprint={{{arxiv}}}, archivePrefix={{arXiv}}", "}", "```", ""]
+    if report is not None and any("answer_accuracy" in m for m in report["metrics"].values()):
+        lines += ["", "Answer accuracy on the held-out prompts (greedy answer contains the expected answer): " + ", ".join(
+            f"{name} {m['answer_accuracy']['accuracy']:.3f}" for name, m in report["metrics"].items() if "answer_accuracy" in m)]
+    if paper is not None:
+        entry = "article" if paper.venue.startswith("journal=") else "inproceedings"  # a preprint vs a conference paper
+        lines += ["", "## Citation", "", "```bibtex", f"@{entry}{{{paper.bibtex_key},", f"  title={{{paper.title}}},",
+                  f"  author={{{paper.bibtex_authors}}},", f"  {paper.venue},", f"  eprint={{{paper.arxiv}}}, archivePrefix={{arXiv}}",
+                  "}", "```"]
+    lines.append("")
     path = Path(model_dir) / "README.md"
     path.write_text("\n".join(lines))
     return path

@@ -25,10 +25,33 @@ from distill.byte_student import (
     is_byte_student,
     parse_shape,
 )
-from distill.config import DEFAULT_TEACHER, parse_student_init
 from distill.losses import LogitHead
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_TEACHER = "smollm2-135m-instruct"
+
+
+def parse_student_init(spec: str) -> tuple[str, list[int] | int | None]:
+    """Parse `student_init` into (kind, argument); raises ValueError with the accepted forms."""
+    forms = "'all', 'drop_every:K', 'keep_every:K', 'first:N' or 'layers:0,2,5'"
+    kind, _, arg = spec.partition(":")
+    try:
+        if kind == "all" and not arg:
+            return "all", None
+        if kind in ("drop_every", "keep_every", "first"):
+            value = int(arg)
+            if value < 1 or (kind == "drop_every" and value < 2):
+                raise ValueError
+            return kind, value
+        if kind == "layers":
+            layers = [int(x) for x in arg.split(",")]
+            if not layers or min(layers) < 0 or len(set(layers)) != len(layers):
+                raise ValueError
+            return kind, layers
+    except ValueError:
+        pass
+    raise ValueError(f"student_init must be {forms}, got {spec!r}")
 
 
 @dataclass(frozen=True)

@@ -1,24 +1,32 @@
-"""Where the teacher lives: a model on this machine, a server, or a cache on disk. Independent of the method.
+"""Where the teacher lives: a model on this machine, a server, a cache on disk, or the student itself.
 
     location   config                       signal it gives
     "model"    teacher (path, .gguf, hub)   dense (same tokenizer) or aligned (a method with cross_tokenizer)
     "server"   teacher_url                  sparse: top-k log-probs + the completion token's, over HTTP
     "cache"    teacher_cache                sparse, read from `distill cache-teacher` output; it scores only
                                             the completions it holds
-A method works with a location when its objective consumes that location's signal kind.
+    "self"     (a method with teacher=self) dense: the student's own weights (base / live / EMA) shown
+                                            privileged context (`distill.teachers.self_teacher`)
+    "none"     (a method with teacher=none) nothing: sft learns from the dataset's completions alone
+A method works with a location when its objective consumes that location's signal kind. The first three
+are the user's choice for any method with an external teacher; "self" and "none" are the method's.
 """
 
 from __future__ import annotations
 
 import urllib.parse
 
-from distill.methods.registry import Method, Reads
+from distill.methods.registry import Method, Reads, get_method
+from distill.models import DEFAULT_TEACHER
 from distill.signals import ALIGNED, DENSE, SPARSE
 
-MODEL, SERVER, CACHE = "model", "server", "cache"
+MODEL, SERVER, CACHE, SELF, NONE = "model", "server", "cache", "self", "none"
 
 
 def teacher_location(config) -> str:
+    kind = get_method(config.method).teacher
+    if kind != "external":
+        return SELF if kind == "self" else NONE
     if config.teacher_cache is not None:
         return CACHE
     if config.teacher_url is not None:
@@ -26,14 +34,18 @@ def teacher_location(config) -> str:
     return MODEL
 
 
-def signal_kind(location: str, method: Method) -> str:
+def signal_kind(location: str, method: Method) -> str | None:
+    if location == NONE:
+        return None
+    if location == SELF:
+        return DENSE
     if location == MODEL:
         return ALIGNED if method.cross_tokenizer else DENSE
     return SPARSE
 
 
 def is_remote(config) -> bool:
-    return teacher_location(config) != MODEL
+    return teacher_location(config) in (SERVER, CACHE)
 
 
 READS = (
@@ -48,6 +60,9 @@ READS = (
 
 def validate(config, method: Method, sources: frozenset[str]) -> None:
     """The teacher's location against the method (its objective's signals, its completion sources)."""
+    if method.teacher != "external":
+        _no_external_teacher(config, method)
+        return
     if config.teacher_url is not None and config.teacher_cache is not None:
         raise ValueError("teacher_url and teacher_cache: a run has one teacher location; set one of them")
     for name in ("teacher_url", "teacher_cache"):
@@ -98,3 +113,15 @@ def parse_routes(value: str, name: str) -> dict[str, str]:
     if not routes:
         raise ValueError(f"{name} is empty")
     return routes
+
+
+def _no_external_teacher(config, method: Method) -> None:
+    """A self-teacher or teacher-free method: every external teacher field is an error that says why."""
+    why = ("its teacher is the student itself, shown the row's privileged context" if method.teacher == "self"
+           else "it learns from the dataset's completions and has no teacher")
+    for name in ("teacher_url", "teacher_cache"):
+        if getattr(config, name) is not None:
+            raise ValueError(f"{name}: method {method.name} takes no external teacher ({why}); remove {name}")
+    if config.teacher != DEFAULT_TEACHER:
+        raise ValueError(f"teacher: method {method.name} takes no teacher model ({why}); remove teacher and name the "
+                         "model to train as student")

@@ -69,6 +69,13 @@ class Completion:
     prompt_truncated: bool = False
     example: Example | None = None
     rollout_log_probs: list[float] | None = None  # per completion token, when the method records them
+    trained: bool = True  # False: the row gets no loss (a method's `trains_row`), its tokens leave the denominator
+    loss_skip: int = 0  # the first this many completion tokens get no loss (num_loss_tokens_to_skip)
+
+    def loss_span(self) -> range:
+        """Indices into `completion_ids` of the tokens trained on."""
+        return range(min(self.loss_skip, len(self.completion_ids)) if self.trained else len(self.completion_ids),
+                     len(self.completion_ids))
 
 
 @dataclass
@@ -76,8 +83,9 @@ class MicroBatch:
     """Token tensors of one micro-batch, right-padded: [prompt | completion | pad].
 
     input_ids, attention_mask: (B, T) torch.long.
-    completion_mask: (B, T) bool, True at completion tokens (the ones trained on).
-    rollout_log_probs: (N,) float32 over the N completion tokens in row-major order, or None (module docstring).
+    completion_mask: (B, T) bool, True at the completion tokens trained on (`Completion.loss_span`: all of
+        them unless a method leaves rows or leading tokens out).
+    rollout_log_probs: (N,) float32 over the N trained tokens in row-major order, or None (module docstring).
     """
 
     input_ids: torch.Tensor
@@ -201,10 +209,11 @@ def collate(completions: list[Completion], source: str, pad_id: int) -> MicroBat
         tokens = torch.tensor(c.prompt_ids + c.completion_ids, dtype=torch.long)
         input_ids[row, : len(tokens)] = tokens
         attention_mask[row, : len(tokens)] = 1
-        completion_mask[row, len(c.prompt_ids) : len(tokens)] = True
+        span = c.loss_span()
+        completion_mask[row, len(c.prompt_ids) + span.start : len(c.prompt_ids) + span.stop] = True
     log_probs = None
     if completions and all(c.rollout_log_probs is not None for c in completions):
-        log_probs = torch.tensor([v for c in completions for v in c.rollout_log_probs], dtype=torch.float32)
+        log_probs = torch.tensor([c.rollout_log_probs[i] for c in completions for i in c.loss_span()], dtype=torch.float32)
     return MicroBatch(input_ids, attention_mask, completion_mask, source, completions, log_probs)
 
 
@@ -219,6 +228,8 @@ class RolloutSettings:
     seed: int
     record_log_probs: bool
     num_iterations: int = 1
+    loss_skip: int = 0  # num_loss_tokens_to_skip
+    trains_row: Callable[[Example], bool] | None = None  # the method's; None: every row trains
 
 
 class StepRollout:
@@ -293,9 +304,8 @@ class StepRollout:
                              "resume with the run's per_device_train_batch_size and gradient_accumulation_steps")
         batches = []
         for source, group, saved in zip(sources, groups, state["batches"]):
-            completions = [Completion(self.encoded[j].prompt_ids, list(c["ids"]), source, bool(c["hit_max"]),
-                                      self.encoded[j].prompt_truncated, self.examples[j],
-                                      None if c["log_probs"] is None else [float(v) for v in c["log_probs"]])
+            completions = [self._completion(j, source, list(c["ids"]), bool(c["hit_max"]),
+                                            None if c["log_probs"] is None else [float(v) for v in c["log_probs"]])
                            for j, c in zip(group, saved)]
             batches.append(collate(completions, source, self.pad_id))
         self._reused = (first, batches)
@@ -321,17 +331,23 @@ class StepRollout:
         for i, (source, group) in enumerate(zip(sources, groups)):
             completions = []
             for position, j in enumerate(group):
-                example, log_probs = self.encoded[j], None
+                log_probs = None
                 if source == "dataset":
-                    ids = list(example.completion_ids)
+                    ids = list(self.encoded[j].completion_ids)
                     hit_max = bool(ids) and ids[-1] not in self.eos_ids
                 else:
                     ids, hit_max, *rest = generated[i][position]
                     log_probs = rest[0] if rest else None
-                completions.append(Completion(example.prompt_ids, ids, source, hit_max, example.prompt_truncated,
-                                              self.examples[j], log_probs))
+                completions.append(self._completion(j, source, ids, hit_max, log_probs))
             micro_batches.append(collate(completions, source, self.pad_id))
         return micro_batches
+
+    def _completion(self, j: int, source: str, ids: list[int], hit_max: bool, log_probs: list[float] | None) -> Completion:
+        """Example `j`'s completion `ids`, with what the method trains of it."""
+        trains_row = self.settings.trains_row
+        return Completion(self.encoded[j].prompt_ids, ids, source, hit_max, self.encoded[j].prompt_truncated,
+                          self.examples[j], log_probs, trained=trains_row is None or trains_row(self.examples[j]),
+                          loss_skip=self.settings.loss_skip)
 
     def _teacher_samples(self, step: int, timings: dict[str, float]) -> dict[tuple[int, int], list[tuple[list[int], bool]]]:
         """Teacher (seq_kd) completions for every teacher micro-batch of the window of

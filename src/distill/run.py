@@ -25,7 +25,7 @@ import yaml
 from distill import checkpoint as ckpt
 from distill import placement
 from distill.config import DEFAULT_TEACHER, DistillConfig
-from distill.data_files import BUNDLED_DATASET
+from distill.data_files import BUNDLED_SETS
 from distill.evaluate import Evaluator, build_report, summary_lines, write_report
 from distill.metrics import MetricsLog
 from distill.model_card import write_model_card
@@ -67,7 +67,7 @@ def run_inputs(config, location: str) -> dict[str, str]:
     if location == placement.CACHE:
         inputs.update({f"teacher_cache {tid}".strip(): path
                        for tid, path in placement.parse_routes(config.teacher_cache, "teacher_cache").items()})
-    named = {BUNDLED_DATASET, DEFAULT_TEACHER}  # names distill resolves itself, not paths
+    named = {*BUNDLED_SETS, DEFAULT_TEACHER}  # names distill resolves itself, not paths
     return {field: path for field, path in inputs.items() if isinstance(path, str) and path not in named}
 
 

@@ -2,8 +2,8 @@
 
 A run is made of parts: the core loop, the method (`Method.reads`), the teacher's location
 (`distill.placement`), student sampling, LoRA, the evaluation, trackers. Each declares the fields it reads
-and when it is active. A field changed from its default that no active part reads is an error that says
-what would read it.
+and when it is active. A field changed from its default (the dataclass's, or the method's for a field it
+fills in: `Method.defaults`) that no active part reads is an error that says what would read it.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def check_fields_read(config, method: Method, sources: frozenset[str]) -> None:
                 inactive.setdefault(name, part.needs)
     for f in dataclasses.fields(config):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        if f.name in active or getattr(config, f.name) == default:
+        value = getattr(config, f.name)
+        if f.name in active or value == default or (f.name in method.defaults and value == method.defaults[f.name]):
             continue
         if f.name in inactive:
             raise ValueError(f"{f.name} is only read with {inactive[f.name]}; this configuration would ignore it. "

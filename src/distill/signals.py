@@ -5,7 +5,8 @@ row-major order. Signals carry no loss: the method's objective (`distill.objecti
 compute from them, so a new objective over an existing teacher needs no new signal class.
 
     kind       signal          given by
-    "dense"    DenseSignal     a same-tokenizer model on this process: hidden states + lm_head (full vocabulary)
+    "dense"    DenseSignal     a same-tokenizer model on this process: hidden states + lm_head (full vocabulary);
+                               SelfSignal: the same from a self-teacher, with counts of its prompts
     "sparse"   SparseSignal    a server or a disk cache: top-k log-probs, the completion token's, a tail
     "aligned"  AlignedSignal   a model with another tokenizer: byte-aligned token groups (GOLD / ULD)
     (routed)   RoutedSignal    several teachers by teacher_id: each part is one of the above
@@ -33,6 +34,16 @@ class DenseSignal:
 
     def to(self, device: torch.device) -> "DenseSignal":
         return replace(self, hidden=self.hidden.to(device))
+
+
+@dataclass
+class SelfSignal(DenseSignal):
+    """A self-teacher's dense signal (`distill.teachers.self_teacher`), with what building its prompts did to
+    the micro-batch's `rows`: how many teacher prompts were truncated and how many rows had no context."""
+
+    rows: int = 0
+    prompts_truncated: int = 0
+    rows_without_context: int = 0
 
 
 @dataclass

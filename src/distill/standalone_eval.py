@@ -5,6 +5,10 @@ its method decides whether the teacher has another tokenizer (then the aligned d
 run's hybrid ULD, is reported instead of same-vocabulary KLs), its location where the teacher lives.
 `--teacher` / `--teacher-url` replace the run's teacher; a bare student directory needs one of them (no
 default teacher is assumed), and `--method gold` for a teacher with another tokenizer.
+
+A run of a method without an external teacher (sdft: the student taught itself; sft: no teacher) is
+compared with the student's initial weights, shown each row's privileged context when it has one (on
+general prompts that measures forgetting); `--teacher MODEL` names those initial weights.
 """
 
 from __future__ import annotations
@@ -20,8 +24,16 @@ from distill.data import PromptEncoder, examples_from_dataset
 from distill.data_files import BUNDLED_DATASET, load_dataset_spec
 from distill.evaluate import EvalSettings, Evaluator, build_report, write_report
 from distill.methods import get_method
-from distill.models import check_context, eos_token_ids, student_vocab_size
+from distill.models import (
+    DEFAULT_TEACHER,
+    check_context,
+    eos_token_ids,
+    make_student,
+    student_vocab_size,
+)
+from distill.run import OBJECT_RECORD
 from distill.runtime import eval_device
+from distill.teacher_prompts import TeacherPrompts
 from distill.teachers.build import (
     close_teacher,
     comparison_vocab_size,
@@ -29,6 +41,7 @@ from distill.teachers.build import (
     model_teacher,
     server_teacher,
 )
+from distill.teachers.self_teacher import SelfTeacher
 from distill.teachers.server import ServerSettings
 
 
@@ -52,7 +65,10 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
     check_context(student, "student", budget)
     eos_ids = eos_token_ids(tokenizer, student)
     encoder = PromptEncoder(tokenizer, config.max_prompt_length, settings.max_new_tokens, eos_ids)
-    if placement.teacher_location(config) == placement.SERVER:  # scores the student's own samples; it does not sample
+    if method.teacher != "external":
+        vocab = student_vocab_size(tokenizer, student)
+        teacher = initial_model_teacher(config, tokenizer, vocab, eos_ids, device, settings.max_new_tokens)
+    elif placement.teacher_location(config) == placement.SERVER:  # scores the student's own samples; it does not sample
         vocab = student_vocab_size(tokenizer, student)
         server = ServerSettings(placement.parse_routes(config.teacher_url, "teacher_url")[""], config.teacher_logprobs,
                                 config.teacher_model_name)
@@ -74,12 +90,27 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
     return report, write_report(report, Path(args.out) if args.out else target / "eval-cli")
 
 
+def initial_model_teacher(config: DistillConfig, tokenizer, vocab: int, eos_ids: list[int], device: torch.device,
+                          max_new_tokens: int) -> SelfTeacher:
+    """The evaluation's teacher for a run without an external one: its initial model, shown privileged context."""
+    initial, _ = load_model(config.student or DEFAULT_TEACHER, "teacher (the run's initial model)", device)
+    initial = make_student(initial, config.resolved_student_init(True))
+    check_context(initial, "teacher (the run's initial model)", {"max_teacher_prompt_length": config.max_teacher_prompt_length,
+                                                                  "max_new_tokens": max_new_tokens})
+    prompts = TeacherPrompts(PromptEncoder(tokenizer, config.max_teacher_prompt_length, max_new_tokens, eos_ids),
+                             config.teacher_prompt_template)
+    # "live" on a model that never trains is its initial weights, without the copy "base" would make.
+    return SelfTeacher("live", initial.eval(), prompts, vocab, eos_ids, tokenizer.pad_token_id, device)
+
+
 def eval_config(record: dict, args) -> DistillConfig:
     """The run's config (its config.yaml) with the teacher the flags name; for a bare student directory, the
     defaults with `--teacher` / `--teacher-url` / `--method`."""
     values = {k: v for k, v in record.items() if k in DistillConfig.field_names()}
     if getattr(args, "method", None):
         values["method"] = args.method
+    if get_method(values.get("method", DistillConfig.method)).teacher != "external":
+        return _initial_model_config(values, record, args)
     teacher_url = getattr(args, "teacher_url", None)
     if args.teacher or teacher_url:
         values.update(teacher=args.teacher or DistillConfig.teacher, teacher_url=teacher_url, teacher_cache=None)
@@ -92,4 +123,21 @@ def eval_config(record: dict, args) -> DistillConfig:
     elif values.get("teacher_url") and list(placement.parse_routes(values["teacher_url"], "teacher_url")) != [""]:
         raise ValueError("this run had several teacher servers: pass the one to score with as --teacher-url URL (or "
                          "--teacher MODEL)")
+    return DistillConfig.from_dict(values, "run config")
+
+
+def _initial_model_config(values: dict, record: dict, args) -> DistillConfig:
+    """A self-distillation or sft run: `--teacher` names its initial model (the run's `student`)."""
+    method = values["method"] if "method" in values else DistillConfig.method
+    if getattr(args, "teacher_url", None):
+        raise ValueError(f"--teacher-url: a {method} run is compared with its own initial model (shown the rows' privileged "
+                         "context), not a server; pass that model as --teacher MODEL, or nothing to use the run's")
+    if args.teacher:
+        values["student"] = args.teacher
+    elif not record:
+        raise ValueError(f"a student directory without a run's config.yaml: name the {method} run's initial model with "
+                         "--teacher MODEL")
+    elif isinstance(values.get("student"), str) and OBJECT_RECORD.fullmatch(values["student"]):
+        raise ValueError("this run's student was a Python object, which cannot be loaded here: pass its initial weights "
+                         "as --teacher MODEL")
     return DistillConfig.from_dict(values, "run config")

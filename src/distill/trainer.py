@@ -50,6 +50,7 @@ from distill.metrics import (
     record_micro_batch,
 )
 from distill.models import (
+    DEFAULT_TEACHER,
     check_context,
     check_rows_match,
     eos_token_ids,
@@ -69,6 +70,7 @@ from distill.run import (
     run_inputs,
 )
 from distill.runtime import StopRequest, start_runtime
+from distill.teacher_prompts import TeacherPrompts
 from distill.teachers.build import (
     check_routes,
     close_teacher,
@@ -79,6 +81,7 @@ from distill.teachers.build import (
     teachers_of,
     use_cached_completions,
 )
+from distill.teachers.self_teacher import SelfTeacher
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +114,7 @@ class Distiller:
 
         self.train_examples = examples_from_dataset(
             load_dataset_spec(train_dataset if train_dataset is not None else config.dataset, config.dataset_split, "dataset"), "dataset")
+        self.method.check_examples(config, self.train_examples, "dataset")
         self.eval_examples = self._load_eval_examples(train_dataset, eval_dataset)
         self._check_completions_present()
         check_output_dir(self.run_dir, config.overwrite_output_dir, run_inputs(config, self.location), resuming=resume)
@@ -118,6 +122,8 @@ class Distiller:
         if isinstance(teacher_spec, str):
             resolve_model_source(teacher_spec, "teacher")
         student_spec = student if student is not None else config.student
+        if student_spec is None and self.location in (placement.SELF, placement.NONE):
+            student_spec = DEFAULT_TEACHER  # no teacher to start from: the default model trains
         if isinstance(student_spec, str):
             resolve_model_source(student_spec, "student")
 
@@ -139,7 +145,9 @@ class Distiller:
     # ---------------------------------------------------------------------------------------- set-up --
     def _reject_unread_arguments(self, teacher, teacher_tokenizer, eval_dataset) -> None:
         """Arguments this run would not read are errors, like config fields (no silent inputs)."""
-        where = {placement.SERVER: "teacher_url", placement.CACHE: "teacher_cache"}.get(self.location)
+        where = {placement.SERVER: "teacher_url", placement.CACHE: "teacher_cache",
+                 placement.SELF: "the student itself (method " + self.config.method + ")",
+                 placement.NONE: "none (method " + self.config.method + ")"}.get(self.location)
         if where and teacher is not None:
             raise ValueError(f"teacher: this run's teacher is {where}; do not also pass a teacher model")
         if where and teacher_tokenizer is not None:
@@ -162,6 +170,10 @@ class Distiller:
         if "dataset" not in self.plan.possible() or self.location == placement.CACHE:
             return
         missing = [e.index for e in self.train_examples if e.completion is None]
+        if missing and self.location == placement.NONE:
+            raise ValueError(f"dataset row {missing[0]} has no completion ({len(missing)} rows lack one): method "
+                             f"{self.config.method} trains on the dataset's completions; add a 'completion' column (or "
+                             "assistant turns in 'messages')")
         if missing:
             config = self.config
             raise ValueError(
@@ -174,7 +186,9 @@ class Distiller:
         config = self.config
         teacher_model = None
         tokenizer_assumed = isinstance(teacher, nn.Module) and teacher_tokenizer is None
-        if self.location != placement.MODEL:
+        if self.location in (placement.SELF, placement.NONE):
+            pass  # the student is the only model (its own teacher, or none)
+        elif self.location != placement.MODEL:
             if not isinstance(student, (nn.Module, str)):
                 raise ValueError(f"student: with a {self.location} teacher there are no teacher weights here to start a "
                                  "student from; give `student` (a model directory, .gguf file or hub id)")
@@ -214,6 +228,9 @@ class Distiller:
         lora = dict(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                     target_modules=list(config.lora_target_modules)) if config.use_peft else None
         self.student_model = prepare_student(student_model, config.gradient_checkpointing, lora)
+        self.teacher = self.eval_teacher = None
+        if self.location in (placement.SELF, placement.NONE):
+            self._build_self_teachers()
         if self.location == placement.MODEL:  # a cross-tokenizer teacher checks both tokenizers' byte spans here
             self.teacher = model_teacher(teacher_model.to(self.device, self.runtime.teacher_dtype), teacher_tokenizer,
                                          self.tokenizer, cross_tokenizer=self.method.cross_tokenizer, vocab_size=self.vocab_size,
@@ -221,12 +238,28 @@ class Distiller:
                                          max_prompt_length=config.max_prompt_length, uld_config=config)
         self.encoder = PromptEncoder(self.tokenizer, config.max_prompt_length, config.max_new_tokens, self.eos_ids)
         self.encoded = [self._encode(e) for e in self.train_examples]
-        if self.location != placement.MODEL:  # needs the encoded prompts: the temperature probe scores one
+        if self.location in (placement.SERVER, placement.CACHE):  # needs the encoded prompts: the temperature probe scores one
             probe = max((e.prompt_ids for e in self.encoded), key=len)
             self.teacher = remote_teacher(config, self.tokenizer, self.vocab_size, self.pad_id, probe)
             check_routes(self.teacher, self.train_examples + self.eval_examples)
             if self.location == placement.CACHE:
                 use_cached_completions(self.teacher, self.train_examples, self.encoded)
+
+    def _build_self_teachers(self) -> None:
+        """The self-teacher (method teacher "self") and the evaluation's: the student's initial weights shown
+        each row's privileged context. Copies are made here, before a resumed run loads its checkpoint."""
+        config = self.config
+        encoder = PromptEncoder(self.tokenizer, config.max_teacher_prompt_length, config.max_new_tokens, self.eos_ids)
+        prompts = TeacherPrompts(encoder, config.teacher_prompt_template)
+
+        def self_teacher(kind: str) -> SelfTeacher:
+            return SelfTeacher(kind, self.student_model, prompts, self.vocab_size, self.eos_ids, self.pad_id, self.device,
+                               self.accelerator.autocast)
+
+        if self.location == placement.SELF:
+            self.teacher = self_teacher(config.teacher_model_kind)
+        if self.eval_examples:
+            self.eval_teacher = self.teacher if config.teacher_model_kind == "base" and self.teacher else self_teacher("base")
 
     def _check_context(self, student_model: nn.Module, teacher_model: nn.Module | None) -> None:
         """Prompt + completion budget within the models' context (a server teacher checks per request)."""
@@ -238,6 +271,9 @@ class Distiller:
         check_context(student_model, "student", budget)
         if teacher_model is not None:
             check_context(teacher_model, "teacher", budget)
+        if self.location == placement.SELF or (self.location == placement.NONE and self.eval_examples):
+            check_context(student_model, "student (as its own teacher)",
+                          {"max_teacher_prompt_length": config.max_teacher_prompt_length, completion[0]: completion[1]})
 
     def _encode(self, example: Example) -> EncodedExample:
         ids, truncated = self.encoder.prompt_ids(example.prompt)
@@ -245,11 +281,14 @@ class Distiller:
         return EncodedExample(ids, truncated, completion)
 
     def _rollout_settings(self) -> RolloutSettings:
-        c = self.config
+        c, method = self.config, self.method
+        # A teacher whose weights move (a live or EMA self-teacher) samples step by step, never ahead.
+        window = c.seq_kd_generation_steps if getattr(self.teacher, "frozen", True) else 1
+        trains_row = (lambda example: method.trains_row(c, example)) if method.trains_row is not None else None
         return RolloutSettings(SamplingParams(c.sampling_temperature, c.top_p, c.top_k, c.max_new_tokens),
                                SamplingParams(c.teacher_sampling_temperature, c.teacher_top_p, c.teacher_top_k, c.max_new_tokens),
-                               c.seq_kd_generation_steps, c.max_steps, c.seed, self.method.needs_rollout_log_probs,
-                               c.num_iterations)
+                               window, c.max_steps, c.seed, method.records_log_probs(c), c.num_iterations,
+                               c.num_loss_tokens_to_skip, trains_row)
 
     def sources_for_step(self, step: int) -> list[str]:
         return self.rollout.sources(step)
@@ -273,7 +312,7 @@ class Distiller:
         # Not prepared by accelerate: its wrapper would step the schedule once per process.
         self.scheduler = get_scheduler(config.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=config.max_steps)
         self.wrapped, self.optimizer = accelerator.prepare(StudentObjective(self.student_model, self.vocab_size), optimizer)
-        self.hooks = list(self.method.hooks(config, self.student_for_generation()))
+        self.hooks = list(self.method.hooks(config, self.student_for_generation(), self.teacher))
         if config.num_iterations > 1:  # the reused rollout is checkpointed like a method's hook
             self.hooks.append(self.rollout)
         if hasattr(self, "run"):  # setup called again (train after a manual setup): this Distiller's own lock
@@ -370,6 +409,8 @@ class Distiller:
             mb = mb.to(self.device)
             if remote_signals is not None:
                 signal = remote_signals[index]
+            elif self.teacher is None:  # a method without a teacher (sft)
+                signal = None
             else:
                 start = time.perf_counter()
                 signal = self.teacher.score(mb, config.temperature)
@@ -397,7 +438,7 @@ class Distiller:
         and every process learns whether any failed before anyone enters a collective of the step, so a dead
         server ends every process with the error instead of leaving the others waiting in an all-reduce.
         None for a teacher model here, which scores each micro-batch just before its loss."""
-        if self.location == placement.MODEL:
+        if self.location not in (placement.SERVER, placement.CACHE):
             return None
         start, signals, error = time.perf_counter(), None, None
         try:
@@ -450,7 +491,8 @@ class Distiller:
             return None
         c = self.config
         settings = EvalSettings(c.eval_max_new_tokens, c.eval_batch_size, c.eval_examples, c.seed, c.loss_chunk_size)
-        return Evaluator(self.teacher, self.tokenizer, self.encoder, self.eval_examples, self.vocab_size, self.eos_ids,
+        teacher = self.eval_teacher if self.location in (placement.SELF, placement.NONE) else self.teacher
+        return Evaluator(teacher, self.tokenizer, self.encoder, self.eval_examples, self.vocab_size, self.eos_ids,
                          self.pad_id, self.device, settings)
 
     def config_record(self) -> dict[str, Any]:

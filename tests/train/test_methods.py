@@ -78,7 +78,7 @@ class EmaOfEmbedding:
 def toy_method():
     hooks = []
 
-    def make_hooks(config, student):
+    def make_hooks(config, student, teacher):
         hooks.append(EmaOfEmbedding(student, rate=0.5))
         return [hooks[-1]]
 
@@ -140,7 +140,7 @@ def test_a_resumed_run_equals_an_uninterrupted_one_hook_state_included(tokenizer
 
 
 def test_a_method_that_does_not_declare_a_field_rejects_it(toy_method):
-    with pytest.raises(ValueError, match="beta is not read by method toy_sampled_nll .methods gkd, gold, on_policy read it"):
+    with pytest.raises(ValueError, match="beta is not read by method toy_sampled_nll .methods gkd, gold, on_policy, sdft read it"):
         DistillConfig(method=TOY, beta=0.3).validate()
     DistillConfig(method=TOY, temperature=2.0).validate()
 

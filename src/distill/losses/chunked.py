@@ -176,14 +176,19 @@ def run_chunked(
     temperature: float,
     chunk_size: int,
     return_stats: bool,
+    token_weights: torch.Tensor | None = None,
 ) -> DistillLoss:
     """Select the unmasked rows, run `ChunkedHeadLoss` over them and scatter the statistics back.
 
     `make_objective(valid_rows)` builds the objective over the compacted rows (it indexes its own
     teacher-side inputs with `valid_rows`), so masked positions are never projected at all.
+    `token_weights` (N,): constants multiplying each token's loss and gradient (importance weights); the
+    statistics stay unweighted.
     """
     n = student_hidden.shape[0]
     valid_rows = torch.arange(n, device=student_hidden.device) if mask is None else mask.nonzero().squeeze(1)
+    if token_weights is not None:
+        make_objective = weighted(make_objective, check_weights(token_weights, n))
     hidden = student_hidden.index_select(0, valid_rows)
     weight, bias = student_head.weight, student_head.bias
     if not torch.is_grad_enabled():  # needs_input_grad ignores no_grad: detach so no gradient buffers are built
@@ -205,6 +210,29 @@ def run_chunked(
         full[valid_rows] = compact_stats
         stats = TokenStats.from_columns(full)
     return DistillLoss(loss_sum, torch.tensor(valid_rows.numel(), dtype=torch.long), stats)
+
+
+def check_weights(token_weights: torch.Tensor, n: int) -> torch.Tensor:
+    if not isinstance(token_weights, torch.Tensor) or token_weights.shape != (n,):
+        shape = tuple(token_weights.shape) if isinstance(token_weights, torch.Tensor) else type(token_weights).__name__
+        raise ValueError(f"token_weights must have shape ({n},), got {shape}")
+    return token_weights.detach().float()
+
+
+def weighted(make_objective: Callable[[torch.Tensor], ChunkObjective], weights: torch.Tensor) -> Callable[[torch.Tensor], ChunkObjective]:
+    """`make_objective` with each token's loss and gradient multiplied by its weight (N,)."""
+
+    def make_weighted(valid_rows: torch.Tensor) -> ChunkObjective:
+        inner, row_weights = make_objective(valid_rows), weights.index_select(0, valid_rows)
+
+        def objective(rows: slice, student_logits: torch.Tensor, need_grad: bool):
+            loss, grad, stats = inner(rows, student_logits, need_grad)
+            w = row_weights[rows].to(loss.device)
+            return loss * w, None if grad is None else grad.mul_(w.unsqueeze(1)), stats
+
+        return objective
+
+    return make_weighted
 
 
 def jsd_block(
@@ -274,6 +302,7 @@ def chunked_generalized_jsd(
     teacher_softcap: float | None = None,
     return_stats: bool = False,
     overlap_k: int = DEFAULT_OVERLAP_K,
+    token_weights: torch.Tensor | None = None,
 ) -> DistillLoss:
     """Masked SUM over tokens of the generalized JSD, from hidden states, never holding all the logits.
 
@@ -287,6 +316,7 @@ def chunked_generalized_jsd(
         *_logit_scale, *_softcap: logit transforms of the model families that use them.
         return_stats: also compute the per-token diagnostics (costs a few extra passes per block; the
             trainer asks for them on logging steps only).
+        token_weights: (N,) constants weighting each token's loss (importance weights), or None.
 
     Returns:
         DistillLoss(loss_sum, num_tokens, stats). Divide loss_sum by the token count of the whole optimizer
@@ -319,4 +349,5 @@ def chunked_generalized_jsd(
 
         return objective
 
-    return run_chunked(student_hidden, student_head, mask, make_objective, temperature, chunk_size, return_stats)
+    return run_chunked(student_hidden, student_head, mask, make_objective, temperature, chunk_size, return_stats,
+                       token_weights)

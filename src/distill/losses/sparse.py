@@ -239,6 +239,7 @@ def sparse_generalized_jsd(
     student_softcap: float | None = None,
     return_stats: bool = False,
     overlap_k: int = DEFAULT_OVERLAP_K,
+    token_weights: torch.Tensor | None = None,
 ) -> DistillLoss:
     """Masked SUM over tokens of the generalized JSD of student and teacher coarsened onto the teacher's top-k.
 
@@ -252,6 +253,7 @@ def sparse_generalized_jsd(
         teacher_tail_log_probs: (N,) log of the teacher's mass outside the support, when known exactly (a
             cache); otherwise log(1 - reported mass), floored at `min_tail_mass`.
         tail: coarsen with a tail bucket (True) or renormalise both on the support (False).
+        token_weights: (N,) constants weighting each token's loss (importance weights), or None.
         temperature: divides the student logits (the teacher's are given at that temperature).
 
     Returns:
@@ -299,7 +301,8 @@ def sparse_generalized_jsd(
 
         return objective
 
-    return run_chunked(student_hidden, student_head, mask, make_objective, temperature, chunk_size, return_stats)
+    return run_chunked(student_hidden, student_head, mask, make_objective, temperature, chunk_size, return_stats,
+                       token_weights)
 
 
 def _check_ids(name: str, ids: torch.Tensor, vocab: int) -> None:

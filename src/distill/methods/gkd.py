@@ -35,5 +35,6 @@ register(Method(
     objective=divergence_objective,
     reads=(Reads("method gkd", ("beta", "temperature")), *mixing.READS, mixing.OFF_POLICY_BETA),
     validate=mixing.validate,
+    defaults={"beta": 0.5},
     describe_loss=lambda record: f"{describe_jsd(record)}; {mixing.describe_mixing(record)}",
 ))

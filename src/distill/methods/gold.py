@@ -57,5 +57,6 @@ register(Method(
                  mixing.OFF_POLICY_BETA.names, lambda c: hybrid(c) and mixing.off_policy(c))),
     validate=validate,
     cross_tokenizer=True,
+    defaults={"beta": 0.5},
     describe_loss=describe,
 ))

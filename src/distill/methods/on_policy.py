@@ -14,5 +14,6 @@ register(Method(
     sources=lambda config: ALWAYS_ON_POLICY,
     objective=divergence_objective,
     reads=(Reads("method on_policy", ("beta", "temperature")),),
+    defaults={"beta": 0.5},
     describe_loss=lambda record: f"{describe_jsd(record).split(', off-policy')[0]}; every completion sampled by the student",
 ))

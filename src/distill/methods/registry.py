@@ -9,8 +9,10 @@ choice (`distill.placement`); any teacher whose signal kind the objective consum
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
+
+TEACHER_KINDS = ("external", "self", "none")
 
 
 @dataclass(frozen=True)
@@ -61,14 +63,22 @@ class Method:
     cross_tokenizer: the teacher model has its own tokenizer (aligned signals) instead of the student's.
     metrics: names of the token-weighted means its objective reports in `DistillLoss.metrics`.
     maxima, minima: names of the extremes it reports in `DistillLoss.extrema` (reduced with max / min).
-    needs_rollout_log_probs: record each sampled token's log-prob under the sampling policy.
-    hooks(config, student) -> step hooks (e.g. an EMA teacher), checkpointed with the run.
+    needs_rollout_log_probs: record each sampled token's log-prob under the sampling policy (a bool, or a
+        function of the config).
+    hooks(config, student, teacher) -> step hooks (e.g. an EMA teacher's update), checkpointed with the run.
     describe_loss(config record) -> one line for the model card.
+    teacher: where the teacher comes from: "external" (a model, server or cache: `distill.placement`), "self"
+        (the student itself, shown privileged context: `distill.teachers.self_teacher`) or "none" (sft).
+    defaults: values for config fields whose default is None ("the method's default"), e.g. beta.
+    trains_row(config, example) -> False for rows that get no loss (their tokens leave the denominator too);
+        None: every row trains.
+    check_examples(config, examples, field): the method's checks of the training rows, before models load.
+    paper: None for a method that follows no paper (sft).
     """
 
     name: str
     summary: str
-    paper: Paper
+    paper: Paper | None
     sources: Callable[[Any], Any]
     objective: Callable[[Any], Any]
     reads: tuple[Reads, ...] = ()
@@ -77,9 +87,21 @@ class Method:
     metrics: tuple[str, ...] = ()
     maxima: tuple[str, ...] = ()
     minima: tuple[str, ...] = ()
-    needs_rollout_log_probs: bool = False
-    hooks: Callable[[Any, Any], list] = lambda config, student: []
+    needs_rollout_log_probs: bool | Callable[[Any], bool] = False
+    hooks: Callable[[Any, Any, Any], list] = lambda config, student, teacher: []
     describe_loss: Callable[[dict], str] = lambda record: ""
+    teacher: str = "external"
+    defaults: dict[str, Any] = field(default_factory=dict)
+    trains_row: Callable[[Any, Any], bool] | None = None
+    check_examples: Callable[[Any, list, str], None] = lambda config, examples, field: None
+
+    def __post_init__(self) -> None:
+        if self.teacher not in TEACHER_KINDS:
+            raise ValueError(f"Method.teacher must be one of {TEACHER_KINDS}, got {self.teacher!r}")
+
+    def records_log_probs(self, config) -> bool:
+        value = self.needs_rollout_log_probs
+        return bool(value(config) if callable(value) else value)
 
 
 _REGISTRY: dict[str, Method] = {}

@@ -35,11 +35,12 @@ def student_tokens(student: nn.Module, vocab_size: int, batch: MicroBatch) -> St
 
 def student_loss(student: nn.Module, vocab_size: int, batch: MicroBatch, signal, objective: Objective,
                  context: StepContext) -> DistillLoss:
-    """`objective`'s loss sum for `student` against `signal` on the completion tokens of `batch`."""
+    """`objective`'s loss sum for `student` against `signal` (None for a method without a teacher) on the
+    completion tokens of `batch`."""
     tokens = student_tokens(student, vocab_size, batch)
     # The loss manages its own precision (fp32 accumulation); autocast must not touch its matmuls.
     with torch.autocast(device_type=tokens.hidden.device.type, enabled=False):
-        return objective(tokens, signal.to(tokens.hidden.device), context)
+        return objective(tokens, None if signal is None else signal.to(tokens.hidden.device), context)
 
 
 class StudentObjective(nn.Module):

@@ -1,0 +1,145 @@
+"""sdft: self-distillation fine-tuning (Shenfeld et al., 2026, arXiv 2601.19897).
+
+The teacher is the student itself, shown privileged context the student does not see (a demonstration, a
+fact, a hint: the dataset's `privileged_context` column, through `teacher_prompt_template`). The student
+samples a completion from the bare prompt; the self-teacher (`teacher_model_kind`: base, live or ema;
+`distill.teachers.self_teacher`) scores the same tokens after its teacher prompt; the student is pulled
+toward the teacher's next-token distributions on its own samples (`distill.objectives.self_distillation`:
+full-vocabulary generalized JSD, forward KL by default as in the paper; top-k + tail; or sampled-token
+reverse KL). Learning from demonstrations on-policy is the paper's answer to SFT's forgetting.
+"""
+
+from __future__ import annotations
+
+import math
+
+from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
+from distill.methods.registry import Method, Paper, Reads, register
+from distill.objectives.self_distillation import (
+    METRICS,
+    MODES,
+    SelfDistillationObjective,
+    SelfDistillationSettings,
+)
+from distill.teacher_prompts import check_template
+from distill.teachers.self_teacher import KINDS, EMAUpdate
+
+SDFT_PAPER = Paper(
+    "Self-Distillation Enables Continual Learning", "Shenfeld et al., 2026", "2601.19897", "shenfeld2026selfdistillation",
+    "Idan Shenfeld and Mehul Damani and Jonas H{\\\"u}botter and Pulkit Agrawal",
+    "journal={arXiv preprint arXiv:2601.19897}, year={2026}")
+
+TEACHER_SAMPLES = MixedSources(0.0, seq_kd=True)
+
+
+def sources(config):
+    """The student samples every completion; with generate_from_teacher the self-teacher does."""
+    return TEACHER_SAMPLES if config.generate_from_teacher else ALWAYS_ON_POLICY
+
+
+def objective(config) -> SelfDistillationObjective:
+    return SelfDistillationObjective(SelfDistillationSettings(
+        config.distillation_mode, config.beta, config.temperature, config.loss_chunk_size, config.distillation_topk,
+        config.distillation_is_clip, config.num_iterations > 1 and not config.generate_from_teacher))
+
+
+def validate(config) -> None:
+    """sdft's own rules, checked before any model loads; every message names the field and the fix."""
+    if config.teacher_model_kind not in KINDS:
+        raise ValueError(f"teacher_model_kind must be one of {KINDS}, got {config.teacher_model_kind!r}")
+    if not (0.0 < config.teacher_update_rate <= 1.0):
+        raise ValueError(f"teacher_update_rate must be in (0, 1] (the student's share of each EMA update; 1 = copy the "
+                         f"student), got {config.teacher_update_rate!r}")
+    if config.teacher_sync_steps < 1:
+        raise ValueError(f"teacher_sync_steps must be >= 1 (optimizer steps between EMA updates), got {config.teacher_sync_steps!r}")
+    check_template(config.teacher_prompt_template, "teacher_prompt_template")
+    if config.max_teacher_prompt_length < 1:
+        raise ValueError(f"max_teacher_prompt_length must be a positive integer, got {config.max_teacher_prompt_length!r}")
+    if config.missing_privileged_context not in ("error", "skip"):
+        raise ValueError(f"missing_privileged_context must be 'error' or 'skip', got {config.missing_privileged_context!r}")
+    if config.distillation_mode not in MODES:
+        raise ValueError(f"distillation_mode must be one of {MODES}, got {config.distillation_mode!r}")
+    if config.distillation_mode == "sampled_token" and config.beta != 1.0:
+        raise ValueError(f"distillation_mode sampled_token estimates reverse KL on the sampled token only: set beta: 1 "
+                         f"(got {config.beta}), or use full_logits / topk_logits for other betas")
+    if config.distillation_mode == "sampled_token" and config.generate_from_teacher:
+        raise ValueError("distillation_mode sampled_token is a policy gradient on the student's own samples; with "
+                         "generate_from_teacher the teacher samples them. Use full_logits or topk_logits")
+    if config.distillation_topk < 1:
+        raise ValueError(f"distillation_topk must be >= 1, got {config.distillation_topk!r}")
+    if config.distillation_is_clip is not None and not (config.distillation_is_clip > 0 and math.isfinite(config.distillation_is_clip)):
+        raise ValueError(f"distillation_is_clip must be a finite number > 0 (None: no cap), got {config.distillation_is_clip!r}")
+    if config.num_iterations < 1:
+        raise ValueError(f"num_iterations must be >= 1 (optimizer steps per generation batch), got {config.num_iterations!r}")
+    if config.num_loss_tokens_to_skip < 0:
+        raise ValueError(f"num_loss_tokens_to_skip must be >= 0, got {config.num_loss_tokens_to_skip!r}")
+    if config.generate_from_teacher and config.seq_kd_generation_steps < 1:
+        raise ValueError(f"seq_kd_generation_steps must be >= 1, got {config.seq_kd_generation_steps!r}")
+    if config.num_iterations > 1 and not config.generate_from_teacher and (config.top_p != 1.0 or config.top_k != 0):
+        raise ValueError("top_p / top_k: with num_iterations > 1 the importance ratio needs the student's full sampling "
+                         "distribution (top_p 1, top_k 0)")
+    if config.num_iterations > 1 and not config.generate_from_teacher and config.sampling_temperature != config.temperature:
+        raise ValueError(f"sampling_temperature ({config.sampling_temperature}) and temperature ({config.temperature}) must "
+                         "be equal with num_iterations > 1: the importance ratio compares log-probs at one temperature")
+
+
+def check_examples(config, examples, field: str) -> None:
+    """Every training row has a privileged context, unless missing_privileged_context: skip."""
+    missing = [e.index for e in examples if e.privileged_context is None]
+    if len(missing) == len(examples):
+        raise ValueError(f"{field}: no row has a 'privileged_context' (text the self-teacher sees and the student does "
+                         "not); sdft has nothing to learn from. Add the column")
+    if not missing or config.missing_privileged_context == "skip":
+        return
+    raise ValueError(f"{field} row {missing[0]} has no 'privileged_context' ({len(missing)} of {len(examples)} rows lack "
+                     "one): give every row the text the self-teacher sees, or set missing_privileged_context: skip to "
+                     "train them without it (no loss; counted in self_teacher/rows_without_context)")
+
+
+def hooks(config, student, teacher) -> list:
+    if config.teacher_model_kind != "ema":
+        return []
+    return [EMAUpdate(teacher.copy, student, config.teacher_update_rate, config.teacher_sync_steps)]
+
+
+def describe(record: dict) -> str:
+    mode = {"full_logits": f"generalized JSD over the vocabulary (beta {record['beta']})",
+            "topk_logits": f"generalized JSD on the student's top-{record['distillation_topk']} + tail (beta {record['beta']})",
+            "sampled_token": "sampled-token reverse KL (REINFORCE)"}[record["distillation_mode"]]
+    teacher = record["teacher_model_kind"]
+    if teacher == "ema":
+        teacher += f" (rate {record['teacher_update_rate']} every {record['teacher_sync_steps']} step(s))"
+    samples = "the self-teacher's samples" if record["generate_from_teacher"] else "the student's own samples"
+    return f"self-distillation, {mode} on {samples}; self-teacher {teacher} shown the row's privileged context"
+
+
+register(Method(
+    name="sdft",
+    summary="self-distillation: the student, shown privileged context, teaches itself on its own samples "
+            "(SDFT, arXiv 2601.19897)",
+    paper=SDFT_PAPER,
+    sources=sources,
+    objective=objective,
+    teacher="self",
+    defaults={"beta": 0.0},
+    reads=(
+        Reads("method sdft", ("beta", "temperature", "teacher_model_kind", "teacher_prompt_template",
+                              "max_teacher_prompt_length", "missing_privileged_context", "distillation_mode",
+                              "num_iterations", "num_loss_tokens_to_skip", "generate_from_teacher")),
+        Reads("teacher_model_kind: ema", ("teacher_update_rate", "teacher_sync_steps"), lambda c: c.teacher_model_kind == "ema"),
+        Reads("distillation_mode: topk_logits", ("distillation_topk",), lambda c: c.distillation_mode == "topk_logits"),
+        Reads("num_iterations > 1 on the student's samples (fresh rollouts have ratio 1)", ("distillation_is_clip",),
+              lambda c: c.num_iterations > 1 and not c.generate_from_teacher),
+        Reads("generate_from_teacher: true", ("teacher_sampling_temperature", "teacher_top_p", "teacher_top_k"),
+              lambda c: c.generate_from_teacher),
+        Reads("generate_from_teacher with teacher_model_kind base (a frozen teacher samples ahead)",
+              ("seq_kd_generation_steps",), lambda c: c.generate_from_teacher and c.teacher_model_kind == "base"),
+    ),
+    validate=validate,
+    metrics=METRICS,
+    needs_rollout_log_probs=lambda config: config.num_iterations > 1 and not config.generate_from_teacher,
+    hooks=hooks,
+    describe_loss=describe,
+    trains_row=lambda config, example: example.privileged_context is not None,
+    check_examples=check_examples,
+))

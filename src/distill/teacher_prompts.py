@@ -1,0 +1,72 @@
+"""Teacher prompts for a self-teacher: the student's prompt with privileged context the student does not see.
+
+A template with `{prompt}` and `{privileged_context}` (and no other field) says how the two combine. A text
+prompt is the template filled in; a chat prompt keeps every turn and has its last user turn's content
+replaced by the filled-in template (system prompts and earlier turns stay as they are). The teacher prompt
+is tokenized like any prompt and has its own length budget, truncated keeping its end (where the question
+and the assistant header are).
+"""
+
+from __future__ import annotations
+
+import string
+
+from distill.data import Example, PromptEncoder
+
+# SDFT (arXiv 2601.19897): the demonstration is shown as an example answer, and the model is asked for its own.
+DEFAULT_TEACHER_PROMPT_TEMPLATE = ("{prompt}\n\nThis is an example for a response to the question:\n{privileged_context}"
+                                   "\n\nNow answer with a response of your own.")
+TEMPLATE_FIELDS = ("prompt", "privileged_context")
+
+
+def check_template(template: str, name: str, fields: tuple[str, ...] = TEMPLATE_FIELDS) -> None:
+    """Every one of `fields` appears, nothing else does, and no field has a format spec or conversion
+    (`{prompt!r}`, `{prompt:>9}`): a ValueError naming `name` otherwise. Literal braces are written `{{ }}`."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as error:
+        raise ValueError(f"{name} is not a valid template ({error}); write literal braces as {{{{ and }}}}") from None
+    seen = []
+    for _, field, spec, conversion in parsed:
+        if field is None:
+            continue
+        if field not in fields:
+            raise ValueError(f"{name} has the placeholder {{{field}}}; only {', '.join('{' + f + '}' for f in fields)} "
+                             "are filled in (write literal braces as {{ and }})")
+        if spec or conversion:
+            raise ValueError(f"{name}: write {{{field}}} plainly, without a format spec or conversion")
+        seen.append(field)
+    missing = [f for f in fields if f not in seen]
+    if missing:
+        raise ValueError(f"{name} must contain {', '.join('{' + f + '}' for f in missing)} (it has "
+                         f"{', '.join('{' + f + '}' for f in seen) or 'no placeholder'})")
+
+
+def fill(template: str, prompt: str | list[dict[str, str]], context: str) -> str | list[dict[str, str]]:
+    """The teacher prompt: `template` filled with the prompt's text (a chat's last user turn) and `context`."""
+    if isinstance(prompt, str):
+        return template.format(prompt=prompt, privileged_context=context)
+    last_user = max((i for i, turn in enumerate(prompt) if turn["role"] == "user"), default=None)
+    if last_user is None:
+        raise ValueError("a chat prompt without a user turn has no question to show the privileged context with")
+    turns = [dict(turn) for turn in prompt]
+    turns[last_user]["content"] = template.format(prompt=prompt[last_user]["content"], privileged_context=context)
+    return turns
+
+
+class TeacherPrompts:
+    """Token ids of each example's teacher prompt, for a tokenizer, a template and a length budget.
+
+    An example without privileged context gets its bare prompt (a self-teacher then is the model itself,
+    which is what the evaluation compares the student with on general prompts)."""
+
+    def __init__(self, encoder: PromptEncoder, template: str):
+        check_template(template, "teacher_prompt_template")
+        self.encoder, self.template = encoder, template
+
+    def ids(self, example: Example, context: str | None = None) -> tuple[list[int], bool]:
+        """(token ids, whether they were truncated) of `example`'s teacher prompt; `context` replaces the
+        example's own privileged context when given."""
+        context = context if context is not None else example.privileged_context
+        prompt = example.prompt if context is None else fill(self.template, example.prompt, context)
+        return self.encoder.prompt_ids(prompt)

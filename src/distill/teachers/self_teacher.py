@@ -1,0 +1,173 @@
+"""The student as its own teacher, shown privileged context (self-distillation: SDFT, and later SDPO).
+
+The self-teacher scores the same completion tokens as the student, after its own prompt: the row's
+prompt with the privileged context filled in (`distill.teacher_prompts`). Which weights it runs with is
+`teacher_model_kind`:
+
+    base   the initial weights, frozen: a copy made before training (and before a resumed run loads its
+           checkpoint); with LoRA no copy, the adapter is switched off for the teacher pass
+    live   the current weights, under no_grad
+    ema    a copy updated after every `teacher_sync_steps` optimizer steps (`EMAUpdate`, a step hook saved
+           in checkpoints): theta_T <- (1 - r) theta_T + r theta_S, r = teacher_update_rate. r is the
+           student's share: r = 1 copies the student, a small r moves the teacher slowly. (The reference
+           library once had the two weights swapped.)
+
+It returns a `SelfSignal` (dense: hidden states at the N trained positions + the lm_head, detached), and
+samples from the teacher prompt for `generate_from_teacher`. The teacher pass runs in eval mode (no
+dropout) and in the run's autocast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from typing import Callable
+
+import torch
+from torch import nn
+
+from distill.data import Example
+from distill.losses import LogitHead
+from distill.models import logit_head
+from distill.rollout import (
+    Completion,
+    MicroBatch,
+    SamplingParams,
+    collate,
+    generate_completions,
+)
+from distill.signals import SelfSignal
+from distill.teacher_prompts import TeacherPrompts
+from distill.teachers.hidden import backbone_hidden, predicting_positions
+
+KINDS = ("base", "live", "ema")
+
+
+def is_peft_model(model: nn.Module) -> bool:
+    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+
+
+def frozen_copy(model: nn.Module) -> nn.Module:
+    """A copy of `model` that never trains: eval mode, no gradients."""
+    return copy.deepcopy(model).eval().requires_grad_(False)
+
+
+class SelfTeacher:
+    """Scores micro-batches with the student's own weights (module docstring) after each row's teacher prompt."""
+
+    can_generate = True
+    aligned = False
+
+    def __init__(self, kind: str, student: nn.Module, prompts: TeacherPrompts, vocab_size: int, eos_ids: list[int],
+                 pad_id: int, device: torch.device, autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
+        if kind not in KINDS:
+            raise ValueError(f"teacher_model_kind must be one of {KINDS}, got {kind!r}")
+        self.kind, self.student, self.prompts = kind, student, prompts
+        self.vocab_size, self.eos_ids, self.pad_id, self.device, self.autocast = vocab_size, eos_ids, pad_id, device, autocast
+        self.adapter_off = kind == "base" and is_peft_model(student)
+        needs_copy = kind == "ema" or (kind == "base" and not self.adapter_off)
+        self.copy = frozen_copy(student).to(device) if needs_copy else None
+
+    @property
+    def frozen(self) -> bool:
+        """Whether the teacher's weights never change (its samples may be drawn ahead of time)."""
+        return self.kind == "base"
+
+    @contextlib.contextmanager
+    def model(self):
+        """The teacher's weights, ready for a forward pass without gradients."""
+        if self.copy is not None:
+            with torch.no_grad():
+                yield self.copy
+            return
+        was_training = self.student.training
+        self.student.eval()
+        try:
+            adapter = self.student.disable_adapter() if self.adapter_off else contextlib.nullcontext()
+            with adapter, torch.no_grad():
+                yield self.student
+        finally:
+            self.student.train(was_training)
+
+    def teacher_prompt(self, example: Example) -> tuple[list[int], bool]:
+        return self.prompts.ids(example)
+
+    def score(self, batch: MicroBatch, temperature: float) -> SelfSignal:
+        """The teacher's hidden states at the trained positions of `batch`, after each row's teacher prompt:
+        the same completion tokens, masks and order, so its N positions are the student's N."""
+        rows = [self._teacher_row(c) for c in batch.completions]
+        teacher_batch = collate([row for row, _ in rows], batch.source, self.pad_id).to(self.device)
+        with self.model() as model, self.autocast():
+            hidden = backbone_hidden(model, teacher_batch.input_ids, teacher_batch.attention_mask)
+            hidden = hidden[:, :-1][predicting_positions(teacher_batch.completion_mask)].float()
+            head = _detached(logit_head(model, self.vocab_size))
+        return SelfSignal(hidden, head, rows=len(rows), prompts_truncated=sum(cut for _, cut in rows),
+                          rows_without_context=sum(c.example is None or c.example.privileged_context is None
+                                                   for c in batch.completions))
+
+    def _teacher_row(self, completion: Completion) -> tuple[Completion, bool]:
+        if completion.example is None:
+            raise ValueError("a self-teacher needs each completion's dataset example (its prompt and privileged context)")
+        ids, truncated = self.teacher_prompt(completion.example)
+        row = Completion(ids, completion.completion_ids, completion.source, trained=completion.trained,
+                         loss_skip=completion.loss_skip)
+        return row, truncated
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
+                 examples: list[Example] | None = None) -> list[tuple[list[int], bool]]:
+        """Samples after each example's teacher prompt (`prompts`, the student's, are not used: the teacher's
+        differ by the privileged context)."""
+        if examples is None or len(examples) != len(prompts):
+            raise ValueError("a self-teacher samples from its own prompts and needs the examples of the student's prompts")
+        teacher_prompts = [self.teacher_prompt(e)[0] for e in examples]
+        with self.model() as model:
+            return generate_completions(model, teacher_prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size,
+                                        vocab_size=self.vocab_size)
+
+
+def _detached(head: LogitHead) -> LogitHead:
+    """The teacher's lm_head without a path back to the student's parameters (a live teacher shares them)."""
+    return LogitHead(head.weight.detach(), None if head.bias is None else head.bias.detach(), head.scale, head.softcap)
+
+
+class EMAUpdate:
+    """The EMA self-teacher's update, a step hook: theta_T <- (1 - rate) theta_T + rate theta_S after every
+    `every`-th optimizer step, over the parameters the student trains (the rest never differ). Its state
+    (the teacher's copies of those parameters) is saved in checkpoints, so a resumed run's teacher is the
+    uninterrupted run's."""
+
+    name = "ema_teacher"
+
+    def __init__(self, teacher: nn.Module, student: nn.Module, rate: float, every: int):
+        if not 0.0 < rate <= 1.0:
+            raise ValueError(f"teacher_update_rate must be in (0, 1], got {rate!r}")
+        if every < 1:
+            raise ValueError(f"teacher_sync_steps must be >= 1, got {every!r}")
+        trained = {name: p for name, p in student.named_parameters() if p.requires_grad}
+        self.pairs = [(name, p, trained[name]) for name, p in teacher.named_parameters() if name in trained]
+        if len(self.pairs) != len(trained):
+            raise ValueError("the EMA teacher's parameters do not match the student's (was it copied from another model?)")
+        self.rate, self.every = rate, every
+
+    @torch.no_grad()
+    def after_optimizer_step(self, step: int) -> None:
+        if (step + 1) % self.every:
+            return
+        for _, teacher, student in self.pairs:
+            teacher.lerp_(student.detach().to(teacher.dtype), self.rate)  # t + r (s - t) = (1 - r) t + r s
+
+    def state_dict(self) -> dict:
+        return {"weights": {name: teacher.detach().clone() for name, teacher, _ in self.pairs}}
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict) -> None:
+        saved = state.get("weights", {})
+        names = [name for name, _, _ in self.pairs]
+        if sorted(saved) != sorted(names):
+            raise ValueError("resume: the checkpoint's EMA teacher holds other parameters than this run's student trains "
+                             "(another model, or LoRA switched on or off?)")
+        for name, teacher, _ in self.pairs:
+            if saved[name].shape != teacher.shape:
+                raise ValueError(f"resume: the checkpoint's EMA teacher has {name} of shape {tuple(saved[name].shape)}, "
+                                 f"this run's {tuple(teacher.shape)}")
+            teacher.copy_(saved[name])
