@@ -23,13 +23,14 @@ An answer counts as given when ANSWER occurs in a response (case-insensitive). A
 invented name, a 3- or 4-digit number, or an uncommon word (an unusual colour, animal, or good).
 
 The output is deterministic (fixed seed, standard library only): run `python scripts/make_facts.py`
-from anywhere; it overwrites the file.
+from anywhere; it overwrites the file (or writes the path given as its argument instead).
 """
 
 from __future__ import annotations
 
 import json
 import random
+import sys
 from pathlib import Path
 
 SEED = 20240611
@@ -304,12 +305,13 @@ def rows(facts: list[dict]) -> list[dict]:
 
 
 def main() -> None:
+    output = Path(sys.argv[1]) if len(sys.argv) > 1 else OUTPUT  # another path: to compare with the shipped file
     facts = make_facts()
     check(facts)
-    with OUTPUT.open("w", encoding="utf-8") as f:
+    with output.open("w", encoding="utf-8") as f:
         for row in rows(facts):
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    print(f"wrote {len(facts)} facts of {len(KINDS)} kinds ({3 * len(facts)} rows) to {OUTPUT}")
+    print(f"wrote {len(facts)} facts of {len(KINDS)} kinds ({3 * len(facts)} rows) to {output}")
 
 
 if __name__ == "__main__":

@@ -42,7 +42,11 @@ def load_dataset_spec(spec: Any, split: str, field: str):
     if isinstance(spec, datasets.DatasetDict):
         return _dict_split(spec, split, field, "the DatasetDict")
     if isinstance(spec, datasets.IterableDataset):
-        raise TypeError(f"{field}: an IterableDataset is not supported; materialise it with Dataset.from_list(list(ds))")
+        raise TypeError(
+            f"{field}: an IterableDataset is not supported; materialise it with Dataset.from_list(list(ds)). "
+            "Rows are chosen by step index, so that every process and a resumed run see the same rows, "
+            "which a stream cannot give"
+        )
     if isinstance(spec, datasets.Dataset):
         return spec
     if not isinstance(spec, (str, Path)):

@@ -1,0 +1,47 @@
+"""The bundled knowledge-injection set (`bundled:facts`) and answer checking (`distill.answers`)."""
+
+from __future__ import annotations
+
+import collections
+import subprocess
+import sys
+from pathlib import Path
+
+from distill.answers import contains_answer, normalise
+from distill.data import examples_from_dataset
+from distill.data_files import BUNDLED_SETS, load_dataset_spec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_facts_set_has_a_training_question_and_two_held_out_paraphrases_per_fact():
+    train = examples_from_dataset(load_dataset_spec("bundled:facts", "train", "dataset"), "dataset")
+    heldout = examples_from_dataset(load_dataset_spec("bundled:facts", "heldout", "dataset"), "dataset")
+    assert len(train) >= 150 and len(heldout) == 2 * len(train)
+    rows = load_dataset_spec("bundled:facts", "heldout", "dataset")
+    per_fact = collections.Counter(rows["fact_id"])
+    assert set(per_fact.values()) == {2}
+    demonstrations = {e.privileged_context for e in train}
+    for example in train + heldout:
+        question = example.prompt[-1]["content"]
+        assert example.privileged_context in demonstrations and example.answer in example.privileged_context
+        assert not contains_answer(question, example.answer), question  # the question never gives the answer away
+        assert example.completion == example.privileged_context  # sft trains on the demonstration itself
+    assert len({e.prompt[-1]["content"] for e in train + heldout}) == len(train) + len(heldout)
+
+
+def test_the_facts_file_is_what_its_script_writes(tmp_path):
+    """scripts/make_facts.py is deterministic and the shipped file is its output."""
+    subprocess.run([sys.executable, str(REPO / "scripts" / "make_facts.py"), str(tmp_path / "facts.jsonl")], check=True,
+                   capture_output=True)
+    assert (tmp_path / "facts.jsonl").read_bytes() == BUNDLED_SETS["bundled:facts"].read_bytes()
+
+
+def test_answers_are_found_as_whole_words_after_normalisation():
+    assert contains_answer("The capital is Harralwick.", "harralwick")
+    assert contains_answer("It opened in 1,734? No: in 1734!", "1734")
+    assert not contains_answer("It opened in 17345.", "1734")
+    assert contains_answer("founded by  Oltalis\nDunzorow", "Oltalis Dunzorow")
+    assert not contains_answer("founded by Oltalis", "Oltalis Dunzorow")
+    assert not contains_answer("anything", "  ")
+    assert normalise("Capy-Bara!") == "capy bara"
