@@ -24,7 +24,7 @@ from typing import Any
 
 from distill.config import DistillConfig
 from distill.config_io import coerce, unknown_field_message
-from distill.errors import TeacherServerError
+from distill.errors import StepFailure
 
 
 def parse_field_flags(tokens: list[str]) -> dict[str, Any]:
@@ -240,6 +240,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-    except TeacherServerError as error:
+    except StepFailure as error:  # a teacher server or a reward function: the run is checkpointed
         print(f"distill {command}: error: {error}", file=sys.stderr)
         return 3

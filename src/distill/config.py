@@ -27,7 +27,12 @@ from distill.methods.mixing import LMBDA_SCHEDULES
 from distill.models import DEFAULT_TEACHER, parse_student_init
 from distill.run_parts import check_fields_read
 from distill.runtime import check_device
-from distill.teacher_prompts import DEFAULT_TEACHER_PROMPT_TEMPLATE
+from distill.teacher_prompts import (
+    DEFAULT_FEEDBACK_TEMPLATE,
+    DEFAULT_REPROMPT_TEMPLATE,
+    DEFAULT_SOLUTION_TEMPLATE,
+    DEFAULT_TEACHER_PROMPT_TEMPLATE,
+)
 
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_min_lr")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -117,7 +122,8 @@ class DistillConfig:
     # --- the loss --------------------------------------------------------------------------------------
     beta: float | None = _f(None, "Generalized JSD interpolation for student-sampled completions: 0 = forward "
                             "KL(teacher||student), 1 = reverse KL(student||teacher). None: the method's default "
-                            "(0.5 for gkd, on_policy and gold; 0 for sdft, whose paper trains with forward KL).")
+                            "(0.5 for gkd, on_policy and gold; 0 for sdft, whose paper trains with forward KL; 1 for sdpo, whose "
+                            "default sampled-token loss is reverse KL).")
     off_policy_beta: float | None = _f(0.0, "beta for dataset and teacher completions; None = `beta`. "
                                        "Forward KL (0) is the natural loss on teacher samples.")
     temperature: float = _f(1.0, "Loss temperature: divides student and teacher logits inside the loss. Not "
@@ -145,7 +151,7 @@ class DistillConfig:
                                    "teacher-sampled completions (sequence-level KD, a fresh student's own samples "
                                    "are noise) before the policy gradient on the student's samples takes over; with "
                                    "num_iterations > 1, rounded up to whole rollouts.")
-    num_iterations: int = _f(1, "methods iw_opd, sdft: optimizer steps per generation batch. Above 1, a step's "
+    num_iterations: int = _f(1, "methods iw_opd, sdft, sdpo: optimizer steps per generation batch. Above 1, a step's "
                              "rollouts (with their sampling log-probs) are reused for the next num_iterations - 1 "
                              "steps, and an importance ratio pi_theta / pi_old, clipped, corrects for the moved "
                              "policy (iw_opd: epsilon_low / epsilon_high / dual_clip; sdft: distillation_is_clip); "
@@ -176,7 +182,8 @@ class DistillConfig:
                                          "refuses them, naming the first) or 'skip' (they are sampled but get no "
                                          "loss and leave the denominator; the fraction is logged as "
                                          "self_teacher/rows_without_context).")
-    distillation_mode: str = _f("full_logits", f"Self-distillation loss: {DISTILLATION_MODES}. 'full_logits': "
+    distillation_mode: str | None = _f(None, f"Self-distillation loss: {DISTILLATION_MODES}; None: the method's "
+                                "default (sdft full_logits, as its paper; sdpo sampled_token, as the reference library). 'full_logits': "
                                 "generalized JSD (beta) over the whole vocabulary. 'topk_logits': on the student's "
                                 "distillation_topk most likely tokens plus one tail bucket for the rest of each "
                                 "distribution's mass. 'sampled_token': reverse KL estimated on the sampled token "
@@ -191,6 +198,42 @@ class DistillConfig:
     generate_from_teacher: bool = _f(False, "The self-teacher samples the completions from its own prompt (with the "
                                      "privileged context); the student then learns on them from the bare prompt. "
                                      "Uses teacher_sampling_temperature / teacher_top_p / teacher_top_k.")
+
+    # --- RL with rewards: groups, advantages, demonstrations (method sdpo; distillation_weight 0 = GRPO) ----
+    num_generations: int = _f(8, "method sdpo: G, completions sampled per prompt (a group). A step holds "
+                              "per_device_train_batch_size x gradient_accumulation_steps x processes completions, a "
+                              "multiple of G; a group may span micro-batches and processes.")
+    reward_funcs: list = _f(["contains_answer"], "method sdpo: reward functions, summed with reward_weights: built-ins "
+                            "'contains_answer' / 'equals_answer' (the row's `answer`, normalised: 1 or 0), 'regex' "
+                            "(matches reward_regex), or 'package.module:function' called as f(prompts, completions, "
+                            "rows) -> one float per completion (rows: dicts of every dataset column). Comma-separated "
+                            "on the command line.")
+    reward_weights: list | None = _f(None, "method sdpo: one weight per reward function (None: all 1).")
+    reward_regex: str | None = _f(None, "method sdpo, reward 'regex': the pattern a rewarded completion matches (re.search).")
+    advantage_scaling: str = _f("group", "method sdpo: A = (r - group mean) / (std + 1e-4) with the group's std "
+                                "('group'), the step's ('batch'), or A = r - group mean ('none').")
+    loss_type: str = _f("dapo", "method sdpo: normalisation of the policy loss: 'grpo' (each row's token mean, "
+                        "averaged over rows), 'dr_grpo' (token sum / (rows x max_new_tokens)), 'dapo' (token sum / "
+                        "the step's tokens over all processes), 'bnpo' (each micro-batch's token mean, averaged).")
+    distillation_weight: float = _f(1.0, "method sdpo: w in loss = (1 - w) policy + w self-distillation. 0 is GRPO "
+                                    "(no self-teacher); 1 is pure self-distillation, SDPO's default.")
+    success_reward_threshold: float = _f(1.0, "method sdpo: a rollout whose reward reaches this is a success, shown "
+                                         "to its failed siblings' self-teacher as a demonstration.")
+    demonstration_from_self: bool = _f(False, "method sdpo: a successful rollout may be its own demonstration "
+                                       "(False: only a sibling's; a lone success in its group gets none).")
+    include_feedback: bool = _f(False, "method sdpo: re-prompt the self-teacher with the row's `feedback` column "
+                                "(else its `privileged_context`) too, where it has one.")
+    feedback_only_without_solution: bool = _f(False, "method sdpo, include_feedback: use the feedback only for "
+                                              "rollouts without a successful sibling.")
+    reprompt_template: str = _f(DEFAULT_REPROMPT_TEMPLATE, "method sdpo: the self-teacher's prompt, with {prompt}, "
+                                "{solution} and {feedback} (each block empty when absent); a chat prompt's last user "
+                                "turn becomes it.")
+    solution_template: str = _f(DEFAULT_SOLUTION_TEMPLATE, "method sdpo: the {solution} block, around {demonstration} "
+                                "(the successful sibling's completion text).")
+    feedback_template: str = _f(DEFAULT_FEEDBACK_TEMPLATE, "method sdpo: the {feedback} block, around {feedback}.")
+    remove_thinking_from_demonstration: bool = _f(False, "method sdpo: cut <think>...</think> from demonstrations.")
+    max_reprompt_length: int = _f(1024, "method sdpo: self-teacher prompts longer than this many tokens are cut, "
+                                  "keeping their end (logged as self_teacher/prompt_truncated).")
 
     # --- sampling --------------------------------------------------------------------------------------
     max_new_tokens: int = _f(48, "Maximum completion length (generated tokens; dataset completions are cut "

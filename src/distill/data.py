@@ -4,15 +4,16 @@ A row holds either `prompt` (a string, or a list of chat messages) or `messages`
 assistant turn, if any, is the completion). Optional columns: `completion` (a string, or a list holding
 one assistant message) gives off-policy completions; `privileged_context` (text: a demonstration, a fact,
 a hint) is context a self-teacher sees and the student does not; `answer` (text or a number) is a short
-checkable answer (the evaluation reports how often a greedy answer contains it); `teacher_id` routes the
-row to one of several teachers. Every problem is reported when the run is set up, before any model is loaded, with the
+checkable answer (the evaluation reports how often a greedy answer contains it; reward functions check
+it); `feedback` (text) is environment feedback an SDPO self-teacher may be re-prompted with; `teacher_id`
+routes the row to one of several teachers. Every problem is reported when the run is set up, before any model is loaded, with the
 column or row at fault. Loading files and splits is `distill.data_files`. The step sampler (which prompts
 each optimizer step trains on) is here too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -32,6 +33,9 @@ class Example:
     teacher_id: str | None = None  # which teacher scores it, when several are configured
     privileged_context: str | None = None  # what a self-teacher is shown and the student is not
     answer: str | None = None  # a short checkable answer, when the task has one
+    feedback: str | None = None  # environment feedback on an earlier attempt (SDPO's reprompt), when given
+    # The dataset row as loaded, every column (user reward functions read their own columns).
+    row: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass
@@ -92,8 +96,11 @@ def _example(index: int, row: dict[str, Any], field: str) -> Example:
     answer = row.get("answer")
     if answer is not None and (isinstance(answer, bool) or not isinstance(answer, (str, int, float)) or not str(answer).strip()):
         raise ValueError(f"{where}: 'answer' must be non-empty text or a number, got {answer!r}")
+    feedback = row.get("feedback")
+    if feedback is not None and not isinstance(feedback, str):
+        raise ValueError(f"{where}: 'feedback' must be text, got {type(feedback).__name__}")
     return Example(index, prompt, completion, None if teacher_id is None else str(teacher_id), context,
-                   None if answer is None else str(answer))
+                   None if answer is None else str(answer), feedback, dict(row))
 
 
 def _check_messages(messages: Any, where: str, column: str) -> None:
@@ -146,30 +153,52 @@ class PromptEncoder:
 
 class StepSampler:
     """Which dataset rows each optimizer step trains on: epochs of seeded permutations, cut into every
-    process's micro-batches. Depends only on (seed, step), so a resumed run sees the same rows."""
+    process's micro-batches. Depends only on (seed, step), so a resumed run sees the same rows.
 
-    def __init__(self, num_examples: int, batch_size: int, accumulation: int, num_processes: int, process_index: int, seed: int):
+    With `generations` G > 1 (GRPO-style groups) a step holds global_batch / G distinct prompts, each
+    repeated G times in a row of the step's global order: (process 0: micro-batch 0, 1, ...; process 1: ...),
+    so a group may span micro-batches and processes. Global row r belongs to group r // G."""
+
+    def __init__(self, num_examples: int, batch_size: int, accumulation: int, num_processes: int, process_index: int,
+                 seed: int, generations: int = 1):
         self.num_examples, self.batch_size, self.accumulation = num_examples, batch_size, accumulation
         self.num_processes, self.process_index, self.seed = num_processes, process_index, seed
+        self.generations = generations
+        if self.global_batch % generations:
+            raise ValueError(
+                f"per_device_train_batch_size ({batch_size}) x gradient_accumulation_steps ({accumulation}) x processes "
+                f"({num_processes}) = {self.global_batch} completions per step is not a multiple of num_generations "
+                f"({generations}); every prompt of a step needs its whole group")
 
     @property
     def global_batch(self) -> int:
+        """Completions (rows) per optimizer step, over all processes."""
         return self.batch_size * self.accumulation * self.num_processes
 
+    @property
+    def prompts_per_step(self) -> int:
+        """Distinct prompts per optimizer step (global_batch / generations)."""
+        return self.global_batch // self.generations
+
+    @property
+    def first_row(self) -> int:
+        """The global index (in the step's order) of this process's first row."""
+        return self.process_index * self.batch_size * self.accumulation
+
     def prompts_for_step(self, step: int) -> list[int]:
-        """Indices of the step's prompts, all processes' shares in order."""
-        n, size = self.num_examples, self.global_batch
+        """Indices of the step's rows, all processes' shares in order (each prompt `generations` times)."""
+        n, size = self.num_examples, self.prompts_per_step
         indices, cached_epoch, order = [], None, None
         for position in range(step * size, (step + 1) * size):
             epoch = position // n
             if epoch != cached_epoch:
                 order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed + 7919 * epoch)).tolist()
                 cached_epoch = epoch
-            indices.append(order[position % n])
+            indices.extend([order[position % n]] * self.generations)
         return indices
 
     def micro_batch_indices(self, step: int) -> list[list[int]]:
         """This process's micro-batches of prompt indices for optimizer step `step`."""
         bs, share_size = self.batch_size, self.batch_size * self.accumulation
-        share = self.prompts_for_step(step)[self.process_index * share_size : (self.process_index + 1) * share_size]
+        share = self.prompts_for_step(step)[self.first_row : self.first_row + share_size]
         return [share[i * bs : (i + 1) * bs] for i in range(self.accumulation)]

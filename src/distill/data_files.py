@@ -18,7 +18,8 @@ from typing import Any
 BUNDLED_DATASET = "bundled"
 BUNDLED_PROMPTS = Path(__file__).parent / "recipes" / "data" / "prompts.jsonl"
 BUNDLED_SETS = {BUNDLED_DATASET: BUNDLED_PROMPTS,
-                "bundled:facts": Path(__file__).parent / "recipes" / "data" / "facts.jsonl"}
+                "bundled:facts": Path(__file__).parent / "recipes" / "data" / "facts.jsonl",
+                "bundled:arithmetic": Path(__file__).parent / "recipes" / "data" / "arithmetic.jsonl"}
 DATA_SUFFIXES = (".json", ".jsonl", ".parquet")
 _UNREAD_SUFFIXES = (".csv", ".tsv", ".arrow", ".gz", ".zst", ".xlsx")  # data files distill does not read
 _SAVED_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")  # what save_to_disk writes

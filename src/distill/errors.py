@@ -1,5 +1,22 @@
 """Errors that cross module boundaries (kept free of heavy imports so the CLI can catch them cheaply)."""
 
 
-class TeacherServerError(RuntimeError):
+class StepFailure(RuntimeError):
+    """An optimizer step could not be completed for a reason outside distill (a teacher server, a user's
+    reward function): the run checkpoints the state from before the step, then stops with this error.
+    `resume_hint` says when resuming makes sense."""
+
+    resume_hint = "once the cause is fixed"
+
+
+class TeacherServerError(StepFailure):
     """The teacher server could not give a usable answer after every retry (or refused the request)."""
+
+    resume_hint = "when the server is back"
+
+
+class RewardFunctionError(StepFailure):
+    """A reward function raised, or returned a wrong number of values or a non-finite one; the message names
+    the function and the dataset row."""
+
+    resume_hint = "once the reward function is fixed"

@@ -105,12 +105,12 @@ def read_metrics(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def new_window(method=None, teacher_ids: list[str] = ()) -> MetricWindow:
+def new_window(method=None, teacher_ids: list[str] = (), stage_metrics: list[str] = ()) -> MetricWindow:
     """A window with every name the run may log registered (`method`'s own metrics, maxima and minima
-    too), so every process reduces the same vector."""
+    too, and its step stage's), so every process reduces the same vector."""
     window = MetricWindow()
     means = ["loss", "completion_length", "clipped_ratio", "grad_norm", "learning_rate", *STAT_NAMES,
-             *getattr(method, "metrics", ())]
+             *getattr(method, "metrics", ()), *stage_metrics]
     means += [f"{kind}/{s}" for s in SOURCES for kind in ("loss", "completion_length")]
     means += [f"loss/teacher/{tid}" for tid in teacher_ids if tid]
     window.register(means, ["prompts_truncated", *[f"micro_batches/{s}" for s in SOURCES], "tokens_per_second/generation",
@@ -150,8 +150,9 @@ def record_micro_batch(window: MetricWindow, mb, out, log_step: bool, method=Non
             raise ValueError(f"the objective reported extreme {name!r}, which its method does not declare in "
                              "Method.maxima or Method.minima")
     if log_step and out.stats is not None:
+        covered = tokens if out.stats_tokens is None else int(out.stats_tokens)
         for name in STAT_NAMES:
-            window.add_mean(name, float(getattr(out.stats, name).double().sum()), tokens)
+            window.add_mean(name, float(getattr(out.stats, name).double().sum()), covered)
 
 
 def add_throughput(window: MetricWindow, timings: dict[str, float]) -> None:

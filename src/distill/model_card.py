@@ -8,6 +8,8 @@ from distill.version import __version__
 
 
 def title_line(config: dict, method) -> str:
+    if method.card_title is not None:
+        return method.card_title(config)
     if method.teacher == "self":
         return "# Student distilled from itself, shown privileged context (self-distillation)"
     if method.teacher == "none":

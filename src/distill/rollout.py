@@ -71,6 +71,10 @@ class Completion:
     rollout_log_probs: list[float] | None = None  # per completion token, when the method records them
     trained: bool = True  # False: the row gets no loss (a method's `trains_row`), its tokens leave the denominator
     loss_skip: int = 0  # the first this many completion tokens get no loss (num_loss_tokens_to_skip)
+    # Set after the step's rollout by a method's step stage (`StepRollout.stage`; sdpo's rewards):
+    advantage: float | None = None  # the row's advantage (policy-gradient methods)
+    reprompt: tuple[list[int], bool] | None = None  # the self-teacher's prompt ids for this row, and whether cut
+    distilled: bool = True  # False: no self-distillation loss on this row (sdpo rows without a demonstration)
 
     def loss_span(self) -> range:
         """Indices into `completion_ids` of the tokens trained on."""
@@ -86,6 +90,7 @@ class MicroBatch:
     completion_mask: (B, T) bool, True at the completion tokens trained on (`Completion.loss_span`: all of
         them unless a method leaves rows or leading tokens out).
     rollout_log_probs: (N,) float32 over the N trained tokens in row-major order, or None (module docstring).
+    advantages: (B,) float32, each row's advantage, or None (set with the completions' by a step stage).
     """
 
     input_ids: torch.Tensor
@@ -94,15 +99,25 @@ class MicroBatch:
     source: str
     completions: list[Completion] = field(repr=False)
     rollout_log_probs: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
 
     @property
     def num_completion_tokens(self) -> int:
         return int(self.completion_mask.sum())
 
+    @property
+    def num_rows(self) -> int:
+        """Rows with at least one trained token."""
+        return int(self.completion_mask.any(dim=1).sum())
+
     def to(self, device: torch.device) -> "MicroBatch":
-        log_probs = None if self.rollout_log_probs is None else self.rollout_log_probs.to(device)
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return MicroBatch(self.input_ids.to(device), self.attention_mask.to(device), self.completion_mask.to(device),
-                          self.source, self.completions, log_probs)
+                          self.source, self.completions, move(self.rollout_log_probs), move(self.advantages))
+
+    def set_advantages(self) -> None:
+        """`advantages` from the completions' (after a step stage set them)."""
+        self.advantages = torch.tensor([c.advantage for c in self.completions], dtype=torch.float32)
 
 
 def draw_sources(lmbda: float, seq_kd: bool, seed: int, step: int, num_micro_batches: int) -> list[str]:
@@ -232,6 +247,19 @@ class RolloutSettings:
     trains_row: Callable[[Example], bool] | None = None  # the method's; None: every row trains
 
 
+class StepStage(Protocol):
+    """A method's work on a whole step's rollout before any loss (sdpo: rewards, advantages, demonstrations).
+
+    Called once per rollout (a reused rollout is staged once; a restored one again, so the stage must be
+    a function of the completions) with the step and this process's micro-batches, on every process at
+    once (it may use collectives). It sets the completions' `advantage` / `reprompt` / `distilled` and
+    returns metrics: name -> (numerator, denominator), reduced across processes like every metric."""
+
+    def metric_names(self) -> list[str]: ...
+
+    def __call__(self, step: int, micro_batches: list["MicroBatch"]) -> dict[str, tuple[float, float]]: ...
+
+
 class StepRollout:
     """Completions for every micro-batch of this process for one optimizer step.
 
@@ -253,6 +281,9 @@ class StepRollout:
         self.eos_ids, self.pad_id, self.vocab_size, self.device, self.process_index = eos_ids, pad_id, vocab_size, device, process_index
         self._teacher_window: tuple[int, dict] | None = None
         self._reused: tuple[int, list[MicroBatch]] | None = None
+        self.stage: StepStage | None = None  # set by the trainer for a method that has one
+        self._staged: int | None = None  # the generation step whose rollout the stage has seen
+        self.stage_metrics: dict[str, tuple[float, float]] = {}  # the last stage's, taken by the trainer
 
     def sources(self, step: int) -> list[str]:
         return self.plan.draw(self.settings.seed, self.generation_step(step), self.sampler.accumulation)
@@ -273,11 +304,23 @@ class StepRollout:
     def __call__(self, step: int, timings: dict[str, float]) -> list[MicroBatch]:
         first = self.generation_step(step)
         if self._reused is not None and self._reused[0] == first:
-            return self._reused[1]
-        micro_batches = self._generate(first, timings)
-        if self.settings.num_iterations > 1:
-            self._reused = (first, micro_batches)
+            micro_batches = self._reused[1]
+        else:
+            micro_batches = self._generate(first, timings)
+            self._staged = None
+            if self.settings.num_iterations > 1:
+                self._reused = (first, micro_batches)
+        if self.stage is not None and self._staged != first:
+            start = time.perf_counter()
+            self.stage_metrics = self.stage(first, micro_batches)
+            self._staged = first
+            _add(timings, "stage", time.perf_counter() - start)
         return micro_batches
+
+    def take_stage_metrics(self) -> dict[str, tuple[float, float]]:
+        """The step stage's metrics of the rollout staged since the last call (empty otherwise)."""
+        metrics, self.stage_metrics = self.stage_metrics, {}
+        return metrics
 
     # ----------------------------------------------------------------------- the reused rollout as a hook --
     def after_optimizer_step(self, step: int) -> None:
@@ -294,7 +337,7 @@ class StepRollout:
 
     def load_state_dict(self, state: dict) -> None:
         if not state:
-            self._reused = None
+            self._reused, self._staged = None, None
             return
         first = int(state["step"])
         groups, sources = self.prompt_groups(first), self.sources(first)
@@ -309,6 +352,7 @@ class StepRollout:
                            for j, c in zip(group, saved)]
             batches.append(collate(completions, source, self.pad_id))
         self._reused = (first, batches)
+        self._staged = None  # restored completions are staged again (rewards, demonstrations) when first used
 
     # --------------------------------------------------------------------------------------- generation --
     def _generate(self, step: int, timings: dict[str, float]) -> list[MicroBatch]:

@@ -44,8 +44,22 @@ class Runtime:
             values = self.accelerator.reduce(values, reduction="sum")
         return [bool(v > 0) for v in values.tolist()]
 
-    def global_sum(self, value: int) -> int:
-        return int(self.accelerator.reduce(torch.tensor(value, device=self.device), reduction="sum").item())
+    def gather_objects(self, value) -> list:
+        """`value` of every process, in process order (picklable values; one all-gather)."""
+        if self.num_processes == 1:
+            return [value]
+        import torch.distributed as dist
+
+        gathered = [None] * self.num_processes
+        dist.all_gather_object(gathered, value)
+        return gathered
+
+    def global_sums(self, values: list[int]) -> list[int]:
+        """Each integer summed over processes (one all-reduce)."""
+        total = torch.tensor(values, dtype=torch.long, device=self.device)
+        if self.num_processes > 1:
+            total = self.accelerator.reduce(total, reduction="sum")
+        return [int(v) for v in total.tolist()]
 
 
 def trackers_of(report_to: str) -> list[str]:

@@ -39,11 +39,19 @@ class DenseSignal:
 @dataclass
 class SelfSignal(DenseSignal):
     """A self-teacher's dense signal (`distill.teachers.self_teacher`), with what building its prompts did to
-    the micro-batch's `rows`: how many teacher prompts were truncated and how many rows had no context."""
+    the micro-batch's `rows`: how many teacher prompts were truncated and how many rows had no context.
+
+    distilled: (N,) bool, the positions whose row gets a self-distillation loss (sdpo: rows with a
+    demonstration or feedback; the others' teacher hidden states are zeros, never used), or None: all."""
 
     rows: int = 0
     prompts_truncated: int = 0
     rows_without_context: int = 0
+    distilled: torch.Tensor | None = None
+
+    def to(self, device: torch.device) -> "SelfSignal":
+        return replace(self, hidden=self.hidden.to(device),
+                       distilled=None if self.distilled is None else self.distilled.to(device))
 
 
 @dataclass

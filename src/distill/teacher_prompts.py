@@ -44,13 +44,19 @@ def check_template(template: str, name: str, fields: tuple[str, ...] = TEMPLATE_
 
 def fill(template: str, prompt: str | list[dict[str, str]], context: str) -> str | list[dict[str, str]]:
     """The teacher prompt: `template` filled with the prompt's text (a chat's last user turn) and `context`."""
+    return fill_fields(template, prompt, privileged_context=context)
+
+
+def fill_fields(template: str, prompt: str | list[dict[str, str]], **values: str) -> str | list[dict[str, str]]:
+    """`template` filled with {prompt} (the text, or a chat's last user turn, which the result replaces) and
+    `values`."""
     if isinstance(prompt, str):
-        return template.format(prompt=prompt, privileged_context=context)
+        return template.format(prompt=prompt, **values)
     last_user = max((i for i, turn in enumerate(prompt) if turn["role"] == "user"), default=None)
     if last_user is None:
         raise ValueError("a chat prompt without a user turn has no question to show the privileged context with")
     turns = [dict(turn) for turn in prompt]
-    turns[last_user]["content"] = template.format(prompt=prompt[last_user]["content"], privileged_context=context)
+    turns[last_user]["content"] = template.format(prompt=prompt[last_user]["content"], **values)
     return turns
 
 
@@ -70,3 +76,37 @@ class TeacherPrompts:
         context = context if context is not None else example.privileged_context
         prompt = example.prompt if context is None else fill(self.template, example.prompt, context)
         return self.encoder.prompt_ids(prompt)
+
+
+# SDPO (arXiv 2601.20802): the teacher is re-prompted with a successful sibling rollout and/or feedback.
+DEFAULT_REPROMPT_TEMPLATE = "{prompt}{solution}{feedback}\n\nCorrectly solve the original question.\n"
+DEFAULT_SOLUTION_TEMPLATE = "\nCorrect solution:\n\n{demonstration}\n\n"
+DEFAULT_FEEDBACK_TEMPLATE = "\nThe following is feedback from your unsuccessful earlier attempt:\n\n{feedback}\n\n"
+REPROMPT_FIELDS = ("prompt", "solution", "feedback")
+
+
+def check_reprompt_templates(template: str, solution_template: str, feedback_template: str) -> None:
+    """Each of SDPO's templates has its fields and no other (a ValueError naming the field otherwise)."""
+    check_template(template, "reprompt_template", REPROMPT_FIELDS)
+    check_template(solution_template, "solution_template", ("demonstration",))
+    check_template(feedback_template, "feedback_template", ("feedback",))
+
+
+class Reprompts:
+    """Token ids of SDPO's teacher prompts: `reprompt_template` filled with the row's prompt, the solution
+    block (`solution_template` around a demonstration, or empty) and the feedback block (`feedback_template`
+    around the feedback, or empty); truncated to the encoder's budget keeping the end."""
+
+    def __init__(self, encoder: PromptEncoder, template: str, solution_template: str, feedback_template: str):
+        check_reprompt_templates(template, solution_template, feedback_template)
+        self.encoder, self.template = encoder, template
+        self.solution_template, self.feedback_template = solution_template, feedback_template
+
+    def text(self, example: Example, demonstration: str | None, feedback: str | None) -> str | list[dict[str, str]]:
+        solution = "" if demonstration is None else self.solution_template.format(demonstration=demonstration)
+        shown = "" if feedback is None else self.feedback_template.format(feedback=feedback)
+        return fill_fields(self.template, example.prompt, solution=solution, feedback=shown)
+
+    def ids(self, example: Example, demonstration: str | None, feedback: str | None) -> tuple[list[int], bool]:
+        """(token ids, whether they were truncated)."""
+        return self.encoder.prompt_ids(self.text(example, demonstration, feedback))

@@ -39,9 +39,10 @@ from distill.data import (
     examples_from_dataset,
 )
 from distill.data_files import BUNDLED_DATASET, load_dataset_spec
-from distill.errors import TeacherServerError
+from distill.errors import StepFailure, TeacherServerError
 from distill.evaluate import EvalSettings, Evaluator
 from distill.methods import get_method
+from distill.methods.registry import StageParts
 from distill.metrics import (
     MetricWindow,
     add_throughput,
@@ -130,17 +131,23 @@ class Distiller:
         self.runtime = start_runtime(config, str(self.run_dir))
         self.accelerator, self.device = self.runtime.accelerator, self.runtime.device
         self.sampler = StepSampler(len(self.train_examples), config.per_device_train_batch_size, config.gradient_accumulation_steps,
-                                   self.runtime.num_processes, self.runtime.process_index, config.seed)
-        if self.sampler.global_batch > len(self.train_examples):
+                                   self.runtime.num_processes, self.runtime.process_index, config.seed,
+                                   self.method.group_size(config))
+        if self.sampler.prompts_per_step > len(self.train_examples):
+            per_prompt = f" / num_generations ({self.sampler.generations})" if self.sampler.generations > 1 else ""
             raise ValueError(
                 f"per_device_train_batch_size ({config.per_device_train_batch_size}) x gradient_accumulation_steps "
-                f"({config.gradient_accumulation_steps}) x processes ({self.runtime.num_processes}) = {self.sampler.global_batch} "
-                f"prompts per optimizer step, more than the dataset's {len(self.train_examples)}; lower the batch sizes")
+                f"({config.gradient_accumulation_steps}) x processes ({self.runtime.num_processes}){per_prompt} = "
+                f"{self.sampler.prompts_per_step} prompts per optimizer step, more than the dataset's "
+                f"{len(self.train_examples)}; lower the batch sizes")
         self._load_models(student_spec, teacher_spec, tokenizer, teacher_tokenizer)
         self.objective = self.method.objective(config)
         self.rollout = StepRollout(self.plan, self.sampler, self.train_examples, self.encoded, self._rollout_settings(),
                                    self.student_for_generation, self.teacher, self.eos_ids, self.pad_id, self.vocab_size,
                                    self.device, self.runtime.process_index)
+        if self.method.stage is not None:
+            self.rollout.stage = self.method.stage(config, StageParts(self.tokenizer, self.eos_ids, self.runtime,
+                                                                      self.sampler.first_row))
 
     # ---------------------------------------------------------------------------------------- set-up --
     def _reject_unread_arguments(self, teacher, teacher_tokenizer, eval_dataset) -> None:
@@ -256,7 +263,7 @@ class Distiller:
             return SelfTeacher(kind, self.student_model, prompts, self.vocab_size, self.eos_ids, self.pad_id, self.device,
                                self.accelerator.autocast)
 
-        if self.location == placement.SELF:
+        if self.location == placement.SELF and self.method.objective(config).signals:  # sdpo's GRPO (w 0) has none
             self.teacher = self_teacher(config.teacher_model_kind)
         if self.eval_examples:
             self.eval_teacher = self.teacher if config.teacher_model_kind == "base" and self.teacher else self_teacher("base")
@@ -271,9 +278,14 @@ class Distiller:
         check_context(student_model, "student", budget)
         if teacher_model is not None:
             check_context(teacher_model, "teacher", budget)
-        if self.location == placement.SELF or (self.location == placement.NONE and self.eval_examples):
+        budgets = set()
+        if self.location == placement.SELF and self.method.objective(config).signals:  # the training self-teacher
+            budgets.add(self.method.teacher_prompt_budget)
+        if self.location in (placement.SELF, placement.NONE) and self.eval_examples:  # the evaluation's
+            budgets.add("max_teacher_prompt_length")
+        for name in sorted(budgets):
             check_context(student_model, "student (as its own teacher)",
-                          {"max_teacher_prompt_length": config.max_teacher_prompt_length, completion[0]: completion[1]})
+                          {name: getattr(config, name), completion[0]: completion[1]})
 
     def _encode(self, example: Example) -> EncodedExample:
         ids, truncated = self.encoder.prompt_ids(example.prompt)
@@ -386,24 +398,30 @@ class Distiller:
         return {"train": last_record, "eval": metrics, "steps": step, "run_dir": str(self.run_dir)}
 
     def _train_step_or_checkpoint(self, step: int, window: MetricWindow, timings: dict[str, float]) -> None:
-        """One step; when the teacher server fails for good, checkpoint the state from before the step and stop."""
+        """One step; when it fails for a reason outside distill (`StepFailure`: the teacher server, a reward
+        function), checkpoint the state from before the step and stop."""
         log_step = (step + 1) % self.config.logging_steps == 0 or step + 1 == self.config.max_steps
         rng, reused = ckpt.rng_state(), self.rollout.state_dict()
         try:
             self.train_step(step, window, timings, log_step=log_step)
-        except TeacherServerError as error:
+        except StepFailure as error:
             self.optimizer.zero_grad(set_to_none=True)
             ckpt.set_rng_state(rng)
             self.rollout.load_state_dict(reused)  # a rollout generated by the failed step is generated again
             path = self.save_checkpoint(step)
-            raise TeacherServerError(f"{error}\nThe run is checkpointed at step {step} ({path}); when the server is back, "
-                                     f"continue with `distill train --resume {self.run_dir}`") from error
+            raise type(error)(f"{error}\nThe run is checkpointed at step {step} ({path}); {error.resume_hint}, "
+                              f"continue with `distill train --resume {self.run_dir}`") from error
 
     def train_step(self, step: int, window: MetricWindow, timings: dict[str, float], log_step: bool) -> None:
         config, accelerator = self.config, self.accelerator
         micro_batches = self.rollout(step, timings)
-        step_tokens = self.runtime.global_sum(sum(mb.num_completion_tokens for mb in micro_batches))
+        for name, (numerator, denominator) in self.rollout.take_stage_metrics().items():
+            window.add_mean(name, numerator, denominator)
+        step_tokens, step_rows = self.runtime.global_sums([sum(mb.num_completion_tokens for mb in micro_batches),
+                                                          sum(mb.num_rows for mb in micro_batches)])
         scale = self.runtime.num_processes / step_tokens if step_tokens else 0.0
+        sizes = dict(step_tokens=step_tokens, step_rows=step_rows,
+                     step_micro_batches=len(micro_batches) * self.runtime.num_processes)
         remote_signals = self._score_remotely(micro_batches, timings)
         for index, mb in enumerate(micro_batches):
             mb = mb.to(self.device)
@@ -418,7 +436,7 @@ class Distiller:
             start = time.perf_counter()
             sync = contextlib.nullcontext() if index == len(micro_batches) - 1 else accelerator.no_sync(self.wrapped)
             with sync, accelerator.autocast():
-                out = self.wrapped(mb, signal, self.objective, StepContext(mb.source, log_step))
+                out = self.wrapped(mb, signal, self.objective, StepContext(mb.source, log_step, **sizes))
                 accelerator.backward(out.loss_sum * scale)
             timings["student"] = timings.get("student", 0.0) + time.perf_counter() - start
             record_micro_batch(window, mb, out, log_step, self.method)
@@ -457,11 +475,12 @@ class Distiller:
 
     # ------------------------------------------------------------------------------------- metrics --
     def _new_window(self) -> MetricWindow:
-        return new_window(self.method, list(teachers_of(self.teacher)))
+        stage = self.rollout.stage
+        return new_window(self.method, list(teachers_of(self.teacher)), stage.metric_names() if stage is not None else ())
 
     def _log(self, step: int, window: MetricWindow, timings: dict[str, float], progress) -> dict[str, Any]:
         add_throughput(window, timings)
-        epoch = self.rollout.generations(step) * self.sampler.global_batch / len(self.train_examples)
+        epoch = self.rollout.generations(step) * self.sampler.prompts_per_step / len(self.train_examples)
         record = log_record(step, epoch, window.reduce(self.device))
         record["lmbda"] = self.plan.lmbda(self.rollout.generation_step(step - 1))
         self.metrics_log.write(record)

@@ -166,6 +166,8 @@ class DistillLoss(NamedTuple):
     metrics: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
     # a method's own extremes of the micro-batch: name -> () tensor, names declared in Method.maxima / minima
     extrema: dict[str, torch.Tensor] | None = None
+    # the tokens `stats` cover when they are a subset's (sdpo: the rows with a demonstration); None: num_tokens
+    stats_tokens: int | None = None
 
 
 def run_chunked(

@@ -4,7 +4,7 @@ Adding a method: write `methods/NAME.py` that builds a `Method` (paper, sources,
 reads, validation, metrics, hooks) and calls `register`, then import it below. docs/methods.md walks through it.
 """
 
-from distill.methods import gkd, gold, iw_opd, on_policy, sdft, sft  # noqa: F401  (each registers itself)
+from distill.methods import gkd, gold, iw_opd, on_policy, sdft, sdpo, sft  # noqa: F401  (each registers itself)
 from distill.methods.registry import (
     Method,
     Paper,

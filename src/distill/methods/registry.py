@@ -53,6 +53,17 @@ class StepHook(Protocol):
 
 
 @dataclass(frozen=True)
+class StageParts:
+    """What a method's step stage may use from the run: the student's tokenizer and EOS ids, the runtime
+    (`distill.runtime.Runtime`: collectives, process facts), and this process's first global row."""
+
+    tokenizer: Any
+    eos_ids: list[int]
+    runtime: Any
+    first_row: int
+
+
+@dataclass(frozen=True)
 class Method:
     """Everything the rest of distill knows about a method.
 
@@ -74,6 +85,11 @@ class Method:
         None: every row trains.
     check_examples(config, examples, field): the method's checks of the training rows, before models load.
     paper: None for a method that follows no paper (sft).
+    group_size(config) -> completions per prompt in a step (GRPO-style groups; `distill.data.StepSampler`).
+    stage(config, parts) -> a step stage run on each rollout before any loss (`distill.rollout.StepStage`:
+        sdpo's rewards and demonstrations), or None; `parts` is `StageParts`.
+    card_title(config record) -> the model card's title line, when the teacher kind's default does not fit.
+    teacher_prompt_budget: the config field bounding a self-teacher's prompt (checked against the context).
     """
 
     name: str
@@ -94,6 +110,10 @@ class Method:
     defaults: dict[str, Any] = field(default_factory=dict)
     trains_row: Callable[[Any, Any], bool] | None = None
     check_examples: Callable[[Any, list, str], None] = lambda config, examples, field: None
+    group_size: Callable[[Any], int] = lambda config: 1
+    stage: Callable[[Any, "StageParts"], Any] | None = None
+    card_title: Callable[[dict], str] | None = None
+    teacher_prompt_budget: str = "max_teacher_prompt_length"
 
     def __post_init__(self) -> None:
         if self.teacher not in TEACHER_KINDS:

@@ -11,18 +11,16 @@ reverse KL). Learning from demonstrations on-policy is the paper's answer to SFT
 
 from __future__ import annotations
 
-import math
-
 from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
 from distill.methods.registry import Method, Paper, Reads, register
 from distill.objectives.self_distillation import (
     METRICS,
-    MODES,
     SelfDistillationObjective,
     SelfDistillationSettings,
 )
+from distill.methods.self_teacher_rules import check_distillation, check_reused_sampling, check_self_teacher
 from distill.teacher_prompts import check_template
-from distill.teachers.self_teacher import KINDS, EMAUpdate
+from distill.teachers.self_teacher import EMAUpdate
 
 SDFT_PAPER = Paper(
     "Self-Distillation Enables Continual Learning", "Shenfeld et al., 2026", "2601.19897", "shenfeld2026selfdistillation",
@@ -45,42 +43,21 @@ def objective(config) -> SelfDistillationObjective:
 
 def validate(config) -> None:
     """sdft's own rules, checked before any model loads; every message names the field and the fix."""
-    if config.teacher_model_kind not in KINDS:
-        raise ValueError(f"teacher_model_kind must be one of {KINDS}, got {config.teacher_model_kind!r}")
-    if not (0.0 < config.teacher_update_rate <= 1.0):
-        raise ValueError(f"teacher_update_rate must be in (0, 1] (the student's share of each EMA update; 1 = copy the "
-                         f"student), got {config.teacher_update_rate!r}")
-    if config.teacher_sync_steps < 1:
-        raise ValueError(f"teacher_sync_steps must be >= 1 (optimizer steps between EMA updates), got {config.teacher_sync_steps!r}")
+    check_self_teacher(config)
     check_template(config.teacher_prompt_template, "teacher_prompt_template")
     if config.max_teacher_prompt_length < 1:
         raise ValueError(f"max_teacher_prompt_length must be a positive integer, got {config.max_teacher_prompt_length!r}")
     if config.missing_privileged_context not in ("error", "skip"):
         raise ValueError(f"missing_privileged_context must be 'error' or 'skip', got {config.missing_privileged_context!r}")
-    if config.distillation_mode not in MODES:
-        raise ValueError(f"distillation_mode must be one of {MODES}, got {config.distillation_mode!r}")
-    if config.distillation_mode == "sampled_token" and config.beta != 1.0:
-        raise ValueError(f"distillation_mode sampled_token estimates reverse KL on the sampled token only: set beta: 1 "
-                         f"(got {config.beta}), or use full_logits / topk_logits for other betas")
+    check_distillation(config)
     if config.distillation_mode == "sampled_token" and config.generate_from_teacher:
         raise ValueError("distillation_mode sampled_token is a policy gradient on the student's own samples; with "
                          "generate_from_teacher the teacher samples them. Use full_logits or topk_logits")
-    if config.distillation_topk < 1:
-        raise ValueError(f"distillation_topk must be >= 1, got {config.distillation_topk!r}")
-    if config.distillation_is_clip is not None and not (config.distillation_is_clip > 0 and math.isfinite(config.distillation_is_clip)):
-        raise ValueError(f"distillation_is_clip must be a finite number > 0 (None: no cap), got {config.distillation_is_clip!r}")
-    if config.num_iterations < 1:
-        raise ValueError(f"num_iterations must be >= 1 (optimizer steps per generation batch), got {config.num_iterations!r}")
     if config.num_loss_tokens_to_skip < 0:
         raise ValueError(f"num_loss_tokens_to_skip must be >= 0, got {config.num_loss_tokens_to_skip!r}")
     if config.generate_from_teacher and config.seq_kd_generation_steps < 1:
         raise ValueError(f"seq_kd_generation_steps must be >= 1, got {config.seq_kd_generation_steps!r}")
-    if config.num_iterations > 1 and not config.generate_from_teacher and (config.top_p != 1.0 or config.top_k != 0):
-        raise ValueError("top_p / top_k: with num_iterations > 1 the importance ratio needs the student's full sampling "
-                         "distribution (top_p 1, top_k 0)")
-    if config.num_iterations > 1 and not config.generate_from_teacher and config.sampling_temperature != config.temperature:
-        raise ValueError(f"sampling_temperature ({config.sampling_temperature}) and temperature ({config.temperature}) must "
-                         "be equal with num_iterations > 1: the importance ratio compares log-probs at one temperature")
+    check_reused_sampling(config, student_samples=not config.generate_from_teacher)
 
 
 def check_examples(config, examples, field: str) -> None:
@@ -121,7 +98,7 @@ register(Method(
     sources=sources,
     objective=objective,
     teacher="self",
-    defaults={"beta": 0.0},
+    defaults={"beta": 0.0, "distillation_mode": "full_logits"},
     reads=(
         Reads("method sdft", ("beta", "temperature", "teacher_model_kind", "teacher_prompt_template",
                               "max_teacher_prompt_length", "missing_privileged_context", "distillation_mode",

@@ -23,7 +23,8 @@ class StudentTokens:
     token each position predicts; rows: (N,) long, the micro-batch row of each position (None when no
     objective needs it);
     rollout_log_probs: (N,) float32, the log-prob each token had under the policy that sampled it
-    (recorded at generation, `distill.rollout`), or None when the method does not ask for them.
+    (recorded at generation, `distill.rollout`), or None when the method does not ask for them;
+    advantages: (N,) float32, the advantage of each token's row (set by a method's step stage), or None.
     """
 
     hidden: torch.Tensor
@@ -31,20 +32,30 @@ class StudentTokens:
     targets: torch.Tensor
     rows: torch.Tensor | None = None
     rollout_log_probs: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
 
     def select(self, index: torch.Tensor) -> "StudentTokens":
         """The positions `index` (M,) long, in that order (one teacher's share of a routed micro-batch)."""
         pick = lambda values: None if values is None else values.index_select(0, index)  # noqa: E731
-        return StudentTokens(pick(self.hidden), self.head, pick(self.targets), pick(self.rows), pick(self.rollout_log_probs))
+        return StudentTokens(pick(self.hidden), self.head, pick(self.targets), pick(self.rows), pick(self.rollout_log_probs),
+                             pick(self.advantages))
 
 
 @dataclass(frozen=True)
 class StepContext:
-    """Per micro-batch facts an objective may need: its completion source, and whether this optimizer step
-    logs (then per-token diagnostics are computed)."""
+    """Per micro-batch facts an objective may need: its completion source, whether this optimizer step logs
+    (then per-token diagnostics are computed), and the step's global sizes, for an objective whose loss has
+    another denominator than the step's tokens (a policy loss normalised per sequence): it scales its sum by
+    step_tokens / its own denominator, since the trainer divides every loss sum by step_tokens.
+
+    step_tokens: trained completion tokens of the step, all micro-batches and processes; step_rows: rows
+    with a trained token, likewise; step_micro_batches: micro-batches of the step over all processes."""
 
     source: str
     return_stats: bool = False
+    step_tokens: int = 0
+    step_rows: int = 0
+    step_micro_batches: int = 1
 
 
 class Objective(Protocol):

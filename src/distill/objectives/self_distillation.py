@@ -18,7 +18,7 @@ ratio w_t = min(pi_theta(y_t) / pi_old(y_t), distillation_is_clip) (a constant; 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -68,17 +68,25 @@ class SelfDistillationObjective:
         if s.mode == "sampled_token" or self._reweights(tokens, context):
             current = token_log_probs(tokens.hidden.detach(), tokens.head, tokens.targets, s.temperature, s.chunk_size)
         weights = self._importance_weights(tokens, current) if self._reweights(tokens, context) else None
+        distilled = getattr(signal, "distilled", None)  # some rows have no teacher prompt (sdpo): weight 0
+        if distilled is not None:
+            weights = distilled.float() if weights is None else weights * distilled.float()
         if s.mode == "full_logits":
-            out = self._full(tokens, signal, weights, context.return_stats)
+            out = self._full(tokens, signal, weights, context.return_stats and distilled is None)
         elif s.mode == "topk_logits":
             out = self._topk(tokens, signal, weights)
         else:
             out = self._sampled(tokens, signal, current, weights)
-        stats = out.stats
-        if context.return_stats and s.mode != "full_logits":
-            with torch.no_grad():  # the full-vocabulary diagnostics, whatever the loss's support
-                stats = divergence(tokens, signal, LossSettings(s.beta, s.temperature, s.chunk_size, True)).stats
-        return out._replace(stats=stats, metrics=self._metrics(tokens, signal, weights))
+        stats, covered = out.stats, None
+        if context.return_stats and (s.mode != "full_logits" or distilled is not None):
+            seen_tokens, seen_signal = tokens, signal
+            if distilled is not None:
+                index = distilled.nonzero().squeeze(1)
+                seen_tokens, covered = tokens.select(index), len(index)
+                seen_signal = replace(signal, hidden=signal.hidden[index], distilled=None)
+            with torch.no_grad():  # the full-vocabulary diagnostics, whatever the loss's support, on the distilled rows
+                stats = divergence(seen_tokens, seen_signal, LossSettings(s.beta, s.temperature, s.chunk_size, True)).stats
+        return out._replace(stats=stats, stats_tokens=covered, metrics=self._metrics(tokens, signal, weights))
 
     # -------------------------------------------------------------------------------------- losses --
     def _full(self, tokens: StudentTokens, signal: DenseSignal, weights, return_stats: bool) -> DistillLoss:

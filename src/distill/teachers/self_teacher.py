@@ -94,21 +94,38 @@ class SelfTeacher:
 
     def score(self, batch: MicroBatch, temperature: float) -> SelfSignal:
         """The teacher's hidden states at the trained positions of `batch`, after each row's teacher prompt:
-        the same completion tokens, masks and order, so its N positions are the student's N."""
-        rows = [self._teacher_row(c) for c in batch.completions]
-        teacher_batch = collate([row for row, _ in rows], batch.source, self.pad_id).to(self.device)
+        the same completion tokens, masks and order, so its N positions are the student's N. Rows a step
+        stage marked not distilled (`Completion.distilled`) skip the teacher pass: zeros at their positions,
+        and `SelfSignal.distilled` says which positions are real."""
+        completions = batch.completions
+        scored = [c for c in completions if c.distilled]
+        rows = [self._teacher_row(c) for c in scored]
         with self.model() as model, self.autocast():
-            hidden = backbone_hidden(model, teacher_batch.input_ids, teacher_batch.attention_mask)
-            hidden = hidden[:, :-1][predicting_positions(teacher_batch.completion_mask)].float()
             head = _detached(logit_head(model, self.vocab_size))
-        return SelfSignal(hidden, head, rows=len(rows), prompts_truncated=sum(cut for _, cut in rows),
-                          rows_without_context=sum(c.example is None or c.example.privileged_context is None
-                                                   for c in batch.completions))
+            hidden = torch.zeros(0, head.weight.shape[1], device=self.device)
+            if rows:
+                teacher_batch = collate([row for row, _ in rows], batch.source, self.pad_id).to(self.device)
+                hidden = backbone_hidden(model, teacher_batch.input_ids, teacher_batch.attention_mask)
+                hidden = hidden[:, :-1][predicting_positions(teacher_batch.completion_mask)]
+        hidden, distilled = hidden.float(), None
+        if len(scored) < len(completions):  # place the scored rows' positions among all N
+            lengths = torch.tensor([len(c.loss_span()) for c in completions], device=self.device)
+            distilled = torch.tensor([c.distilled for c in completions], device=self.device).repeat_interleave(lengths)
+            full = hidden.new_zeros(distilled.shape[0], hidden.shape[1])
+            full[distilled] = hidden
+            hidden = full
+        without_context = sum(not c.distilled or (c.reprompt is None and (c.example is None or c.example.privileged_context is None))
+                              for c in completions)
+        return SelfSignal(hidden, head, rows=len(completions), prompts_truncated=sum(cut for _, cut in rows),
+                          rows_without_context=without_context, distilled=distilled)
 
     def _teacher_row(self, completion: Completion) -> tuple[Completion, bool]:
-        if completion.example is None:
+        if completion.reprompt is not None:  # a step stage wrote this row's teacher prompt (sdpo)
+            ids, truncated = completion.reprompt
+        elif completion.example is None:
             raise ValueError("a self-teacher needs each completion's dataset example (its prompt and privileged context)")
-        ids, truncated = self.teacher_prompt(completion.example)
+        else:
+            ids, truncated = self.teacher_prompt(completion.example)
         row = Completion(ids, completion.completion_ids, completion.source, trained=completion.trained,
                          loss_skip=completion.loss_skip)
         return row, truncated
