@@ -1,0 +1,115 @@
+"""The group policy loss (GRPO-style, sdpo's policy part) against a naive twin written from each loss_type's
+definition over the whole step (float64, probability space), values and gradients, with the step split into
+micro-batches the way the trainer does (every loss sum divided by the step's token count)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from distill.losses import LogitHead
+from distill.losses.policy_gradient import ClipSettings
+from distill.objectives.base import StepContext, StudentTokens
+from distill.objectives.group_policy import LOSS_TYPES, PolicySettings, group_policy_loss
+
+VOCAB, HIDDEN, MAX_NEW = 23, 8, 7
+
+
+def step_rows(seed: int = 0):
+    """Six rows of unequal lengths (1..6 tokens), their advantages, in two micro-batches of 3 rows."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = [3, 1, 6, 2, 5, 4]
+    rows = []
+    for length in lengths:
+        rows.append({"hidden": torch.randn(length, HIDDEN, generator=generator, dtype=torch.float64),
+                     "targets": torch.randint(0, VOCAB, (length,), generator=generator),
+                     "advantage": float(torch.randn((), generator=generator, dtype=torch.float64)),
+                     "old": torch.randn(length, generator=generator, dtype=torch.float64).mul(0.1)})
+    head = torch.randn(VOCAB, HIDDEN, generator=generator, dtype=torch.float64)
+    return rows, head, [rows[:3], rows[3:]]
+
+
+def naive_loss(rows, head, loss_type: str, micro_batches, reused: bool, clip: ClipSettings) -> torch.Tensor:
+    """The loss of the step from its definition: per token l = -min(rho A, clip(rho) A), normalised."""
+    def token_losses(row):
+        p = torch.softmax(row["hidden"] @ head.T, dim=-1)
+        picked = p.gather(1, row["targets"].unsqueeze(1)).squeeze(1).log()
+        old = row["old"] if reused else picked.detach()
+        rho = (picked - old).exp()
+        a = row["advantage"]
+        return -torch.minimum(rho * a, rho.clamp(1 - clip.epsilon_low, 1 + clip.epsilon_high) * a)
+
+    losses = [token_losses(row) for row in rows]
+    tokens = sum(len(loss) for loss in losses)
+    if loss_type == "grpo":
+        return sum(loss.mean() for loss in losses) / len(rows)
+    if loss_type == "dr_grpo":
+        return sum(loss.sum() for loss in losses) / (len(rows) * MAX_NEW)
+    if loss_type == "dapo":
+        return sum(loss.sum() for loss in losses) / tokens
+    means, start = [], 0
+    for mb in micro_batches:  # bnpo: each micro-batch's token mean, averaged
+        mb_losses = losses[start : start + len(mb)]
+        means.append(sum(loss.sum() for loss in mb_losses) / sum(len(loss) for loss in mb_losses))
+        start += len(mb)
+    return sum(means) / len(means)
+
+
+def chunked_loss(rows, head, loss_type: str, micro_batches, reused: bool, clip: ClipSettings) -> torch.Tensor:
+    """The trainer's way: per micro-batch loss sums (float32 inputs), each divided by the step's tokens."""
+    settings = PolicySettings(loss_type, clip, 1.0, 4, MAX_NEW, reused)
+    step_tokens = sum(len(r["targets"]) for r in rows)
+    context = StepContext("student", False, step_tokens, len(rows), len(micro_batches))
+    total = 0.0
+    for mb in micro_batches:
+        index = torch.cat([torch.full((len(r["targets"]),), i) for i, r in enumerate(mb)])
+        tokens = StudentTokens(torch.cat([r["hidden"] for r in mb]).float(), LogitHead(head.float(), None),
+                               torch.cat([r["targets"] for r in mb]), index,
+                               torch.cat([r["old"] for r in mb]).float(),
+                               torch.tensor([r["advantage"] for r in mb], dtype=torch.float32)[index])
+        loss, _ = group_policy_loss(tokens, context, settings)
+        total = total + loss.loss_sum / step_tokens
+    return total
+
+
+@pytest.mark.parametrize("reused", [False, True])
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_each_loss_type_matches_its_definition_values_and_gradients(loss_type, reused):
+    rows, head, micro_batches = step_rows()
+    clip = ClipSettings(0.2, 0.28, dual_clip=None)
+    for row in rows:
+        row["hidden"].requires_grad_(True)
+    expected = naive_loss(rows, head, loss_type, micro_batches, reused, clip)
+    expected_grads = torch.autograd.grad(expected, [r["hidden"] for r in rows])
+    leaves = [r["hidden"].detach().float().requires_grad_(True) for r in rows]
+    float_rows = [dict(r, hidden=leaf) for r, leaf in zip(rows, leaves)]
+    actual = chunked_loss(float_rows, head, loss_type, [float_rows[:3], float_rows[3:]], reused, clip)
+    actual.backward()
+    torch.testing.assert_close(actual.double(), expected, rtol=1e-5, atol=1e-6)
+    for leaf, grad in zip(leaves, expected_grads):
+        torch.testing.assert_close(leaf.grad.double(), grad, rtol=1e-4, atol=1e-6)
+    assert any(leaf.grad.abs().sum() > 0 for leaf in leaves)
+
+
+def test_grpo_dr_grpo_and_dapo_do_not_depend_on_the_micro_batch_split_but_bnpo_does():
+    rows, head, _ = step_rows(seed=3)
+    clip = ClipSettings(dual_clip=None)
+    for loss_type in LOSS_TYPES:
+        two = chunked_loss(rows, head, loss_type, [rows[:3], rows[3:]], False, clip)
+        other = chunked_loss(rows, head, loss_type, [rows[:1], rows[1:]], False, clip)
+        if loss_type == "bnpo":
+            assert not torch.isclose(two, other, rtol=1e-4)
+        else:
+            torch.testing.assert_close(two, other, rtol=1e-5, atol=1e-7)
+
+
+def test_a_fresh_rollout_has_ratio_one_and_no_clip_whatever_the_recorded_log_probs():
+    rows, head, micro_batches = step_rows(seed=5)
+    for row in rows:
+        row["old"] = row["old"] + 5.0  # far off: a reused rollout would clip every token
+    fresh = chunked_loss(rows, head, "dapo", micro_batches, False, ClipSettings(dual_clip=None))
+    naive = naive_loss(rows, head, "dapo", micro_batches, False, ClipSettings(dual_clip=None))
+    torch.testing.assert_close(fresh.double(), naive, rtol=1e-5, atol=1e-6)
+    # ratio 1: the value is -sum A over tokens / tokens
+    expected = -sum(r["advantage"] * len(r["targets"]) for r in rows) / sum(len(r["targets"]) for r in rows)
+    assert float(fresh) == pytest.approx(expected, rel=1e-5)
