@@ -1,4 +1,4 @@
-"""The bundled knowledge-injection set (`bundled:facts`) and answer checking (`distill.answers`)."""
+"""The bundled task sets (`bundled:facts` for knowledge injection, `bundled:arithmetic` for RL) and answer checking (`distill.answers`)."""
 
 from __future__ import annotations
 
@@ -45,3 +45,22 @@ def test_answers_are_found_as_whole_words_after_normalisation():
     assert not contains_answer("founded by Oltalis", "Oltalis Dunzorow")
     assert not contains_answer("anything", "  ")
     assert normalise("Capy-Bara!") == "capy bara"
+
+
+def test_the_arithmetic_set_has_300_training_and_100_held_out_sums_with_their_answers():
+    train = load_dataset_spec("bundled:arithmetic", "train", "dataset")
+    heldout = load_dataset_spec("bundled:arithmetic", "heldout", "dataset")
+    assert len(train) == 300 and len(heldout) == 100
+    pairs = [(row["a"], row["b"]) for row in train] + [(row["a"], row["b"]) for row in heldout]
+    assert len(set(pairs)) == 400 and all(2 <= a <= 21 and 2 <= b <= 21 for a, b in pairs)
+    for row in list(train) + list(heldout):
+        assert row["prompt"] == [{"role": "user", "content": f"What is {row['a']} + {row['b']}? Answer with the number only."}]
+        assert row["answer"] == str(row["a"] + row["b"])
+    examples = examples_from_dataset(heldout, "eval_dataset")
+    assert contains_answer("The answer is 24.", "24") and examples[0].answer == heldout[0]["answer"]
+
+
+def test_the_arithmetic_file_is_what_its_script_writes(tmp_path):
+    subprocess.run([sys.executable, str(REPO / "scripts" / "make_arithmetic.py"), str(tmp_path / "a.jsonl")], check=True,
+                   capture_output=True)
+    assert (tmp_path / "a.jsonl").read_bytes() == BUNDLED_SETS["bundled:arithmetic"].read_bytes()

@@ -140,7 +140,7 @@ def test_a_resumed_run_equals_an_uninterrupted_one_hook_state_included(tokenizer
 
 
 def test_a_method_that_does_not_declare_a_field_rejects_it(toy_method):
-    with pytest.raises(ValueError, match="beta is not read by method toy_sampled_nll .methods gkd, gold, on_policy, sdft read it"):
+    with pytest.raises(ValueError, match="beta is not read by method toy_sampled_nll .methods gkd, gold, on_policy, sdft, sdpo read it"):
         DistillConfig(method=TOY, beta=0.3).validate()
     DistillConfig(method=TOY, temperature=2.0).validate()
 
