@@ -393,3 +393,23 @@ def test_sdpo_model_card_cites_the_paper(tokenizer, tmp_path, monkeypatch):
     distiller(tokenizer, tmp_path, max_steps=1).train()
     card = (tmp_path / "run" / "model" / "README.md").read_text()
     assert "2601.20802" in card and "hubotter2026sdpo" in card and "SDPO" in card
+
+
+@pytest.mark.parametrize("weight", [0.0, 1.0])
+def test_eval_before_after_and_distill_eval_work_on_sdpo_and_grpo_runs(tokenizer, tmp_path, model_dirs, weight):
+    import json
+
+    from distill.cli import main
+
+    eval_file = tmp_path / "heldout.jsonl"
+    eval_file.write_text("\n".join(json.dumps(r) for r in answer_rows(4)) + "\n")
+    config = config_for(tmp_path, student=str(model_dirs["student"]), eval_before_after=True, eval_dataset=str(eval_file),
+                        eval_split="train", eval_max_new_tokens=6, max_teacher_prompt_length=96, distillation_weight=weight)
+    Distiller(config, train_dataset=datasets.Dataset.from_list(answer_rows(8))).train()
+    report = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
+    assert report["metrics"]["after"]["answer_accuracy"]["prompts"] == 4
+    assert report["metrics"]["before"]["on_teacher_completions"]["forward_kl"] == pytest.approx(0.0, abs=1e-5)  # the initial model
+    assert main(["eval", str(tmp_path / "run"), "--max-new-tokens", "6"]) == 0
+    cli = json.loads((tmp_path / "run" / "eval-cli" / "eval.json").read_text())
+    assert cli["metrics"]["student"]["on_teacher_completions"]["forward_kl"] == pytest.approx(
+        report["metrics"]["after"]["on_teacher_completions"]["forward_kl"], rel=1e-4)

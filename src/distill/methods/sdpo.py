@@ -182,6 +182,9 @@ register(Method(
               lambda c: distils(c) and c.distillation_mode == "topk_logits"),
         Reads("distillation_weight > 0 with num_iterations > 1", ("distillation_is_clip",),
               lambda c: distils(c) and c.num_iterations > 1),
+        # As for sdft and sft: the evaluation compares with the initial model, shown a row's privileged context if any.
+        Reads("eval_before_after: true (the evaluation's teacher is the initial model shown the row's context)",
+              ("teacher_prompt_template", "max_teacher_prompt_length"), lambda c: c.eval_before_after),
     ),
     validate=validate,
     metrics=METRICS,
