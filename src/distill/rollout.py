@@ -283,6 +283,7 @@ class StepRollout:
         self._reused: tuple[int, list[MicroBatch]] | None = None
         self.stage: StepStage | None = None  # set by the trainer for a method that has one
         self._staged: int | None = None  # the generation step whose rollout the stage has seen
+        self._restored = False  # the reused rollout came from a checkpoint (its stage metrics are logged already)
         self.stage_metrics: dict[str, tuple[float, float]] = {}  # the last stage's, taken by the trainer
 
     def sources(self, step: int) -> list[str]:
@@ -312,8 +313,10 @@ class StepRollout:
                 self._reused = (first, micro_batches)
         if self.stage is not None and self._staged != first:
             start = time.perf_counter()
-            self.stage_metrics = self.stage(first, micro_batches)
-            self._staged = first
+            metrics = self.stage(first, micro_batches)
+            # A rollout restored from a checkpoint was staged and logged before the interruption.
+            self.stage_metrics = {} if self._restored else metrics
+            self._staged, self._restored = first, False
             _add(timings, "stage", time.perf_counter() - start)
         return micro_batches
 
@@ -353,6 +356,7 @@ class StepRollout:
             batches.append(collate(completions, source, self.pad_id))
         self._reused = (first, batches)
         self._staged = None  # restored completions are staged again (rewards, demonstrations) when first used
+        self._restored = True
 
     # --------------------------------------------------------------------------------------- generation --
     def _generate(self, step: int, timings: dict[str, float]) -> list[MicroBatch]:

@@ -10,7 +10,11 @@ import torch
 from distill.losses import LogitHead
 from distill.losses.policy_gradient import ClipSettings
 from distill.objectives.base import StepContext, StudentTokens
-from distill.objectives.group_policy import LOSS_TYPES, PolicySettings, group_policy_loss
+from distill.objectives.group_policy import (
+    LOSS_TYPES,
+    PolicySettings,
+    group_policy_loss,
+)
 
 VOCAB, HIDDEN, MAX_NEW = 23, 8, 7
 

@@ -16,7 +16,10 @@ from distill.losses import LogitHead, chunked_generalized_jsd, sparse_generalize
 from distill.losses.cross_entropy import chunked_cross_entropy
 from distill.losses.student_topk import student_topk_support
 from distill.objectives import StepContext, StudentTokens
-from distill.objectives.self_distillation import SelfDistillationObjective, SelfDistillationSettings
+from distill.objectives.self_distillation import (
+    SelfDistillationObjective,
+    SelfDistillationSettings,
+)
 from distill.signals import DenseSignal
 from tests.losses import reference
 

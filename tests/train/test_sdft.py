@@ -14,7 +14,11 @@ from distill import DistillConfig
 from distill.cli import main
 from distill.rollout import Completion, collate
 from distill.run import resume_config
-from distill.teacher_prompts import DEFAULT_TEACHER_PROMPT_TEMPLATE, check_template, fill
+from distill.teacher_prompts import (
+    DEFAULT_TEACHER_PROMPT_TEMPLATE,
+    check_template,
+    fill,
+)
 from distill.teachers.hidden import backbone_hidden, predicting_positions
 from distill.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer

@@ -15,7 +15,12 @@ from distill.errors import RewardFunctionError
 from distill.reward_stage import demonstration_rows, group_advantages
 from distill.rewards import Rewards, load_reward_function, weighted_range
 from distill.run import resume_config
-from distill.teacher_prompts import DEFAULT_FEEDBACK_TEMPLATE, DEFAULT_REPROMPT_TEMPLATE, DEFAULT_SOLUTION_TEMPLATE, Reprompts
+from distill.teacher_prompts import (
+    DEFAULT_FEEDBACK_TEMPLATE,
+    DEFAULT_REPROMPT_TEMPLATE,
+    DEFAULT_SOLUTION_TEMPLATE,
+    Reprompts,
+)
 from distill.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
 from tests.distributed import first_step_gradient, run_in_processes

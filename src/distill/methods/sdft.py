@@ -13,12 +13,16 @@ from __future__ import annotations
 
 from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
 from distill.methods.registry import Method, Paper, Reads, register
+from distill.methods.self_teacher_rules import (
+    check_distillation,
+    check_reused_sampling,
+    check_self_teacher,
+)
 from distill.objectives.self_distillation import (
     METRICS,
     SelfDistillationObjective,
     SelfDistillationSettings,
 )
-from distill.methods.self_teacher_rules import check_distillation, check_reused_sampling, check_self_teacher
 from distill.teacher_prompts import check_template
 from distill.teachers.self_teacher import EMAUpdate
 

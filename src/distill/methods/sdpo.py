@@ -17,16 +17,25 @@ from __future__ import annotations
 
 import math
 
+from distill.data import PromptEncoder
 from distill.losses.policy_gradient import ClipSettings
 from distill.methods.mixing import ALWAYS_ON_POLICY
 from distill.methods.registry import Method, Paper, Reads, register
-from distill.methods.self_teacher_rules import check_distillation, check_reused_sampling, check_self_teacher
-from distill.data import PromptEncoder
+from distill.methods.self_teacher_rules import (
+    check_distillation,
+    check_reused_sampling,
+    check_self_teacher,
+)
 from distill.objectives.group_policy import LOSS_TYPES, PolicySettings
 from distill.objectives.sdpo import METRICS, SDPOObjective, SDPOSettings
 from distill.objectives.self_distillation import SelfDistillationSettings
 from distill.reward_stage import ADVANTAGE_SCALINGS, GroupSettings, RewardStage
-from distill.rewards import ANSWER_REWARDS, Rewards, load_reward_function, weighted_range
+from distill.rewards import (
+    ANSWER_REWARDS,
+    Rewards,
+    load_reward_function,
+    weighted_range,
+)
 from distill.teacher_prompts import Reprompts, check_reprompt_templates
 from distill.teachers.self_teacher import EMAUpdate
 

@@ -19,7 +19,10 @@ from distill.losses import DistillLoss
 from distill.objectives.base import StepContext, StudentTokens
 from distill.objectives.group_policy import PolicySettings, group_policy_loss
 from distill.objectives.self_distillation import METRICS as DISTILLATION_METRICS
-from distill.objectives.self_distillation import SelfDistillationObjective, SelfDistillationSettings
+from distill.objectives.self_distillation import (
+    SelfDistillationObjective,
+    SelfDistillationSettings,
+)
 from distill.signals import DENSE
 
 METRICS = ("sdpo/policy_loss", "sdpo/distillation_loss", "sdpo/clip_fraction", *DISTILLATION_METRICS)
