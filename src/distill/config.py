@@ -67,7 +67,7 @@ class DistillConfig:
                                   "student is given. Layer dropping followed by distillation is how Minitron- and "
                                   "DistilBERT-style students start.")
     dataset: str = _f(BUNDLED_DATASET, "Training prompts: 'bundled' (the prompt set shipped with distill, its "
-                      "'train' split), a local .json/.jsonl/.parquet file or directory, or a hub dataset "
+                      "'train' split; 'bundled:facts': invented facts for sdft; 'bundled:arithmetic': sums for sdpo), a local .json/.jsonl/.parquet file or directory, or a hub dataset "
                       "(online). Rows hold `prompt` (text or chat messages) or `messages`; optional "
                       "`completion` (text or messages) for off-policy training.")
     dataset_split: str = _f("train", "Split of `dataset` to train on: the rows whose `split` column holds it; a "

@@ -3,7 +3,8 @@
 Local data is .json/.jsonl/.parquet files, a directory of them, or a directory written by `save_to_disk`:
 one split, 'train', unless its rows have a 'split' column; 'bundled' is the prompt set shipped with
 distill, 'bundled:facts' its knowledge-injection set (invented facts with checkable answers, for
-self-distillation: `scripts/make_facts.py` writes it). Every problem (an unknown split, an empty, malformed, non-UTF-8 or unsupported file, a missing
+self-distillation: `scripts/make_facts.py` writes it), 'bundled:arithmetic' its RL task (sums with their
+answers, for sdpo / GRPO: `scripts/make_arithmetic.py`). Every problem (an unknown split, an empty, malformed, non-UTF-8 or unsupported file, a missing
 prompt column) is one ValueError naming the field, the file (and line) and the fix, raised before any
 model loads. Rows are validated and turned into examples by `distill.data`.
 """
