@@ -142,6 +142,9 @@ class RewardStage:
             values = self.rewards([e.prompt for e in examples], texts, [e.row for e in examples], [e.index for e in examples])
         except RewardFunctionError as failure:
             error = failure
+        except Exception as failure:  # anything else: the other processes must still learn of it, not wait here
+            error = RewardFunctionError(f"scoring the rewards failed: {type(failure).__name__}: {failure}")
+            error.__cause__ = failure
         if self.runtime.agree([error is not None])[0]:
             raise error or RewardFunctionError("a reward function failed on another process (its error is in that process's log)")
         return values

@@ -148,15 +148,18 @@ class Rewards:
             raise RewardFunctionError(_failing_row(f, prompts, completions, rows, row_ids, error)) from error
         try:
             values = list(values)
-        except TypeError:
+        except Exception as error:  # not iterable, or a generator that raises
             raise RewardFunctionError(f"reward function {f.name} returned {type(values).__name__}, not a list of "
-                                      f"{len(completions)} numbers") from None
+                                      f"{len(completions)} numbers ({type(error).__name__}: {error})") from error
         if len(values) != len(completions):
             raise RewardFunctionError(f"reward function {f.name} returned {len(values)} values for {len(completions)} "
                                       f"completions (dataset rows {row_ids[:8]}...); it must return one per completion")
         checked = []
         for value, row_id in zip(values, row_ids):
-            number = float(value) if isinstance(value, numbers.Real) else None  # bools and numpy numbers too
+            try:
+                number = float(value) if isinstance(value, numbers.Real) else None  # bools and numpy numbers too
+            except (OverflowError, ValueError):  # an int too large for a float
+                number = None
             if number is None or not math.isfinite(number):
                 raise RewardFunctionError(f"reward function {f.name} returned {value!r} for dataset row {row_id}; every "
                                           "value must be a finite number")

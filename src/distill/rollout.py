@@ -308,13 +308,14 @@ class StepRollout:
             micro_batches = self._reused[1]
         else:
             micro_batches = self._generate(first, timings)
-            self._staged = None
+            self._staged, self._restored = None, False
             if self.settings.num_iterations > 1:
                 self._reused = (first, micro_batches)
         if self.stage is not None and self._staged != first:
             start = time.perf_counter()
             metrics = self.stage(first, micro_batches)
-            # A rollout restored from a checkpoint was staged and logged before the interruption.
+            # A rollout restored from a checkpoint was staged before the interruption, its metrics added to a
+            # window then (logged, or lost with the window's other metrics if the run stopped before the log).
             self.stage_metrics = {} if self._restored else metrics
             self._staged, self._restored = first, False
             _add(timings, "stage", time.perf_counter() - start)

@@ -315,7 +315,9 @@ class Distiller:
         from transformers import get_scheduler, set_seed
 
         config, accelerator = self.config, self.accelerator
-        set_seed(config.seed)
+        # Each process its own stream (process 0 keeps the seed's): student sampling draws from it, and processes
+        # that hold the same prompt (a group spread over processes) must not draw the same completions.
+        set_seed((config.seed + 1_000_003 * self.runtime.process_index) % 2**32)
         self.student_model.train()  # from_pretrained returns eval mode: no dropout, no activation checkpointing
         params = [p for p in self.student_model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),

@@ -24,12 +24,15 @@ def step_rows(seed: int = 0):
     generator = torch.Generator().manual_seed(seed)
     lengths = [3, 1, 6, 2, 5, 4]
     rows = []
-    for length in lengths:
-        rows.append({"hidden": torch.randn(length, HIDDEN, generator=generator, dtype=torch.float64),
-                     "targets": torch.randint(0, VOCAB, (length,), generator=generator),
-                     "advantage": float(torch.randn((), generator=generator, dtype=torch.float64)),
-                     "old": torch.randn(length, generator=generator, dtype=torch.float64).mul(0.1)})
     head = torch.randn(VOCAB, HIDDEN, generator=generator, dtype=torch.float64)
+    for length in lengths:
+        hidden = torch.randn(length, HIDDEN, generator=generator, dtype=torch.float64)
+        targets = torch.randint(0, VOCAB, (length,), generator=generator)
+        picked = torch.log_softmax(hidden @ head.T, dim=-1).gather(1, targets.unsqueeze(1)).squeeze(1)
+        # pi_old near pi_theta: ratios exp(-+0.5) on both sides of the clip range [0.8, 1.28]
+        old = picked + torch.rand(length, generator=generator, dtype=torch.float64).sub(0.5)
+        rows.append({"hidden": hidden, "targets": targets, "old": old,
+                     "advantage": float(torch.randn((), generator=generator, dtype=torch.float64))})
     return rows, head, [rows[:3], rows[3:]]
 
 
@@ -93,6 +96,11 @@ def test_each_loss_type_matches_its_definition_values_and_gradients(loss_type, r
     for leaf, grad in zip(leaves, expected_grads):
         torch.testing.assert_close(leaf.grad.double(), grad, rtol=1e-4, atol=1e-6)
     assert any(leaf.grad.abs().sum() > 0 for leaf in leaves)
+    if reused:  # both clip bounds engage on this data, with positive and negative advantages
+        ratios = torch.cat([(torch.log_softmax(r["hidden"].detach() @ head.T, -1).gather(1, r["targets"].unsqueeze(1)).squeeze(1)
+                             - r["old"]).exp() for r in rows])
+        assert (ratios > 1 + clip.epsilon_high).any() and (ratios < 1 - clip.epsilon_low).any()
+        assert min(r["advantage"] for r in rows) < 0 < max(r["advantage"] for r in rows)
 
 
 def test_grpo_dr_grpo_and_dapo_do_not_depend_on_the_micro_batch_split_but_bnpo_does():

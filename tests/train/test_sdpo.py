@@ -173,6 +173,7 @@ def test_reprompts_fill_the_last_user_turn_and_leave_absent_blocks_empty(tokeniz
     ({"loss_type": "ppo", "distillation_weight": 0.5}, "loss_type must be one of"),
     ({"distillation_weight": 1.5}, r"distillation_weight must be in \[0, 1\]"),
     ({"advantage_scaling": "rank"}, "advantage_scaling must be one of"),
+    ({"advantage_scaling": "batch"}, "advantage_scaling is only read with distillation_weight < 1"),
     ({"distillation_mode": "full_logits", "beta": None}, None),  # beta 1 by default for sdpo: valid
     ({"distillation_mode": "sampled_token", "beta": 0.5}, "sampled_token estimates reverse KL on the sampled token only"),
     ({"teacher_update_rate": 0.0}, r"teacher_update_rate must be in \(0, 1\]"),
@@ -389,6 +390,25 @@ def test_groups_spanning_processes_mine_demonstrations_from_the_other_process(tm
     assert across > 0
     for name, grad in single["grads"].items():
         torch.testing.assert_close(ranks[0]["grads"][name], grad, rtol=1e-4, atol=1e-7, msg=name)
+
+
+def _sampled_texts(rank, world_size, tmp):
+    """Real sampling: one group of 4 spread over the processes (each holds the same prompt twice)."""
+    from pathlib import Path
+
+    tokenizer = train_tiny_tokenizer()
+    config = config_for(Path(tmp) / f"rank{rank}", per_device_train_batch_size=4 // world_size, gradient_accumulation_steps=1,
+                        num_generations=4, distillation_weight=0.0, max_new_tokens=8)
+    run = distiller(tokenizer, None, rows=answer_rows(8), config=config)
+    run.setup()
+    return [list(c.completion_ids) for mb in run.rollout(0, {}) for c in mb.completions]
+
+
+def test_processes_holding_the_same_prompt_sample_different_completions(tmp_path):
+    """Every process has its own sampling stream: a group spread over two processes gets four samples, not
+    the same two samples twice."""
+    ranks = run_in_processes(_sampled_texts, world_size=2, args=(str(tmp_path / "multi"),))
+    assert ranks[0] != ranks[1] and len({tuple(ids) for rank in ranks for ids in rank}) > 2
 
 
 def test_sdpo_model_card_cites_the_paper(tokenizer, tmp_path, monkeypatch):

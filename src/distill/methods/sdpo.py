@@ -173,10 +173,10 @@ register(Method(
     teacher="self",
     defaults={"beta": 1.0, "distillation_mode": "sampled_token"},
     reads=(
-        Reads("method sdpo", ("num_generations", "reward_funcs", "reward_weights", "advantage_scaling", "distillation_weight",
+        Reads("method sdpo", ("num_generations", "reward_funcs", "reward_weights", "distillation_weight",
                               "success_reward_threshold", "num_iterations", "temperature")),
         Reads("reward_funcs with 'regex'", ("reward_regex",), lambda c: "regex" in [str(f) for f in c.reward_funcs]),
-        Reads("distillation_weight < 1 (a policy loss)", ("loss_type",), lambda c: c.distillation_weight < 1),
+        Reads("distillation_weight < 1 (a policy loss)", ("loss_type", "advantage_scaling"), lambda c: c.distillation_weight < 1),
         Reads("distillation_weight < 1 with num_iterations > 1 (the PPO ratio clip)", ("epsilon_low", "epsilon_high"),
               lambda c: c.distillation_weight < 1 and c.num_iterations > 1),
         Reads("distillation_weight > 0 (a self-teacher)", ("teacher_model_kind", "beta", "distillation_mode",

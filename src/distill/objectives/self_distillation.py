@@ -67,8 +67,9 @@ class SelfDistillationObjective:
         current = None
         if s.mode == "sampled_token" or self._reweights(tokens, context):
             current = token_log_probs(tokens.hidden.detach(), tokens.head, tokens.targets, s.temperature, s.chunk_size)
-        weights = self._importance_weights(tokens, current) if self._reweights(tokens, context) else None
+        importance = self._importance_weights(tokens, current) if self._reweights(tokens, context) else None
         distilled = getattr(signal, "distilled", None)  # some rows have no teacher prompt (sdpo): weight 0
+        weights = importance
         if distilled is not None:
             weights = distilled.float() if weights is None else weights * distilled.float()
         if s.mode == "full_logits":
@@ -86,7 +87,7 @@ class SelfDistillationObjective:
                 seen_signal = replace(signal, hidden=signal.hidden[index], distilled=None)
             with torch.no_grad():  # the full-vocabulary diagnostics, whatever the loss's support, on the distilled rows
                 stats = divergence(seen_tokens, seen_signal, LossSettings(s.beta, s.temperature, s.chunk_size, True)).stats
-        return out._replace(stats=stats, stats_tokens=covered, metrics=self._metrics(tokens, signal, weights))
+        return out._replace(stats=stats, stats_tokens=covered, metrics=self._metrics(signal, importance, distilled))
 
     # -------------------------------------------------------------------------------------- losses --
     def _full(self, tokens: StudentTokens, signal: DenseSignal, weights, return_stats: bool) -> DistillLoss:
@@ -127,15 +128,19 @@ class SelfDistillationObjective:
         return ratio if self.settings.is_clip is None else ratio.clamp_max(self.settings.is_clip)
 
     # ------------------------------------------------------------------------------------- metrics --
-    def _metrics(self, tokens: StudentTokens, signal: DenseSignal, weights) -> dict:
+    def _metrics(self, signal: DenseSignal, importance, distilled) -> dict:
+        """The self-teacher's prompt counts, and the importance weights over the distilled positions."""
         metrics = {}
         if isinstance(signal, SelfSignal):
             rows = torch.tensor(float(signal.rows))
             metrics["self_teacher/prompt_truncated"] = (torch.tensor(float(signal.prompts_truncated)), rows)
             metrics["self_teacher/rows_without_context"] = (torch.tensor(float(signal.rows_without_context)), rows)
-        if weights is not None:
-            n = torch.tensor(float(weights.numel()))
-            metrics["self_distillation/is_weight"] = (weights.sum(), n)
-            capped = weights >= self.settings.is_clip if self.settings.is_clip is not None else torch.zeros_like(weights, dtype=torch.bool)
+        if importance is not None:
+            if distilled is not None:
+                importance = importance[distilled]
+            n = torch.tensor(float(importance.numel()))
+            metrics["self_distillation/is_weight"] = (importance.sum(), n)
+            cap = self.settings.is_clip
+            capped = importance >= cap if cap is not None else torch.zeros_like(importance, dtype=torch.bool)
             metrics["self_distillation/is_capped"] = (capped.float().sum(), n)
         return metrics
