@@ -145,9 +145,10 @@ class Distiller:
         self.rollout = StepRollout(self.plan, self.sampler, self.train_examples, self.encoded, self._rollout_settings(),
                                    self.student_for_generation, self.teacher, self.eos_ids, self.pad_id, self.vocab_size,
                                    self.device, self.runtime.process_index)
+        self.stage = None  # the method's work on each rollout before any loss (sdpo's rewards), if it has one
         if self.method.stage is not None:
-            self.rollout.stage = self.method.stage(config, StageParts(self.tokenizer, self.eos_ids, self.runtime,
-                                                                      self.sampler.first_row))
+            self.stage = self.method.stage(config, StageParts(self.tokenizer, self.eos_ids, self.runtime, self.sampler.first_row))
+            self.rollout.stage = self.stage
 
     # ---------------------------------------------------------------------------------------- set-up --
     def _reject_unread_arguments(self, teacher, teacher_tokenizer, eval_dataset) -> None:
@@ -417,8 +418,9 @@ class Distiller:
     def train_step(self, step: int, window: MetricWindow, timings: dict[str, float], log_step: bool) -> None:
         config, accelerator = self.config, self.accelerator
         micro_batches = self.rollout(step, timings)
-        for name, (numerator, denominator) in self.rollout.take_stage_metrics().items():
-            window.add_mean(name, numerator, denominator)
+        if self.stage is not None:
+            for name, (numerator, denominator) in self.rollout.take_stage_metrics().items():
+                window.add_mean(name, numerator, denominator)
         step_tokens, step_rows = self.runtime.global_sums([sum(mb.num_completion_tokens for mb in micro_batches),
                                                           sum(mb.num_rows for mb in micro_batches)])
         scale = self.runtime.num_processes / step_tokens if step_tokens else 0.0
@@ -477,8 +479,7 @@ class Distiller:
 
     # ------------------------------------------------------------------------------------- metrics --
     def _new_window(self) -> MetricWindow:
-        stage = self.rollout.stage
-        return new_window(self.method, list(teachers_of(self.teacher)), stage.metric_names() if stage is not None else ())
+        return new_window(self.method, list(teachers_of(self.teacher)), self.stage.metric_names() if self.stage is not None else ())
 
     def _log(self, step: int, window: MetricWindow, timings: dict[str, float], progress) -> dict[str, Any]:
         add_throughput(window, timings)
