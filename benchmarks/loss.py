@@ -3,7 +3,10 @@
 Shapes default to SmolLM2-135M (V = 49152, H = 576). Each (implementation, N, beta) runs in a fresh process
 so peak resident memory is its own; the implementations alternate within each (N, beta) so that drifting
 machine load hits both. Reported: median seconds of forward+backward (projection to logits included) and
-peak extra resident memory above the inputs.
+peak extra resident memory above the inputs. "trl" is the reference library's chunked kernel (TRL 1.16.0's
+`ChunkedDivergenceFunction`, through its `_chunked_divergence_loss`, on CPU its torch path), when trl is
+installed (`pip install -e ".[trl]"`); the summary gives each chunked implementation's reverse-KL (beta 1)
+time over its forward-KL (beta 0) time.
 
     python benchmarks/loss.py                       # the full table (several minutes on 2 cores)
     python benchmarks/loss.py --n 1024 --beta 0.5   # one cell
@@ -23,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-IMPLEMENTATIONS = ("dense", "chunked")
+IMPLEMENTATIONS = ("dense", "chunked", "trl")
 
 
 def _peak_rss_bytes() -> int:
@@ -50,6 +53,11 @@ def worker(impl: str, n: int, beta: float, vocab: int, hidden: int, repeats: int
                 teacher_logits = teacher_hidden @ teacher_head.T
             student_logits = student_hidden @ student_head.T
             loss = generalized_jsd_loss(student_logits, teacher_logits, beta=beta, reduction="sum")
+        elif impl == "trl":  # its loss is sum / num_items_in_batch: n items gives the sum's gradient / n
+            from trl.trainer.distillation_trainer import _chunked_divergence_loss
+
+            loss = _chunked_divergence_loss(student_hidden[None], teacher_hidden[None], student_head, teacher_head,
+                                            mask[None], beta, num_items_in_batch=1)[0]
         else:
             loss = chunked_generalized_jsd(
                 student_hidden, student_head, teacher_hidden, teacher_head, mask, beta=beta, chunk_size=chunk_size
@@ -83,6 +91,12 @@ def run_in_fresh_process(args: argparse.Namespace, impl: str, n: int, beta: floa
     return json.loads(output.strip().splitlines()[-1])
 
 
+def available() -> tuple[str, ...]:
+    import importlib.util
+
+    return tuple(impl for impl in IMPLEMENTATIONS if impl != "trl" or importlib.util.find_spec("trl") is not None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, nargs="+", default=[1024, 4096], help="completion tokens per step")
@@ -104,13 +118,13 @@ def main() -> None:
         print(json.dumps(result))
         return
 
-    rows = []
-    print(f"V={args.vocab} H={args.hidden} fp32 CPU threads={os.cpu_count()} chunk_size={args.chunk_size}")
+    rows, impls = [], available()
+    print(f"V={args.vocab} H={args.hidden} fp32 CPU threads={os.cpu_count()} chunk_size={args.chunk_size} implementations={impls}")
     print(f"{'N':>6} {'beta':>5} {'impl':>8} {'median s':>9} {'peak extra MB':>14} {'time ratio':>11} {'mem ratio':>10}")
     for n in args.n:
         for beta in args.beta:
-            pair = {impl: run_in_fresh_process(args, impl, n, beta) for impl in IMPLEMENTATIONS}
-            for impl in IMPLEMENTATIONS:
+            pair = {impl: run_in_fresh_process(args, impl, n, beta) for impl in impls}
+            for impl in impls:
                 r = pair[impl]
                 r["time_ratio_vs_dense"] = r["seconds"] / pair["dense"]["seconds"]
                 r["memory_ratio_vs_dense"] = r["peak_extra_mb"] / pair["dense"]["peak_extra_mb"]
@@ -120,11 +134,22 @@ def main() -> None:
                     f"{r['time_ratio_vs_dense']:>11.2f} {r['memory_ratio_vs_dense']:>10.3f}",
                     flush=True,
                 )
+    summary = reverse_over_forward(rows)
+    for (impl, n), ratio in summary.items():
+        print(f"{impl} N={n}: reverse KL (beta 1) takes {ratio:.2f}x the forward KL (beta 0) time")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"vocab": args.vocab, "hidden": args.hidden, "chunk_size": args.chunk_size, "repeats": args.repeats,
             "machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()}
-    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    args.out.write_text(json.dumps({"meta": meta, "rows": rows, "reverse_over_forward": {
+        f"{impl} N={n}": ratio for (impl, n), ratio in summary.items()}}, indent=2))
     print(f"wrote {args.out}")
+
+
+def reverse_over_forward(rows: list[dict]) -> dict[tuple[str, int], float]:
+    """Each chunked implementation's beta-1 median time over its beta-0 one, per N (where both ran)."""
+    times = {(r["impl"], r["n"], r["beta"]): r["seconds"] for r in rows}
+    return {(impl, n): times[(impl, n, 1.0)] / times[(impl, n, 0.0)] for impl, n, beta in times
+            if impl != "dense" and beta == 0.0 and (impl, n, 1.0) in times}
 
 
 if __name__ == "__main__":
