@@ -42,16 +42,9 @@ def free_port() -> int:
 
 
 def score(port: int, prompt: list[int], timeout: float = 60.0) -> tuple[int, list | str]:
-    """(HTTP status, prompt_logprobs or the error body) of one request."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    body = json.dumps({"prompt": prompt, "max_tokens": 1, "prompt_logprobs": TOP_K})
-    connection.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-    response = connection.getresponse()
-    payload = response.read().decode()
-    connection.close()
-    if response.status != 200:
-        return response.status, payload
-    return 200, json.loads(payload)["choices"][0]["prompt_logprobs"]
+    """(HTTP status, prompt_logprobs or the error body) of one request with one prompt."""
+    status, answer = score_many(port, [prompt], timeout)
+    return status, answer[0] if status == 200 else answer
 
 
 def same_answer(answer: list, reference: list, tolerance: float = 1e-4) -> bool:
