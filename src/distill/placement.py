@@ -117,7 +117,7 @@ def parse_routes(value: str, name: str) -> dict[str, str]:
 
 def _no_external_teacher(config, method: Method) -> None:
     """A self-teacher or teacher-free method: every external teacher field is an error that says why."""
-    why = ("its teacher is the student itself, shown the row's privileged context" if method.teacher == "self"
+    why = ("its teacher is the student itself, shown privileged context" if method.teacher == "self"
            else "it learns from the dataset's completions and has no teacher")
     for name in ("teacher_url", "teacher_cache"):
         if getattr(config, name) is not None:
