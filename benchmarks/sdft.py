@@ -28,6 +28,9 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arms import run_arms  # noqa: E402  (a sibling script)
+
 from distill.answers import contains_answer
 from distill.data import PromptEncoder, examples_from_dataset
 from distill.data_files import BUNDLED_DATASET, load_dataset_spec
@@ -102,10 +105,6 @@ class Measure:
                     "general_answers": general["answers"]}
 
 
-def finished(path: Path, resume: bool) -> dict | None:
-    return json.loads(path.read_text()) if resume and path.is_file() else None
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=6.0, help="training minutes per arm")
@@ -116,26 +115,17 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     runs = Path(args.runs)
-    runs.mkdir(parents=True, exist_ok=True)
     device = torch.device("cpu")
     measure = Measure(device, args.questions)
 
-    before = finished(runs / "before.json", args.resume)
-    if before is None:
-        before = measure.row(measure.original)
+    def measure_before() -> dict:
+        row = measure.row(measure.original)
         with torch.no_grad():
-            before["teacher_with_fact_heldout"] = measure.accuracy(measure.original, measure.heldout, with_context=True)
-        (runs / "before.json").write_text(json.dumps(before, indent=2))
-    results = {"before training": before}
-    for name, (directory, flags) in ARMS.items():
-        run_dir = runs / directory
-        row = finished(run_dir / "bench_row.json", args.resume)
-        if row is None:
-            row = train(run_dir, flags, args.minutes)
-            model, _ = load_model(str(run_dir / "model"), "model", device)
-            row.update(measure.row(model))
-            (run_dir / "bench_row.json").write_text(json.dumps(row, indent=2))
-        results[name] = row
+            row["teacher_with_fact_heldout"] = measure.accuracy(measure.original, measure.heldout, with_context=True)
+        return row
+
+    results = run_arms(runs, ARMS, args.resume, measure_before, lambda run_dir, flags: train(run_dir, flags, args.minutes),
+                       lambda run_dir: measure.row(load_model(str(run_dir / "model"), "model", device)[0]))
 
     header = f"{'':32} {'held-out acc':>12} {'train-q acc':>11} {'forgetting KL':>13} {'steps':>6} {'epochs':>6}"
     print(header)
@@ -143,7 +133,7 @@ def main() -> None:
         steps = f"{row['steps']:>6} {row['epochs']:>6.2f}" if "steps" in row else f"{'':>6} {'':>6}"
         print(f"{name:32} {row['heldout']['accuracy']:>12.3f} {row['train_questions']['accuracy']:>11.3f} "
               f"{row['forgetting_forward_kl']:>13.4f} {steps}")
-    print(f"self-teacher (original model shown the fact), held-out accuracy: {before['teacher_with_fact_heldout']['accuracy']:.3f}")
+    print(f"self-teacher (original model shown the fact), held-out accuracy: {results['before training']['teacher_with_fact_heldout']['accuracy']:.3f}")
     Path(args.out).write_text(json.dumps({"minutes_per_arm": args.minutes, "command": " ".join(sys.argv), "common_flags": COMMON,
                                           "arms": {name: flags for name, (_, flags) in ARMS.items()}, "results": results}, indent=2))
 

@@ -26,6 +26,9 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arms import run_arms  # noqa: E402  (a sibling script)
+
 from distill.answers import contains_answer
 from distill.data import PromptEncoder, examples_from_dataset
 from distill.data_files import load_dataset_spec
@@ -90,10 +93,6 @@ class Measure:
                             "expected": self.heldout[0].answer}}
 
 
-def finished(path: Path, resume: bool) -> dict | None:
-    return json.loads(path.read_text()) if resume and path.is_file() else None
-
-
 def plot(results: dict, path: Path) -> None:
     import matplotlib
 
@@ -124,24 +123,12 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=0, help="held-out prompts (0 = all; fewer only to try the script)")
     args = parser.parse_args()
     runs = Path(args.runs)
-    runs.mkdir(parents=True, exist_ok=True)
     device = torch.device("cpu")
     measure = Measure(device, args.samples, args.prompts)
 
-    before = finished(runs / "before.json", args.resume)
-    if before is None:
-        before = measure.row(measure.original)
-        (runs / "before.json").write_text(json.dumps(before, indent=2))
-    results = {"before training": before}
-    for name, (directory, flags) in ARMS.items():
-        run_dir = runs / directory
-        row = finished(run_dir / "bench_row.json", args.resume)
-        if row is None:
-            row = train(run_dir, flags, args.steps)
-            model, _ = load_model(str(run_dir / "model"), "model", device)
-            row.update(measure.row(model))
-            (run_dir / "bench_row.json").write_text(json.dumps(row, indent=2))
-        results[name] = row
+    results = run_arms(runs, ARMS, args.resume, lambda: measure.row(measure.original),
+                       lambda run_dir, flags: train(run_dir, flags, args.steps),
+                       lambda run_dir: measure.row(load_model(str(run_dir / "model"), "model", device)[0]))
 
     print(f"{'':38} {'greedy acc':>10} {'pass@1':>7} {'reward first':>12} {'reward last':>11} {'minutes':>7}")
     for name, row in results.items():

@@ -140,8 +140,8 @@ class Distiller:
                 f"({config.gradient_accumulation_steps}) x processes ({self.runtime.num_processes}){per_prompt} = "
                 f"{self.sampler.prompts_per_step} prompts per optimizer step, more than the dataset's "
                 f"{len(self.train_examples)}; lower the batch sizes")
-        self._load_models(student_spec, teacher_spec, tokenizer, teacher_tokenizer)
         self.objective = self.method.objective(config)
+        self._load_models(student_spec, teacher_spec, tokenizer, teacher_tokenizer)
         self.rollout = StepRollout(self.plan, self.sampler, self.train_examples, self.encoded, self._rollout_settings(),
                                    self.student_for_generation, self.teacher, self.eos_ids, self.pad_id, self.vocab_size,
                                    self.device, self.runtime.process_index)
@@ -264,7 +264,7 @@ class Distiller:
             return SelfTeacher(kind, self.student_model, prompts, self.vocab_size, self.eos_ids, self.pad_id, self.device,
                                self.accelerator.autocast)
 
-        if self.location == placement.SELF and self.method.objective(config).signals:  # sdpo's GRPO (w 0) has none
+        if self.location == placement.SELF and self.objective.signals:  # sdpo's GRPO (w 0) takes no signal
             self.teacher = self_teacher(config.teacher_model_kind)
         if self.eval_examples:
             self.eval_teacher = self.teacher if config.teacher_model_kind == "base" and self.teacher else self_teacher("base")
@@ -280,7 +280,7 @@ class Distiller:
         if teacher_model is not None:
             check_context(teacher_model, "teacher", budget)
         budgets = set()
-        if self.location == placement.SELF and self.method.objective(config).signals:  # the training self-teacher
+        if self.location == placement.SELF and self.objective.signals:  # the training self-teacher
             budgets.add(self.method.teacher_prompt_budget)
         if self.location in (placement.SELF, placement.NONE) and self.eval_examples:  # the evaluation's
             budgets.add("max_teacher_prompt_length")
