@@ -18,11 +18,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank, world_size, port, fn, args, out_dir):
+def _worker(rank, world_size, port, fn, args, kwargs, out_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
-        result = fn(rank, world_size, *args)
+        result = fn(rank, world_size, *args, **kwargs)
         with open(os.path.join(out_dir, f"{rank}.pkl"), "wb") as f:
             pickle.dump(result, f)
     except BaseException:
@@ -37,13 +37,13 @@ def _worker(rank, world_size, port, fn, args, out_dir):
     os._exit(0)
 
 
-def run_in_processes(fn, world_size: int = 2, args: tuple = ()) -> list:
-    """Call fn(rank, world_size, *args) in `world_size` gloo processes; return each rank's result.
+def run_in_processes(fn, world_size: int = 2, args: tuple = (), kwargs: dict | None = None) -> list:
+    """Call fn(rank, world_size, *args, **kwargs) in `world_size` gloo processes; return each rank's result.
 
     `fn` must be importable (a module-level function) and return something picklable.
     """
     with tempfile.TemporaryDirectory() as out_dir:
-        mp.spawn(_worker, args=(world_size, _free_port(), fn, args, out_dir), nprocs=world_size, join=True)
+        mp.spawn(_worker, args=(world_size, _free_port(), fn, args, kwargs or {}, out_dir), nprocs=world_size, join=True)
         results = []
         for rank in range(world_size):
             with open(os.path.join(out_dir, f"{rank}.pkl"), "rb") as f:

@@ -3,11 +3,14 @@
 A checkpoint `checkpoints/step-000050/` holds the student (`save_pretrained`, also LoRA adapters), the
 optimizer and scheduler states, every process's RNG state, the method's step-hook states and the step. A
 crash while writing leaves a `.tmp-*` directory that is ignored and cleaned up, never a half-written `step-*`.
+Under FSDP the student and optimizer are instead each process's shards in `sharded/`
+(torch.distributed.checkpoint, `distill.sharding`).
 
 Every `.pt` file holds tensors and plain values only and is read with `torch.load(weights_only=True)`:
 resuming a run directory someone else wrote never runs code hidden in a pickle. (numpy's RNG state, the
 one value that is not plain, is stored as a tensor and ints.) A file that is damaged or holds anything
-else stops the resume with a message naming the file.
+else stops the resume with a message naming the file. (A sharded checkpoint's `.metadata` pickle is read
+with an unpickler that admits only the checkpoint format's own classes.)
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import torch
 
 CHECKPOINTS = "checkpoints"
 PREFIX = "step-"
+REPLICATED, SHARDED = "replicated", "sharded"  # state.json's `weights`: how the student and optimizer are stored
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
@@ -65,12 +69,13 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(accelerator, run_dir: Path, step: int, save_student, optimizer, scheduler, keep: int,
-                    hooks: dict[str, dict] | None = None) -> Path:
+def save_checkpoint(accelerator, run_dir: Path, step: int, save_weights, scheduler, keep: int,
+                    hooks: dict[str, dict] | None = None, weights: str = REPLICATED) -> Path:
     """Write checkpoint `step` atomically; every process must call it (each saves its RNG state).
 
-    save_student(directory): writes the student and tokenizer there; called on every process (FSDP gathers
-    the weights collectively), writing on the main one.
+    save_weights(directory): writes the student and the optimizer state there; called on every process (the
+    `weights` layout: REPLICATED, the main process writes `student/` and `optimizer.pt`; SHARDED, every
+    process writes its shards, `distill.sharding`).
     """
     final = checkpoint_dir(run_dir, step)
     temporary = final.parent / f".tmp-{final.name}"
@@ -79,14 +84,13 @@ def save_checkpoint(accelerator, run_dir: Path, step: int, save_student, optimiz
         temporary.mkdir(parents=True)
     accelerator.wait_for_everyone()
     torch.save(rng_state(), temporary / f"rng_{accelerator.process_index}.pt")
-    save_student(temporary / "student")
-    optimizer_state = optimizer.state_dict()
+    save_weights(temporary)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        torch.save(optimizer_state, temporary / "optimizer.pt")
         torch.save(scheduler.state_dict(), temporary / "scheduler.pt")
         torch.save(hooks or {}, temporary / "hooks.pt")
-        (temporary / "state.json").write_text(json.dumps({"step": step, "num_processes": accelerator.num_processes}))
+        (temporary / "state.json").write_text(json.dumps({"step": step, "num_processes": accelerator.num_processes,
+                                                          "weights": weights}))
         if final.exists():
             shutil.rmtree(final)
         os.replace(temporary, final)
@@ -96,11 +100,18 @@ def save_checkpoint(accelerator, run_dir: Path, step: int, save_student, optimiz
     return final
 
 
-def load_training_state(accelerator, checkpoint: Path, model, optimizer, scheduler) -> tuple[int, dict[str, dict]]:
-    """Restore the (unwrapped) student's weights, optimizer, scheduler and this process's RNG; returns the step
-    and the step-hook states (name -> state) for the caller to hand to its hooks."""
-    from safetensors.torch import load_file
+def save_replicated(directory: Path, save_student, optimizer, is_main_process: bool) -> None:
+    """The student (`save_student(directory / "student")`, collective) and the optimizer state, which every
+    process holds whole, written by the main process."""
+    save_student(directory / "student")
+    optimizer_state = optimizer.state_dict()
+    if is_main_process:
+        torch.save(optimizer_state, directory / "optimizer.pt")
 
+
+def load_training_state(accelerator, checkpoint: Path, load_weights, scheduler, weights: str = REPLICATED) -> tuple[int, dict[str, dict]]:
+    """Restore the weights and optimizer (`load_weights(checkpoint)`), the scheduler and this process's RNG;
+    returns the step and the step-hook states (name -> state) for the caller to hand to its hooks."""
     try:
         state = json.loads((checkpoint / "state.json").read_text())
         int(state["step"]), int(state["num_processes"])
@@ -111,6 +122,22 @@ def load_training_state(accelerator, checkpoint: Path, model, optimizer, schedul
             f"resume: checkpoint {checkpoint} was written by {state['num_processes']} processes, this run has "
             f"{accelerator.num_processes}; resume with the same number of processes"
         )
+    written = state.get("weights", REPLICATED)
+    if written != weights:
+        flag = {SHARDED: "true", REPLICATED: "false"}
+        raise ValueError(f"resume: checkpoint {checkpoint} holds {written} weights (fsdp: {flag.get(written, '?')}), this "
+                         f"run has fsdp: {flag[weights]}; resume with the fsdp setting the run was started with")
+    load_weights(checkpoint)
+    restore(checkpoint, "scheduler.pt", scheduler.load_state_dict)
+    restore(checkpoint, f"rng_{accelerator.process_index}.pt", set_rng_state)
+    hooks = load_plain(checkpoint, "hooks.pt") if (checkpoint / "hooks.pt").is_file() else {}
+    return int(state["step"]), hooks
+
+
+def load_replicated(checkpoint: Path, model, optimizer) -> None:
+    """Restore the (unwrapped) student's weights from `student/` and the optimizer from `optimizer.pt`."""
+    from safetensors.torch import load_file
+
     weights = {}
     for file in sorted((checkpoint / "student").glob("*.safetensors")):
         try:
@@ -127,10 +154,6 @@ def load_training_state(accelerator, checkpoint: Path, model, optimizer, schedul
         if set(missing) - tied or unexpected:
             raise ValueError(f"resume: checkpoint {checkpoint} does not match the student (missing {sorted(set(missing) - tied)[:3]}, unexpected {unexpected[:3]})")
     restore(checkpoint, "optimizer.pt", optimizer.load_state_dict)
-    restore(checkpoint, "scheduler.pt", scheduler.load_state_dict)
-    restore(checkpoint, f"rng_{accelerator.process_index}.pt", set_rng_state)
-    hooks = load_plain(checkpoint, "hooks.pt") if (checkpoint / "hooks.pt").is_file() else {}
-    return int(state["step"]), hooks
 
 
 def load_plain(checkpoint: Path, name: str):

@@ -274,6 +274,9 @@ class DistillConfig:
     # --- hardware ---------------------------------------------------------------------------------------
     device: str = _f("auto", "'auto' (the accelerator's device: CUDA when present, else CPU), 'cpu', 'cuda', "
                      "'cuda:1', 'mps'.")
+    fsdp: bool = _f(False, "Shard the student's parameters, gradients and optimizer state over the processes "
+                    "(torch's fully_shard, FSDP2: each decoder layer and the rest); checkpoints are then sharded "
+                    "(torch.distributed.checkpoint). Needs several processes (accelerate launch / torchrun).")
     dtype: str = _f("auto", f"Training precision {DTYPES}. 'auto': bf16 autocast where the device supports "
                     "it, float32 on CPU. Master weights stay float32; the loss is always float32.")
 
@@ -355,6 +358,12 @@ class DistillConfig:
         method.validate(self)
         sources = method.sources(self).possible()
         placement.validate(self, method, sources)
+        if self.fsdp and self.use_peft:
+            raise ValueError("fsdp: true with use_peft: true is not supported (LoRA's few trainable parameters gain "
+                             "little from sharding); drop one of them")
+        if self.fsdp and placement.teacher_location(self) == placement.SELF:
+            raise ValueError(f"fsdp: true with method {self.method}'s self-teacher is not supported: the self-teacher "
+                             "runs the student's own weights outside the sharded forward. Train it without fsdp")
         check_fields_read(self, method, sources)
         return self
 

@@ -176,6 +176,9 @@ def generate_completions(
                 do_sample=sampling.do_sample,
                 eos_token_id=eos_ids or None,
                 pad_token_id=pad_id,
+                # transformers turns synced_gpus on for an FSDP-managed model (every process steps until all are
+                # done); distill generates on a gathered student (`distill.sharding.gathered`), which needs no sync.
+                synced_gpus=False,
             )
             if sampling.do_sample:
                 kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
@@ -274,10 +277,12 @@ class StepRollout:
     name = "rollout"
 
     def __init__(self, plan: SourcePlan, sampler: StepSampler, examples: list[Example], encoded: list[EncodedExample],
-                 settings: RolloutSettings, student: Callable[[], object], teacher, eos_ids: list[int], pad_id: int,
-                 vocab_size: int, device: torch.device, process_index: int):
+                 settings: RolloutSettings, with_student: Callable[[Callable], object], teacher, eos_ids: list[int],
+                 pad_id: int, vocab_size: int, device: torch.device, process_index: int):
+        """`with_student(run)`: `run(student)` with the student as it is now (gathered first under FSDP; every
+        process generates at the same steps, since the source plan is the same on all of them)."""
         self.plan, self.sampler, self.examples, self.encoded, self.settings = plan, sampler, examples, encoded, settings
-        self.student, self.teacher = student, teacher
+        self.with_student, self.teacher = with_student, teacher
         self.eos_ids, self.pad_id, self.vocab_size, self.device, self.process_index = eos_ids, pad_id, vocab_size, device, process_index
         self._teacher_window: tuple[int, dict] | None = None
         self._reused: tuple[int, list[MicroBatch]] | None = None
@@ -368,9 +373,9 @@ class StepRollout:
         if on_policy:
             prompts = [self.encoded[j].prompt_ids for i in on_policy for j in groups[i]]
             start = time.perf_counter()
-            outputs = iter(generate_completions(self.student(), prompts, self.settings.student_sampling, self.eos_ids,
-                                                self.pad_id, self.device, vocab_size=self.vocab_size,
-                                                with_log_probs=self.settings.record_log_probs))
+            outputs = iter(self.with_student(lambda student: generate_completions(
+                student, prompts, self.settings.student_sampling, self.eos_ids, self.pad_id, self.device,
+                vocab_size=self.vocab_size, with_log_probs=self.settings.record_log_probs)))
             _add(timings, "generation_student", time.perf_counter() - start)
             generated.update({i: [next(outputs) for _ in groups[i]] for i in on_policy})
         if "teacher" in sources:

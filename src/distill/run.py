@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from distill import checkpoint as ckpt
-from distill import placement
+from distill import placement, sharding
 from distill.config import DEFAULT_TEACHER, DistillConfig
 from distill.data_files import BUNDLED_SETS
 from distill.evaluate import Evaluator, build_report, summary_lines, write_report
@@ -234,7 +234,7 @@ class RunDirectory:
         """Write the student (save_pretrained) and tokenizer to `directory`; call on every process (FSDP
         gathers the weights collectively)."""
         accelerator = self.runtime.accelerator
-        state = accelerator.get_state_dict(wrapped)
+        state = sharding.full_state_dict(wrapped) if self.config.fsdp else accelerator.get_state_dict(wrapped)
         state = {k.removeprefix("student."): v for k, v in state.items()}
         if accelerator.is_main_process:
             student.save_pretrained(directory, state_dict=state, safe_serialization=True)
@@ -256,9 +256,14 @@ class RunDirectory:
     def save_checkpoint(self, step: int, wrapped, student, tokenizer, optimizer, scheduler, hooks) -> Path:
         """Checkpoint `step` unless this run already wrote it (an interrupt right after a periodic save)."""
         if self._saved_step != step:
-            ckpt.save_checkpoint(self.runtime.accelerator, self.path, step,
-                                 lambda directory: self.save_student(directory, wrapped, student, tokenizer),
-                                 optimizer, scheduler, self.config.save_total_limit, hook_states(hooks))
+            if self.config.fsdp:
+                save_weights = lambda directory: sharding.save_sharded(directory, wrapped, optimizer)  # noqa: E731
+            else:
+                save_weights = lambda directory: ckpt.save_replicated(  # noqa: E731
+                    directory, lambda path: self.save_student(path, wrapped, student, tokenizer), optimizer,
+                    self.runtime.is_main_process)
+            ckpt.save_checkpoint(self.runtime.accelerator, self.path, step, save_weights, scheduler,
+                                 self.config.save_total_limit, hook_states(hooks), self.weights_layout)
             self._saved_step = step
         return ckpt.checkpoint_dir(self.path, step)
 
@@ -267,13 +272,21 @@ class RunDirectory:
         if self.lock is not None:
             self.lock.release()
 
-    def resume(self, student, optimizer, scheduler, hooks) -> int:
+    @property
+    def weights_layout(self) -> str:
+        return ckpt.SHARDED if self.config.fsdp else ckpt.REPLICATED
+
+    def resume(self, wrapped, student, optimizer, scheduler, hooks) -> int:
         """Restore the latest checkpoint (weights, optimizer, scheduler, RNG, hook states) and cut metrics.jsonl
         back to its step; returns the step."""
         latest = ckpt.latest_checkpoint(self.path)
         if latest is None:
             raise ValueError(f"resume: {self.path} holds no checkpoint to resume from")
-        step, states = ckpt.load_training_state(self.runtime.accelerator, latest, student, optimizer, scheduler)
+        if self.config.fsdp:
+            load_weights = lambda checkpoint: sharding.load_sharded(checkpoint, wrapped, optimizer)  # noqa: E731
+        else:
+            load_weights = lambda checkpoint: ckpt.load_replicated(checkpoint, student, optimizer)  # noqa: E731
+        step, states = ckpt.load_training_state(self.runtime.accelerator, latest, load_weights, scheduler, self.weights_layout)
         load_hook_states(hooks, states, latest)
         if self.runtime.is_main_process:
             dropped = trim_metrics(self.path / "metrics.jsonl", step)
@@ -298,12 +311,14 @@ class RunDirectory:
         return result
 
     def finish(self, step: int, evaluator: Evaluator | None, before: dict | None, wrapped, student, tokenizer,
-               method) -> dict | None:
-        """Final model, after-evaluation, report, model card and plots; returns the report's metrics."""
+               method, with_student) -> dict | None:
+        """Final model, after-evaluation, report, model card and plots; returns the report's metrics.
+        `with_student(run)`: `run(student)` on every process (gathered under FSDP)."""
         model_dir = self.save_final_model(wrapped, student, tokenizer)
         report = None
+        after = with_student(lambda gathered: evaluator.evaluate(gathered) if evaluator is not None else None)
         if evaluator is not None:
-            report = build_report(evaluator, {"before": before, "after": evaluator.evaluate(student)})
+            report = build_report(evaluator, {"before": before, "after": after})
             write_report(report, self.path / "eval")
         if self.runtime.is_main_process:
             write_model_card(model_dir, self.record, method, count_parameters(student), step, report)

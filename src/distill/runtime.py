@@ -96,6 +96,13 @@ def start_runtime(config, project_dir: str) -> Runtime:
     if accelerator.distributed_type.value == "DEEPSPEED":
         raise ValueError("DeepSpeed is not supported yet: its engine steps the optimizer on every backward, which "
                          "breaks distill's step-wide loss denominator; use DDP or FSDP from your accelerate config")
+    if accelerator.distributed_type.value == "FSDP":
+        raise ValueError("accelerate's FSDP plugin is not used by distill, which shards the student itself: launch with a "
+                         "plain multi-process accelerate config (or torchrun) and set fsdp: true in distill's config")
+    if config.fsdp and accelerator.num_processes == 1:
+        raise ValueError("fsdp: true shards over several processes, and this run has one: launch it with "
+                         "`accelerate launch --num_processes N -m distill train ...` or `torchrun --nproc_per_node N "
+                         "-m distill train ...`, or drop fsdp")
     if config.device not in ("auto", "cpu") and accelerator.num_processes > 1:
         raise ValueError("device: with several processes accelerate places each on its own device; leave device 'auto'")
     device = accelerator.device if config.device in ("auto", "cpu") else torch.device(config.device)

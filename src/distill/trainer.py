@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from distill import checkpoint as ckpt
-from distill import placement
+from distill import placement, sharding
 from distill.config import DistillConfig
 from distill.data import (
     EncodedExample,
@@ -143,7 +143,7 @@ class Distiller:
         self.objective = self.method.objective(config)
         self._load_models(student_spec, teacher_spec, tokenizer, teacher_tokenizer)
         self.rollout = StepRollout(self.plan, self.sampler, self.train_examples, self.encoded, self._rollout_settings(),
-                                   self.student_for_generation, self.teacher, self.eos_ids, self.pad_id, self.vocab_size,
+                                   self.with_student, self.teacher, self.eos_ids, self.pad_id, self.vocab_size,
                                    self.device, self.runtime.process_index)
         self.stage = None  # the method's work on each rollout before any loss (sdpo's rewards), if it has one
         if self.method.stage is not None:
@@ -309,6 +309,13 @@ class Distiller:
     def student_for_generation(self) -> nn.Module:
         return self.accelerator.unwrap_model(self.wrapped).student if hasattr(self, "wrapped") else self.student_model
 
+    def with_student(self, run):
+        """`run(student)`; call on every process at the same point. Under FSDP the student's parameters are
+        gathered for `run` (`distill.sharding.gathered`), so it may generate or evaluate without collectives."""
+        if self.config.fsdp and hasattr(self, "wrapped"):
+            return sharding.gathered(self.wrapped, run)
+        return run(self.student_for_generation())
+
     # ---------------------------------------------------------------------------------------- train --
     def setup(self) -> int:
         """Build optimizer and schedule, wrap the student for accelerate, prepare the run directory and
@@ -320,13 +327,19 @@ class Distiller:
         # that hold the same prompt (a group spread over processes) must not draw the same completions.
         set_seed((config.seed + 1_000_003 * self.runtime.process_index) % 2**32)
         self.student_model.train()  # from_pretrained returns eval mode: no dropout, no activation checkpointing
-        params = [p for p in self.student_model.parameters() if p.requires_grad]
+        objective = StudentObjective(self.student_model, self.vocab_size)
+        if config.fsdp:  # sharded in place before the optimizer sees the parameters (they become DTensor shards)
+            sharding.shard(objective, self.student_model)
+        params = [p for p in objective.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
                                       eps=config.adam_epsilon, weight_decay=config.weight_decay)
         warmup = config.warmup_steps or math.ceil(config.warmup_ratio * config.max_steps)
         # Not prepared by accelerate: its wrapper would step the schedule once per process.
         self.scheduler = get_scheduler(config.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=config.max_steps)
-        self.wrapped, self.optimizer = accelerator.prepare(StudentObjective(self.student_model, self.vocab_size), optimizer)
+        if config.fsdp:
+            self.wrapped, self.optimizer = objective, accelerator.prepare(optimizer)
+        else:
+            self.wrapped, self.optimizer = accelerator.prepare(objective, optimizer)
         self.hooks = list(self.method.hooks(config, self.student_for_generation(), self.teacher))
         if config.num_iterations > 1:  # the reused rollout is checkpointed like a method's hook
             self.hooks.append(self.rollout)
@@ -336,7 +349,7 @@ class Distiller:
         self.metrics_log = self.run.prepare(self.resuming)
         start_step = 0
         if self.resuming:
-            start_step = self.run.resume(self.student_for_generation(), self.optimizer, self.scheduler, self.hooks)
+            start_step = self.run.resume(self.wrapped, self.student_for_generation(), self.optimizer, self.scheduler, self.hooks)
         if config.report_to != "none":
             accelerator.init_trackers(config.run_name or self.run_dir.name, config=self.config_record())
         return start_step
@@ -360,7 +373,7 @@ class Distiller:
         config = self.config
         step = self.setup()
         evaluator = self._evaluator()
-        before = self.run.evaluate_before(evaluator, self.student_for_generation())
+        before = self.with_student(lambda student: self.run.evaluate_before(evaluator, student))
         last_record: dict[str, Any] = {}
         progress = self._progress(step)
         window, timings = self._new_window(), {}
@@ -395,7 +408,8 @@ class Distiller:
                 print(f"interrupted: saved {path}; continue with `distill train --resume {self.run_dir}`", file=sys.stderr)
             raise KeyboardInterrupt
         self.save_checkpoint(step)
-        metrics = self.run.finish(step, evaluator, before, self.wrapped, self.student_for_generation(), self.tokenizer, self.method)
+        metrics = self.run.finish(step, evaluator, before, self.wrapped, self.student_for_generation(), self.tokenizer, self.method,
+                                  self.with_student)
         if config.report_to != "none":
             self.accelerator.end_training()
         return {"train": last_record, "eval": metrics, "steps": step, "run_dir": str(self.run_dir)}
@@ -438,14 +452,15 @@ class Distiller:
                 signal = self.teacher.score(mb, config.temperature)
                 timings["teacher"] = timings.get("teacher", 0.0) + time.perf_counter() - start
             start = time.perf_counter()
-            sync = contextlib.nullcontext() if index == len(micro_batches) - 1 else accelerator.no_sync(self.wrapped)
-            with sync, accelerator.autocast():
+            with self._gradient_sync(index == len(micro_batches) - 1), accelerator.autocast():
                 out = self.wrapped(mb, signal, self.objective, StepContext(mb.source, log_step, **sizes))
                 accelerator.backward(out.loss_sum * scale)
             timings["student"] = timings.get("student", 0.0) + time.perf_counter() - start
             record_micro_batch(window, mb, out, log_step, self.method)
             timings["tokens_scored"] = timings.get("tokens_scored", 0.0) + mb.num_completion_tokens
-        grad_norm = accelerator.clip_grad_norm_(self.wrapped.parameters(), config.max_grad_norm or float("inf"))
+        max_norm = config.max_grad_norm or float("inf")
+        grad_norm = (sharding.clip_grad_norm(self.wrapped, max_norm) if config.fsdp
+                     else accelerator.clip_grad_norm_(self.wrapped.parameters(), max_norm))
         if step_tokens:
             self.optimizer.step()
         self.scheduler.step()
@@ -454,6 +469,13 @@ class Distiller:
             hook.after_optimizer_step(step)
         window.add_mean("grad_norm", float(grad_norm), 1.0)
         window.add_mean("learning_rate", self.scheduler.get_last_lr()[0], 1.0)
+
+    def _gradient_sync(self, last_micro_batch: bool):
+        """Gradients are averaged over processes once per step, in the backward of its last micro-batch."""
+        if self.config.fsdp:
+            self.wrapped.set_requires_gradient_sync(last_micro_batch)
+            return contextlib.nullcontext()
+        return contextlib.nullcontext() if last_micro_batch else self.accelerator.no_sync(self.wrapped)
 
     def _score_remotely(self, micro_batches: list[MicroBatch], timings: dict[str, float]) -> list | None:
         """A server or cache teacher scores the whole step up front (all requests in one concurrent round),

@@ -52,5 +52,10 @@ class StudentObjective(nn.Module):
         self.student = student
         self.vocab_size = vocab_size
 
-    def forward(self, batch: MicroBatch, signal, objective: Objective, context: StepContext) -> DistillLoss:
+    def forward(self, batch: MicroBatch | None = None, signal=None, objective: Objective | None = None,
+                context: StepContext | None = None, *, run=None):
+        """The loss sum of `batch`; or, given `run`, `run(student)` (under FSDP this is how generation and
+        evaluation reach the gathered student: `distill.sharding.gathered`)."""
+        if run is not None:
+            return run(self.student)
         return student_loss(self.student, self.vocab_size, batch, signal, objective, context)

@@ -1,0 +1,152 @@
+"""FSDP for the student (`fsdp: true`): torch's `fully_shard` (FSDP2), applied by distill itself.
+
+Each decoder layer is one FSDP unit and the wrapper `StudentObjective` (embeddings, final norm, lm_head and the
+loss) is the root, so parameters, gradients and AdamW's state live as 1/N shards (DTensors) on each of the N
+processes. Why not accelerate's FSDP plugin: on a CPU (gloo) group accelerate 1.x accepts the plugin and
+silently wraps the model in DDP instead; applying `fully_shard` here gives one code path on CPU and GPU alike,
+the one the tests run.
+
+- Training: the root gathers the lm_head weight once per micro-batch in its forward (the root is not resharded
+  after forward, so backward reuses it) and the chunked loss runs inside that forward on the hidden states.
+  Gradients are reduce-scattered and averaged over processes like DDP's, so the trainer's loss scale holds.
+- Generation and evaluation (`gathered`): every process all-gathers every unit once, then decodes with no
+  collective at all (processes stop at different lengths; evaluation runs on the main process only), then
+  reshards. The full parameters are held for that time.
+- Checkpoints (`save_sharded` / `load_sharded`): torch.distributed.checkpoint writes each process's shards
+  of the weights and of the optimizer state into one directory (a filesystem every process sees); the final
+  model is gathered to the main process once (`full_state_dict`) for `save_pretrained`.
+- The teacher is not sharded: it is frozen (no gradients, no optimizer state), and each process holds a full
+  replica of it (the README states its memory).
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+SHARDED = "sharded"  # the checkpoint's directory of DCP shards
+# What a DCP metadata file may name: the metadata dataclasses and the torch types they hold. The file is a
+# pickle; it is read with an unpickler that refuses anything else, so a resume never runs code hidden in it.
+_METADATA_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.planner",
+                     "torch.distributed.checkpoint.filesystem", "torch.distributed.checkpoint._extension")
+_METADATA_GLOBALS = {("torch", "Size"), ("torch", "float32"), ("torch", "float16"), ("torch", "bfloat16"),
+                     ("torch", "float64"), ("torch", "int64"), ("torch", "int32"), ("torch", "uint8"), ("torch", "bool"),
+                     ("torch", "strided"), ("torch", "int8"), ("torch.serialization", "_get_layout"),
+                     ("collections", "OrderedDict"), ("builtins", "slice"), ("pathlib", "PosixPath"),
+                     ("pathlib", "WindowsPath"), ("pathlib", "PurePosixPath"), ("pathlib", "PureWindowsPath")}
+
+
+def decoder_layers(student: nn.Module) -> list[nn.Module]:
+    """The student's repeated blocks: the module classes transformers names in `_no_split_modules`."""
+    names = set(getattr(student, "_no_split_modules", None) or ())
+    layers = [m for m in student.modules() if type(m).__name__ in names]
+    if not layers:
+        raise ValueError(f"fsdp: cannot find the decoder layers of {type(student).__name__} (no module of the classes "
+                         f"its _no_split_modules names: {sorted(names)}); train it without fsdp")
+    return layers
+
+
+def shard(root: nn.Module, student: nn.Module) -> nn.Module:
+    """`fully_shard` each decoder layer of `student`, then `root` (which holds `student`); in place, returns root.
+
+    Layers reshard after their forward (gathered again for backward); the root does not, so the lm_head it holds
+    is gathered once per micro-batch. Needs an initialised process group (accelerate's)."""
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in decoder_layers(student):
+        fully_shard(layer, reshard_after_forward=True)
+    fully_shard(root, reshard_after_forward=False)
+    return root
+
+
+def is_sharded(module: nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(module, FSDPModule)
+
+
+def gathered(root: nn.Module, run: Callable[[nn.Module], Any]) -> Any:
+    """`run(student)` with every parameter gathered; call on every process at the same point.
+
+    All units are all-gathered up front, in the same order on every process, and stay gathered through `run`
+    (nothing reshards after a forward meanwhile), so `run` may call the student any number of times, or not at
+    all, on each process without a collective. `run` goes through the root's forward so that FSDP meets its root
+    first (it decides which module is the root at the first forward it sees)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [m for m in root.modules() if isinstance(m, FSDPModule)]
+    root.set_reshard_after_forward(False)
+    try:
+        for unit in units:
+            unit.unshard()
+        with torch.no_grad():
+            return root(run=run)
+    finally:
+        root.set_reshard_after_forward(True)
+        root.set_reshard_after_forward(False, recurse=False)
+        for unit in units:
+            unit.reshard()
+
+
+def clip_grad_norm(root: nn.Module, max_norm: float) -> float:
+    """Clip the sharded gradients to `max_norm` in total (all shards, all processes); returns the total norm."""
+    from torch.distributed.tensor import DTensor
+
+    norm = torch.nn.utils.clip_grad_norm_([p for p in root.parameters() if p.grad is not None], max_norm)
+    return float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+
+
+def full_state_dict(root: nn.Module) -> dict[str, torch.Tensor]:
+    """The student's full (unsharded) state dict on the main process, on the CPU; empty elsewhere. Collective."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(root, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def save_sharded(directory: Path, root: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Each process writes its shards of the weights and the optimizer state into `directory / SHARDED`."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optimizer_state = get_state_dict(root, optimizer)
+    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(Path(directory) / SHARDED))
+
+
+def load_sharded(directory: Path, root: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Restore the weights and optimizer state `save_sharded` wrote (same number of processes)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    path = Path(directory) / SHARDED
+    check_metadata(path)
+    model_state, optimizer_state = get_state_dict(root, optimizer)
+    state = {"model": model_state, "optimizer": optimizer_state}
+    dcp.load(state, checkpoint_id=str(path))
+    set_state_dict(root, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if module in _METADATA_MODULES or (module, name) in _METADATA_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not part of a checkpoint's metadata")
+
+
+def check_metadata(path: Path) -> None:
+    """Refuse a DCP directory whose metadata pickle names anything but DCP's own classes and torch's plain types
+    (DCP itself unpickles that file without restriction)."""
+    metadata = path / ".metadata"
+    if not metadata.is_file():
+        raise ValueError(f"resume: {path} holds no .metadata: the sharded checkpoint is incomplete or not distill's")
+    try:
+        with metadata.open("rb") as file:
+            _MetadataUnpickler(file).load()
+    except pickle.UnpicklingError as error:
+        raise ValueError(f"resume: {metadata} holds objects other than a checkpoint's metadata ({error}); it was not "
+                         "loaded (loading it could run code hidden in it). Resume only run directories you trust") from error
+    except Exception as error:
+        raise ValueError(f"resume: {metadata} is damaged or truncated ({type(error).__name__}: {error})") from error
