@@ -102,7 +102,10 @@ def clip_grad_norm(root: nn.Module, max_norm: float) -> float:
 
 def full_state_dict(root: nn.Module) -> dict[str, torch.Tensor]:
     """The student's full (unsharded) state dict on the main process, on the CPU; empty elsewhere. Collective."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+    )
 
     return get_model_state_dict(root, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
