@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-COMMON = ["--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", "5", "--save_steps", "0",
+COMMON = ["--learning_rate", "1e-4", "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", "5", "--save_steps", "0",
           "--progress_bar", "false", "--eval_before_after", "false"]
 PHASE1 = ["--seq_kd", "true", "--seq_kd_generation_steps", "1", "--lmbda", "0", "--lmbda_schedule", "constant",
           "--off_policy_beta", "0"]

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 # The published table was measured with one teacher generate call per step (seq_kd_generation_steps 1).
-COMMON = ["--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", "5", "--max_steps", "1000",
+COMMON = ["--learning_rate", "1e-4", "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", "5", "--max_steps", "1000",
           "--save_steps", "0", "--progress_bar", "false"]
 CONFIGS = {
     "on_policy": ["--method", "on_policy", "--beta", "0.5"],

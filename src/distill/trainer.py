@@ -471,11 +471,11 @@ class Distiller:
         window.add_mean("learning_rate", self.scheduler.get_last_lr()[0], 1.0)
 
     def _gradient_sync(self, last_micro_batch: bool):
-        """Gradients are averaged over processes once per step, in the backward of its last micro-batch."""
-        if self.config.fsdp:
-            self.wrapped.set_requires_gradient_sync(last_micro_batch)
+        """DDP averages gradients over processes once per step, in the backward of its last micro-batch. FSDP
+        reduce-scatters every micro-batch's: skipping it would hold full-size unsharded gradients meanwhile."""
+        if self.config.fsdp or last_micro_batch:
             return contextlib.nullcontext()
-        return contextlib.nullcontext() if last_micro_batch else self.accelerator.no_sync(self.wrapped)
+        return self.accelerator.no_sync(self.wrapped)
 
     def _score_remotely(self, micro_batches: list[MicroBatch], timings: dict[str, float]) -> list | None:
         """A server or cache teacher scores the whole step up front (all requests in one concurrent round),
