@@ -51,7 +51,8 @@ def _gradient_of_step_zero(rank, world_size, out, method, fsdp, batch, **overrid
     ("gkd", dict(lmbda=0.0)),  # dataset completions, forward KL
     # on-policy: the student samples with top_k 1, so the completions do not depend on the processes' RNG streams
     ("on_policy", dict(top_k=1, beta=0.5, seq_kd=DistillConfig.seq_kd, lmbda_schedule=DistillConfig.lmbda_schedule)),
-], ids=["gkd", "on_policy"])
+    ("gkd", dict(lmbda=0.0, gradient_checkpointing=True)),  # layers recomputed in backward, inside FSDP units
+], ids=["gkd", "on_policy", "gkd_checkpointing"])
 def test_fsdp_gradient_equals_single_process(tmp_path, method, overrides):
     single = _gradient_of_step_zero(0, 1, str(tmp_path / "single"), method, False, 4, **overrides)
     ranks = run_in_processes(_gradient_of_step_zero, world_size=2,
@@ -195,3 +196,35 @@ def test_fsdp_evaluation_runs_on_the_gathered_student(tmp_path):
     before = {k: v for k, v in ranks[0].items() if k.startswith("before")}
     assert before and before == {k: v for k, v in single.items() if k.startswith("before")}
     assert all(torch.isfinite(torch.tensor(v)) for v in ranks[0].values() if isinstance(v, float))
+
+
+def _all_gathers_per_unit(rank, world_size, out):
+    """All-gathers per FSDP unit in one optimizer step of 2 micro-batches whose loss runs in 4+ chunks each."""
+    from collections import Counter
+
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+    counts = Counter()
+    unshard = FSDPParamGroup.unshard
+
+    def counted(self, *args, **kwargs):
+        if not self.is_unsharded and self._all_gather_result is None:  # this call communicates
+            counts[self._module_fqn or "root"] += 1
+        return unshard(self, *args, **kwargs)
+
+    FSDPParamGroup.unshard = counted
+    torch.manual_seed(0)
+    distiller = make_distiller(train_tiny_tokenizer(), Path(out), rows=chat_rows(16), fsdp=True, lmbda=0.0,
+                               loss_chunk_size=4, max_new_tokens=12)
+    distiller.setup()
+    distiller.train_step(0, distiller._new_window(), {}, log_step=False)
+    return dict(counts)
+
+
+def test_fsdp_gathers_the_lm_head_once_per_micro_batch(tmp_path):
+    counts = run_in_processes(_all_gathers_per_unit, args=(str(tmp_path / "run"),))[0]
+    # The root unit (embeddings, tied lm_head, final norm) is gathered once per micro-batch: in the root's
+    # forward, kept through backward and every loss chunk. Each decoder layer: once in forward, once in backward.
+    assert counts.pop("root") == 2, counts
+    assert sorted(counts) == ["student.model.layers.0", "student.model.layers.1"]
+    assert set(counts.values()) == {4}, counts
