@@ -37,7 +37,7 @@ def run_distill(args) -> dict:
                      logging_steps=1, output_dir=tempfile.mkdtemp(prefix="bench-step-"), overwrite_output_dir=True)
     if args.mode == "on_policy":  # the settings TRL's trainer gets too
         overrides.update(method="on_policy", beta=args.beta, per_device_train_batch_size=args.batch,
-                         gradient_accumulation_steps=1, max_new_tokens=args.new_tokens)
+                         gradient_accumulation_steps=1, max_new_tokens=args.new_tokens, learning_rate=1e-4)
     distiller = Distiller(DistillConfig(**overrides))
     distiller.setup()
     step_times, parts = [], {"generation": 0.0, "teacher": 0.0, "student": 0.0}
