@@ -58,7 +58,10 @@ def first_step_gradient(distiller) -> dict:
     captured = {}
 
     def capture():
-        captured.update({n: p.grad.detach().clone() for n, p in distiller.student_model.named_parameters()})
+        from torch.distributed.tensor import DTensor
+
+        captured.update({n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).detach().clone()
+                         for n, p in distiller.student_model.named_parameters()})  # under FSDP: the full gradient
 
     distiller.optimizer.step = capture
     window = distiller._new_window()

@@ -361,9 +361,6 @@ class DistillConfig:
         if self.fsdp and self.use_peft:
             raise ValueError("fsdp: true with use_peft: true is not supported (LoRA's few trainable parameters gain "
                              "little from sharding); drop one of them")
-        if self.fsdp and placement.teacher_location(self) == placement.SELF:
-            raise ValueError(f"fsdp: true with method {self.method}'s self-teacher is not supported: the self-teacher "
-                             "runs the student's own weights outside the sharded forward. Train it without fsdp")
         check_fields_read(self, method, sources)
         return self
 

@@ -128,6 +128,11 @@ class Distiller:
         if isinstance(student_spec, str):
             resolve_model_source(student_spec, "student")
 
+        self.objective = self.method.objective(config)
+        if config.fsdp and self.location == placement.SELF and self.objective.signals:
+            raise ValueError(f"fsdp: true with method {config.method}'s self-teacher is not supported: the self-teacher "
+                             "runs the student's own weights outside the sharded forward. Train it without fsdp "
+                             "(sdpo with distillation_weight 0, GRPO, has no self-teacher and shards)")
         self.runtime = start_runtime(config, str(self.run_dir))
         self.accelerator, self.device = self.runtime.accelerator, self.runtime.device
         self.sampler = StepSampler(len(self.train_examples), config.per_device_train_batch_size, config.gradient_accumulation_steps,
@@ -140,7 +145,6 @@ class Distiller:
                 f"({config.gradient_accumulation_steps}) x processes ({self.runtime.num_processes}){per_prompt} = "
                 f"{self.sampler.prompts_per_step} prompts per optimizer step, more than the dataset's "
                 f"{len(self.train_examples)}; lower the batch sizes")
-        self.objective = self.method.objective(config)
         self._load_models(student_spec, teacher_spec, tokenizer, teacher_tokenizer)
         self.rollout = StepRollout(self.plan, self.sampler, self.train_examples, self.encoded, self._rollout_settings(),
                                    self.with_student, self.teacher, self.eos_ids, self.pad_id, self.vocab_size,

@@ -197,7 +197,7 @@ def fixed_completions(model, prompts, sampling, *args, **kwargs):
     return [([5 + (p * 7) % 40 for p in prompt[-(2 + len(prompt) % 9):]], False) for prompt in prompts]
 
 
-def _iw_opd_step_gradient(rank, world_size, tmp, batch, accumulation):
+def _iw_opd_step_gradient(rank, world_size, tmp, batch, accumulation, fsdp=False):
     from pathlib import Path
 
     import distill.rollout
@@ -207,15 +207,16 @@ def _iw_opd_step_gradient(rank, world_size, tmp, batch, accumulation):
         torch.manual_seed(0)
         tokenizer = train_tiny_tokenizer()
         config = iw_opd_config(Path(tmp) / f"rank{rank}", per_device_train_batch_size=batch,
-                               gradient_accumulation_steps=accumulation, max_grad_norm=0.0)
+                               gradient_accumulation_steps=accumulation, max_grad_norm=0.0, fsdp=fsdp)
         return first_step_gradient(distiller(tokenizer, None, rows=chat_rows(8), config=config))
     finally:
         distill.rollout.generate_completions = original
 
 
-def test_gradient_is_split_invariant_across_processes_and_micro_batches(tmp_path):
+@pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp"])
+def test_gradient_is_split_invariant_across_processes_and_micro_batches(tmp_path, fsdp):
     single = _iw_opd_step_gradient(0, 1, str(tmp_path / "single"), 8, 1)
-    ranks = run_in_processes(_iw_opd_step_gradient, world_size=2, args=(str(tmp_path / "multi"), 2, 2))
+    ranks = run_in_processes(_iw_opd_step_gradient, world_size=2, args=(str(tmp_path / "multi"), 2, 2, fsdp))
     for rank in ranks:
         for name, grad in single["grads"].items():
             torch.testing.assert_close(rank["grads"][name], grad, rtol=1e-4, atol=1e-7, msg=name)

@@ -350,13 +350,14 @@ def _sdpo_step(rank, world_size, tmp, batch, accumulation, overrides):
 
 @pytest.mark.parametrize("overrides", [
     {"distillation_weight": 0.0, "loss_type": "grpo"},
+    {"distillation_weight": 0.0, "loss_type": "grpo", "fsdp": True},  # GRPO has no self-teacher: it shards
     {"distillation_weight": 0.5, "loss_type": "dr_grpo", "distillation_mode": "full_logits", "beta": 0.0},
-])
+], ids=["grpo", "grpo_fsdp", "sdpo"])
 def test_gradient_and_metrics_are_split_invariant_with_groups_spread_over_processes(tmp_path, overrides):
     """Global batch 8, groups of 4: one process with one micro-batch of 8, or two processes with two
     micro-batches of 2 each (every group spans both micro-batches of a process... and group 2 sits on the
     other process). The gradient and every logged mean are the same; tokens per process differ."""
-    single = _sdpo_step(0, 1, str(tmp_path / "single"), 8, 1, overrides)
+    single = _sdpo_step(0, 1, str(tmp_path / "single"), 8, 1, {k: v for k, v in overrides.items() if k != "fsdp"})
     ranks = run_in_processes(_sdpo_step, world_size=2, args=(str(tmp_path / "multi"), 2, 2, overrides))
     assert ranks[0]["local_tokens"] != ranks[1]["local_tokens"]
     assert any(g.abs().sum() > 0 for g in single["grads"].values())
