@@ -256,3 +256,19 @@ def test_accelerate_launch_with_fsdp(tmp_path, model_dirs):
     assert (checkpoint / "sharded" / "__1_0.distcp").is_file() and (checkpoint / "rng_1.pt").is_file()
     assert (run / "model" / "model.safetensors").is_file() and (run / "eval" / "eval.json").is_file()
     assert "Forward KL on teacher completions" in result.stdout
+
+
+def test_resuming_with_another_fsdp_setting_is_refused(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from distill import checkpoint as ckpt
+
+    checkpoint = tmp_path / "step-000002"
+    checkpoint.mkdir()
+    (checkpoint / "state.json").write_text(json.dumps({"step": 2, "num_processes": 2, "weights": ckpt.SHARDED}))
+    accelerator = SimpleNamespace(num_processes=2, process_index=0)
+    loaded = []
+    with pytest.raises(ValueError, match="holds sharded weights \\(fsdp: true\\), this run has fsdp: false"):
+        ckpt.load_training_state(accelerator, checkpoint, loaded.append, None, ckpt.REPLICATED)
+    assert loaded == []  # refused before anything was read
