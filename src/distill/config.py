@@ -358,6 +358,9 @@ class DistillConfig:
         method.validate(self)
         sources = method.sources(self).possible()
         placement.validate(self, method, sources)
+        if self.fsdp and self.dtype == "float16":
+            raise ValueError("fsdp: true with dtype float16 is not supported (its loss scaler would need unscaling "
+                             "before distill clips the sharded gradients); use dtype bfloat16 or float32")
         if self.fsdp and self.use_peft:
             raise ValueError("fsdp: true with use_peft: true is not supported (LoRA's few trainable parameters gain "
                              "little from sharding); drop one of them")

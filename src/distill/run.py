@@ -257,7 +257,7 @@ class RunDirectory:
         """Checkpoint `step` unless this run already wrote it (an interrupt right after a periodic save)."""
         if self._saved_step != step:
             if self.config.fsdp:
-                save_weights = lambda directory: sharding.save_sharded(directory, wrapped, optimizer)  # noqa: E731
+                save_weights = lambda directory: sharding.save_sharded(directory, wrapped, torch_optimizer(optimizer))  # noqa: E731
             else:
                 save_weights = lambda directory: ckpt.save_replicated(  # noqa: E731
                     directory, lambda path: self.save_student(path, wrapped, student, tokenizer), optimizer,
@@ -283,7 +283,7 @@ class RunDirectory:
         if latest is None:
             raise ValueError(f"resume: {self.path} holds no checkpoint to resume from")
         if self.config.fsdp:
-            load_weights = lambda checkpoint: sharding.load_sharded(checkpoint, wrapped, optimizer)  # noqa: E731
+            load_weights = lambda checkpoint: sharding.load_sharded(checkpoint, wrapped, torch_optimizer(optimizer))  # noqa: E731
         else:
             load_weights = lambda checkpoint: ckpt.load_replicated(checkpoint, student, optimizer)  # noqa: E731
         step, states = ckpt.load_training_state(self.runtime.accelerator, latest, load_weights, scheduler, self.weights_layout)
@@ -332,6 +332,11 @@ class RunDirectory:
                 print("\n".join(summary_lines(report)))
         self.runtime.accelerator.wait_for_everyone()
         return report["metrics"] if report else None
+
+
+def torch_optimizer(optimizer):
+    """The torch optimizer inside accelerate's wrapper (whose `step` would go through a loss scaler)."""
+    return getattr(optimizer, "optimizer", optimizer)
 
 
 def hook_states(hooks) -> dict[str, dict]:

@@ -95,7 +95,8 @@ def start_runtime(config, project_dir: str) -> Runtime:
     )
     if accelerator.distributed_type.value == "DEEPSPEED":
         raise ValueError("DeepSpeed is not supported yet: its engine steps the optimizer on every backward, which "
-                         "breaks distill's step-wide loss denominator; use DDP or FSDP from your accelerate config")
+                         "breaks distill's step-wide loss denominator; use DDP (a plain multi-process launch), or set fsdp: true "
+                         "to shard the student")
     if accelerator.distributed_type.value == "FSDP":
         raise ValueError("accelerate's FSDP plugin is not used by distill, which shards the student itself: launch with a "
                          "plain multi-process accelerate config (or torchrun) and set fsdp: true in distill's config")

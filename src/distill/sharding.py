@@ -33,15 +33,17 @@ from torch import nn
 logger = logging.getLogger(__name__)
 
 SHARDED = "sharded"  # the checkpoint's directory of DCP shards
-# What a DCP metadata file may name: the metadata dataclasses and the torch types they hold. The file is a
-# pickle; it is read with an unpickler that refuses anything else, so a resume never runs code hidden in it.
-_METADATA_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.planner",
-                     "torch.distributed.checkpoint.filesystem", "torch.distributed.checkpoint._extension")
-_METADATA_GLOBALS = {("torch", "Size"), ("torch", "float32"), ("torch", "float16"), ("torch", "bfloat16"),
-                     ("torch", "float64"), ("torch", "int64"), ("torch", "int32"), ("torch", "uint8"), ("torch", "bool"),
-                     ("torch", "strided"), ("torch", "int8"), ("torch.serialization", "_get_layout"),
-                     ("collections", "OrderedDict"), ("builtins", "slice"), ("pathlib", "PosixPath"),
-                     ("pathlib", "WindowsPath"), ("pathlib", "PurePosixPath"), ("pathlib", "PureWindowsPath")}
+# What a DCP metadata file may name, exactly: the metadata dataclasses and the plain torch values they hold.
+# The file is a pickle; it is read with an unpickler that refuses any other name (dotted names included, which
+# pickle would otherwise resolve through a module's attributes), so a resume never runs code hidden in it.
+_METADATA_CLASSES = {("torch.distributed.checkpoint.metadata", name) for name in (
+    "Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata", "BytesStorageMetadata",
+    "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING")}
+_METADATA_GLOBALS = _METADATA_CLASSES | {
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch.serialization", "_get_layout"),
+    ("torch", "Size"), ("pathlib", "PosixPath"), ("pathlib", "WindowsPath"),
+    *(("torch", dtype) for dtype in ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8",
+                                     "uint8", "bool"))}
 
 
 def decoder_layers(student: nn.Module) -> list[nn.Module]:
@@ -138,31 +140,84 @@ def full_state_dict(root: nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(root, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def save_sharded(directory: Path, root: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    """Each process writes its shards of the weights and the optimizer state into `directory / SHARDED`."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
+OPTIMIZER = "optimizer"  # the DCP key prefix of the optimizer state; absent when it was empty (a step-0 checkpoint)
 
-    model_state, optimizer_state = get_state_dict(root, optimizer)
-    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(Path(directory) / SHARDED))
+
+def save_sharded(directory: Path, root: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Each process writes its shards of the weights and the optimizer state into `directory / SHARDED`.
+
+    `optimizer` is the torch optimizer itself. An optimizer that has not stepped is saved as absent: DCP would
+    first run a zero-learning-rate step to create its state, which counts as a step in AdamW's bias correction."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_state_dict,
+    )
+
+    if optimizer.state:
+        model_state, optimizer_state = get_state_dict(root, optimizer)
+        state = {"model": model_state, OPTIMIZER: optimizer_state}
+    else:
+        state = {"model": get_model_state_dict(root)}
+    dcp.save(state, checkpoint_id=str(Path(directory) / SHARDED))
 
 
 def load_sharded(directory: Path, root: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    """Restore the weights and optimizer state `save_sharded` wrote (same number of processes)."""
+    """Restore the weights and optimizer state `save_sharded` wrote (same number of processes); an optimizer
+    saved as absent is left as it is (fresh)."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_state_dict,
+        set_model_state_dict,
+        set_state_dict,
+    )
 
     path = Path(directory) / SHARDED
-    check_metadata(path)
-    model_state, optimizer_state = get_state_dict(root, optimizer)
-    state = {"model": model_state, "optimizer": optimizer_state}
-    dcp.load(state, checkpoint_id=str(path))
-    set_state_dict(root, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    check_metadata(path)  # before DCP unpickles it
+    saved = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    planner = weights_only_load_planner()
+    with_optimizer = any(key.startswith(OPTIMIZER + ".") for key in saved)
+    if with_optimizer:
+        model_state, optimizer_state = get_state_dict(root, optimizer)
+        state = {"model": model_state, OPTIMIZER: optimizer_state}
+    else:
+        state = {"model": get_model_state_dict(root)}
+    try:
+        dcp.load(state, checkpoint_id=str(path), planner=planner)
+    except (Exception, CheckpointException) as error:  # DCP's (a BaseException) gathers every process's failure
+        raise ValueError(f"resume: the sharded checkpoint {path} could not be read: it is damaged, or holds objects "
+                         f"other than tensors and plain values, which distill never writes (they were not loaded: "
+                         f"loading them could run code hidden in them). {type(error).__name__}: "
+                         f"{str(error).strip().splitlines()[-1][:300] if str(error).strip() else ''}") from error
+    if with_optimizer:
+        set_state_dict(root, optimizer, model_state_dict=state["model"], optim_state_dict=state[OPTIMIZER])
+    else:
+        set_model_state_dict(root, state["model"])
+
+
+def weights_only_load_planner():
+    """DCP's default load planner, except that a non-tensor value (an optimizer's learning rate, betas) is read
+    with `torch.load(weights_only=True)`; DCP's own reads it with a full unpickler. (Tensors DCP already reads
+    weights-only.) Built on call: torch.distributed.checkpoint is imported only under FSDP."""
+    from torch.distributed.checkpoint import DefaultLoadPlanner
+    from torch.distributed.checkpoint._traverse import set_element
+
+    class WeightsOnlyLoadPlanner(DefaultLoadPlanner):
+        def load_bytes(self, read_item, value) -> None:
+            loaded = torch.load(value, weights_only=True)
+            if self.flatten_state_dict:
+                set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
+            else:
+                self.state_dict[read_item.dest_index.fqn] = loaded
+
+    return WeightsOnlyLoadPlanner()
 
 
 class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
-        if module in _METADATA_MODULES or (module, name) in _METADATA_GLOBALS:
+        if (module, name) in _METADATA_GLOBALS:
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"{module}.{name} is not part of a checkpoint's metadata")
 

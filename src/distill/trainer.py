@@ -331,8 +331,11 @@ class Distiller:
         # that hold the same prompt (a group spread over processes) must not draw the same completions.
         set_seed((config.seed + 1_000_003 * self.runtime.process_index) % 2**32)
         self.student_model.train()  # from_pretrained returns eval mode: no dropout, no activation checkpointing
-        objective = StudentObjective(self.student_model, self.vocab_size)
-        if config.fsdp:  # sharded in place before the optimizer sees the parameters (they become DTensor shards)
+        if config.fsdp and hasattr(self, "wrapped"):  # setup called again: the student is sharded already
+            objective = self.wrapped
+        else:
+            objective = StudentObjective(self.student_model, self.vocab_size)
+        if config.fsdp and not sharding.is_sharded(objective):  # in place, before the optimizer sees the parameters
             sharding.shard(objective, self.student_model)
         params = [p for p in objective.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),

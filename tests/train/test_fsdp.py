@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 from pathlib import Path
 
 import pytest
@@ -106,6 +107,19 @@ def _killed_after_checkpoint(rank, world_size, out):
     os._exit(0)
 
 
+def _killed_at_step_zero(rank, world_size, out):
+    """A step-0 checkpoint (what a first step that fails writes): the optimizer has no state yet."""
+    torch.manual_seed(0)
+    distiller = make_distiller(train_tiny_tokenizer(), Path(out), rows=chat_rows(16), **_fsdp_config(out))
+    distiller.setup()
+    distiller.save_checkpoint(0)
+    assert not distiller.optimizer.optimizer.state  # saving it did not step it
+    import torch.distributed as dist
+
+    dist.barrier()
+    os._exit(0)
+
+
 def _resumed(rank, world_size, out):
     import datasets
 
@@ -138,10 +152,18 @@ def test_fsdp_kill_and_resume_equals_uninterrupted_run(tmp_path):
     assert sorted(p.name for p in (step2 / "sharded").iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
     assert not (step2 / "student").exists() and not (step2 / "optimizer.pt").exists()
     (killed / "run.lock").unlink()  # the stale lock of the killed run, removed as distill's message asks
+    tampered = tmp_path / "tampered"
+    shutil.copytree(killed, tampered)
     resumed = run_in_processes(_resumed, args=(str(killed),))
+    at_zero = tmp_path / "at_zero"
+    with pytest.raises(Exception):
+        run_in_processes(_killed_at_step_zero, args=(str(at_zero),))
+    (at_zero / "run.lock").unlink()
+    resumed_from_zero = run_in_processes(_resumed, args=(str(at_zero),))
     assert whole[0].keys() == resumed[0].keys() and any(k.startswith("optimizer.") for k in whole[0])
     for name, value in whole[0].items():
         assert torch.equal(resumed[0][name], value), name
+        assert torch.equal(resumed_from_zero[0][name], value), name  # AdamW's step count included
         assert torch.equal(whole[1][name], value), name  # every process holds the same full state
     # The final model: one save_pretrained directory plain transformers loads, equal to the trained weights.
     for run in (tmp_path / "whole", killed):
@@ -151,15 +173,54 @@ def test_fsdp_kill_and_resume_equals_uninterrupted_run(tmp_path):
             assert torch.equal(value, whole[0][f"model.student.{name}"]), name
     assert (killed / "model" / "README.md").is_file()
 
+    # A non-tensor value of the shards (the optimizer's learning rate) replaced by a pickle that runs a command:
+    # DCP itself would unpickle it in full; distill reads it weights-only and refuses.
+    marker = tmp_path / "ran"
+    _point_entry_at(tampered / "checkpoints" / "step-000002" / "sharded", "optimizer.param_groups.0.lr", _RunsCommand(f"touch {marker}"))
+    with pytest.raises(Exception, match="could not be read: it is damaged, or holds objects other than tensors"):
+        run_in_processes(_resumed, args=(str(tampered),))
+    assert not marker.exists()
 
-def test_fsdp_checkpoint_metadata_that_names_other_objects_is_refused(tmp_path):
+
+class _RunsCommand:
+    def __init__(self, command: str):
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command,)
+
+
+def _point_entry_at(sharded: Path, fqn: str, value) -> None:
+    """Rewrite a DCP checkpoint so that the bytes entry `fqn` reads `value` (torch.save'd into a new file)."""
+    import io
+
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    (sharded / "extra.distcp").write_bytes(buffer.getvalue())
+    metadata = pickle.loads((sharded / ".metadata").read_bytes())  # the test's own file: trusted here
+    keys = [index for index in metadata.storage_data if index.fqn == fqn]
+    assert keys, sorted({index.fqn for index in metadata.storage_data})[:5]
+    for index in keys:
+        metadata.storage_data[index] = _StorageInfo("extra.distcp", 0, len(buffer.getvalue()))
+    (sharded / ".metadata").write_bytes(pickle.dumps(metadata))
+
+
+@pytest.mark.parametrize("module, name", [("os", "system"), ("torch.distributed.checkpoint.filesystem", "os.system"),
+                                          ("torch.distributed.checkpoint.metadata", "torch.load")],
+                         ids=["plain", "dotted_through_an_allowed_module", "other_name_of_an_allowed_module"])
+def test_fsdp_checkpoint_metadata_that_names_other_objects_is_refused(tmp_path, module, name):
     from distill.sharding import check_metadata
 
     sharded = tmp_path / "sharded"
     sharded.mkdir()
-    (sharded / ".metadata").write_bytes(pickle.dumps(os.system))
+    marker = tmp_path / "ran"
+    (sharded / ".metadata").write_bytes(b"\x80\x02c" + f"{module}\n{name}\n".encode() + b"(X" + len(f"touch {marker}").to_bytes(4, "little")
+                                        + f"touch {marker}".encode() + b"tR.")
     with pytest.raises(ValueError, match="holds objects other than a checkpoint's metadata"):
         check_metadata(sharded)
+    assert not marker.exists()
     with pytest.raises(ValueError, match="no .metadata"):
         check_metadata(tmp_path)
 
@@ -167,6 +228,8 @@ def test_fsdp_checkpoint_metadata_that_names_other_objects_is_refused(tmp_path):
 def test_fsdp_refusals(tmp_path):
     with pytest.raises(ValueError, match="fsdp: true with use_peft"):
         DistillConfig(output_dir=str(tmp_path), fsdp=True, use_peft=True).validate()
+    with pytest.raises(ValueError, match="fsdp: true with dtype float16 is not supported.*use dtype bfloat16"):
+        DistillConfig(output_dir=str(tmp_path), fsdp=True, dtype="float16").validate()
     tokenizer = train_tiny_tokenizer()
     from tests.train.test_sdft import distiller as sdft_distiller
 
@@ -219,6 +282,7 @@ def _all_gathers_per_unit(rank, world_size, out):
     distiller = make_distiller(train_tiny_tokenizer(), Path(out), rows=chat_rows(16), fsdp=True, lmbda=0.0,
                                loss_chunk_size=4, max_new_tokens=12)
     distiller.setup()
+    distiller.setup()  # a second setup (allowed before train) reuses the sharded student
     distiller.train_step(0, distiller._new_window(), {}, log_step=False)
     return dict(counts)
 
