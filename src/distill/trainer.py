@@ -338,8 +338,11 @@ class Distiller:
         if config.fsdp and not sharding.is_sharded(objective):  # in place, before the optimizer sees the parameters
             sharding.shard(objective, self.student_model)
         params = [p for p in objective.parameters() if p.requires_grad]
+        # The fused kernel: one pass over each parameter's state (on 2 CPU cores 0.07 s per step for the default
+        # student instead of 0.3-0.7 s, and no 200-400 MB of temporaries; benchmarks/step.py).
+        fused = all(p.device.type in ("cpu", "cuda", "mps") and p.is_floating_point() for p in params)
         optimizer = torch.optim.AdamW(params, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
-                                      eps=config.adam_epsilon, weight_decay=config.weight_decay)
+                                      eps=config.adam_epsilon, weight_decay=config.weight_decay, fused=fused or None)
         warmup = config.warmup_steps or math.ceil(config.warmup_ratio * config.max_steps)
         # Not prepared by accelerate: its wrapper would step the schedule once per process.
         self.scheduler = get_scheduler(config.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=config.max_steps)
