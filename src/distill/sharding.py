@@ -77,7 +77,7 @@ def return_freed_memory() -> None:
     FSDP on CPU allocates and frees each unit's gathered parameters and full-size gradients many times a step;
     glibc's default raises its mmap threshold after such frees and then keeps the blocks in the heap, so the
     process's resident size grows by what sharding saved. Measured with `benchmarks/fsdp.py` (2 processes,
-    default pair): peak resident 3.43 GB per process without this, 2.27 GB with it (DDP: 3.36 GB)."""
+    default pair): peak resident 3.43 GB per process without this, 2.3 GB with it (DDP: 3.2-3.4 GB)."""
     import ctypes
     import ctypes.util
 
