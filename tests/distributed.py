@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 import socket
+import subprocess
 import sys
 import tempfile
 
@@ -67,3 +68,13 @@ def first_step_gradient(distiller) -> dict:
     window = distiller._new_window()
     distiller.train_step(0, window, {}, log_step=True)
     return {"grads": captured, "metrics": window.reduce()}
+
+
+def accelerate_launch_distill(arguments: list[str], processes: int = 2, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`accelerate launch ... -m distill ARGUMENTS` on `processes` CPU processes; the finished process.
+
+    accelerate's launcher for several processes is --multi_gpu (its --cpu launches a single process); on a
+    machine without GPUs distill puts accelerate in CPU mode, so the processes form a gloo group."""
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "distill", *arguments]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -1,16 +1,17 @@
 """Several processes (gloo, CPU): split invariance of the gradient, token-weighted metrics, accelerate launch."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from distill.metrics import MetricWindow
 from tests.conftest import chat_rows, train_tiny_tokenizer
-from tests.distributed import first_step_gradient, run_in_processes
+from tests.distributed import (
+    accelerate_launch_distill,
+    first_step_gradient,
+    run_in_processes,
+)
 from tests.train.helpers import make_distiller
 
 
@@ -66,18 +67,12 @@ def test_accelerate_launch_two_cpu_processes(tmp_path, model_dirs):
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in chat_rows(16)))
     run = tmp_path / "run"
-    command = [
-        # accelerate's launcher for several processes is --multi_gpu (its --cpu launches a single process); on a
-        # machine without GPUs distill puts accelerate in CPU mode, so the processes form a gloo group.
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "distill", "train",
-        "--teacher", str(model_dirs["teacher"]), "--student", str(model_dirs["student"]), "--dataset", str(data),
+    result = accelerate_launch_distill([
+        "train", "--teacher", str(model_dirs["teacher"]), "--student", str(model_dirs["student"]), "--dataset", str(data),
         "--output_dir", str(run), "--max_steps", "2", "--logging_steps", "1", "--lmbda", "0.5",
         "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2", "--max_new_tokens", "6",
         "--eval_before_after", "false", "--progress_bar", "false", "--save_steps", "1",
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    ])
     assert result.returncode == 0, result.stderr[-3000:]
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2]

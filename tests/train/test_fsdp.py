@@ -14,7 +14,7 @@ import torch
 
 from distill import DistillConfig
 from tests.conftest import chat_rows, train_tiny_tokenizer
-from tests.distributed import run_in_processes
+from tests.distributed import accelerate_launch_distill, run_in_processes
 from tests.train.helpers import make_distiller
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
@@ -299,21 +299,17 @@ def test_fsdp_gathers_the_lm_head_once_per_micro_batch(tmp_path):
 def test_accelerate_launch_with_fsdp(tmp_path, model_dirs):
     """The command line under `accelerate launch`: sharded checkpoints, the evaluation, one final model."""
     import json
-    import subprocess
-    import sys
 
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in chat_rows(16)))
     run = tmp_path / "run"
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "distill", "train", "--fsdp", "true",
-        "--teacher", str(model_dirs["teacher"]), "--student", str(model_dirs["student"]), "--dataset", str(data),
-        "--eval_dataset", str(data), "--eval_split", "train", "--eval_max_prompts", "4", "--eval_max_new_tokens", "6", "--output_dir", str(run),
-        "--max_steps", "2", "--logging_steps", "1", "--lmbda", "0.5", "--per_device_train_batch_size", "2",
-        "--gradient_accumulation_steps", "2", "--max_new_tokens", "6", "--progress_bar", "false", "--save_steps", "1",
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = accelerate_launch_distill([
+        "train", "--fsdp", "true", "--teacher", str(model_dirs["teacher"]), "--student", str(model_dirs["student"]),
+        "--dataset", str(data), "--eval_dataset", str(data), "--eval_split", "train", "--eval_max_prompts", "4",
+        "--eval_max_new_tokens", "6", "--output_dir", str(run), "--max_steps", "2", "--logging_steps", "1",
+        "--lmbda", "0.5", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2",
+        "--max_new_tokens", "6", "--progress_bar", "false", "--save_steps", "1",
+    ])
     assert result.returncode == 0, result.stderr[-3000:]
     checkpoint = run / "checkpoints" / "step-000002"
     assert json.loads((checkpoint / "state.json").read_text())["weights"] == "sharded"
