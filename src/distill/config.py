@@ -246,6 +246,9 @@ class DistillConfig:
     teacher_sampling_temperature: float = _f(1.0, "Teacher sampling temperature for seq_kd completions.")
     teacher_top_p: float = _f(1.0, "Teacher nucleus sampling for seq_kd completions.")
     teacher_top_k: int = _f(0, "Teacher top-k sampling for seq_kd completions (0 = off).")
+    lean_decode: bool = _f(True, "Sample with distill's own decode loop where it applies (a Llama-family model in "
+                           "float32 on CPU: packed weights, preallocated cache; same distribution as HF generate, "
+                           "about 0.6x its time); false, or any other model: HF generate. Training and evaluation.")
 
     # --- optimisation ----------------------------------------------------------------------------------
     learning_rate: float = _f(3e-4, "AdamW peak learning rate (3e-4: the bundled default run, chosen by measurement).")

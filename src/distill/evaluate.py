@@ -30,6 +30,7 @@ class EvalSettings:
     num_examples: int
     seed: int
     chunk_size: int = 256
+    lean_decode: bool = True
 
 
 def divergence_objective(chunk_size: int) -> DivergenceObjective:
@@ -90,7 +91,7 @@ def headline(metrics: dict) -> tuple[str, str, str]:
 
 def _sample(generate, prompts, settings: EvalSettings, device, greedy: bool) -> list[list[int]]:
     """`generate(prompts, sampling, batch_size)` in a forked RNG seeded by `settings.seed`."""
-    sampling = SamplingParams(1.0, 1.0, 0, settings.max_new_tokens, do_sample=not greedy)
+    sampling = SamplingParams(1.0, 1.0, 0, settings.max_new_tokens, do_sample=not greedy, lean=settings.lean_decode)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(settings.seed)
         outputs = generate(prompts, sampling, settings.batch_size)

@@ -21,6 +21,7 @@ is log softmax(logits / sampling_temperature). Dataset and teacher completions h
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
@@ -28,6 +29,9 @@ from typing import Callable, Protocol
 import torch
 
 from distill.data import EncodedExample, Example, StepSampler
+from distill.lean_decode import lean_generate, refusal
+
+logger = logging.getLogger(__name__)
 
 SOURCES = ("student", "dataset", "teacher")
 
@@ -52,6 +56,7 @@ class SamplingParams:
     top_k: int
     max_new_tokens: int
     do_sample: bool = True
+    lean: bool = True  # distill's own decode loop where it applies (`distill.lean_decode`); False: HF generate
 
 
 @dataclass
@@ -150,7 +155,8 @@ def generate_completions(
     vocab_size: int | None = None,
     with_log_probs: bool = False,
 ) -> list[tuple]:
-    """Sample a completion for each prompt with HF generate (KV cache, left padding).
+    """Sample a completion for each prompt (KV cache, left padding): with distill's lean decode loop where it
+    applies and `sampling.lean` (`distill.lean_decode`: same distribution, less time), else HF generate.
 
     Returns, per prompt, (completion ids ending at the first EOS, whether it stopped at max_new_tokens), and
     with `with_log_probs` a third item: each token's log-prob under the sampling distribution (module docstring).
@@ -160,6 +166,7 @@ def generate_completions(
     """
     results: list[tuple[list[int], bool]] = []
     batch_size = batch_size or max(len(prompts), 1)
+    lean = sampling.lean and _lean_decode_applies(model, device)
     was_training = model.training
     model.eval()
     try:
@@ -171,29 +178,17 @@ def generate_completions(
             for row, ids in enumerate(chunk):
                 input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
                 attention_mask[row, width - len(ids) :] = 1
-            kwargs = dict(
-                max_new_tokens=sampling.max_new_tokens,
-                do_sample=sampling.do_sample,
-                eos_token_id=eos_ids or None,
-                pad_token_id=pad_id,
-                # transformers turns synced_gpus on for an FSDP-managed model (every process steps until all are
-                # done); distill generates on a gathered student (`distill.sharding.gathered`), which needs no sync.
-                synced_gpus=False,
-            )
-            if sampling.do_sample:
-                kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
-            if stopping_criteria is not None:
-                kwargs["stopping_criteria"] = stopping_criteria
             padded_rows = _output_rows(model) - vocab_size if vocab_size is not None else 0
-            if padded_rows > 0:
-                kwargs["suppress_tokens"] = list(range(vocab_size, vocab_size + padded_rows))
-            if with_log_probs:
-                kwargs.update(output_scores=True, return_dict_in_generate=True)
-            output = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **kwargs)
-            sequences = output.sequences if with_log_probs else output
-            generated = sequences[:, width:].cpu()
+            suppress = list(range(vocab_size, vocab_size + padded_rows)) if padded_rows > 0 else []
+            if lean:
+                generated, log_probs = lean_generate(
+                    model, input_ids, attention_mask, max_new_tokens=sampling.max_new_tokens, do_sample=sampling.do_sample,
+                    temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, eos_ids=eos_ids,
+                    pad_id=pad_id, suppress_tokens=suppress, stopping_criteria=stopping_criteria, with_log_probs=with_log_probs)
+            else:
+                generated, log_probs = _hf_generate(model, input_ids.to(device), attention_mask.to(device), sampling, eos_ids,
+                                                    pad_id, suppress, stopping_criteria, with_log_probs)
             keep = first_eos_mask(generated, eos_ids)
-            log_probs = _sampled_log_probs(output.scores, generated) if with_log_probs else None
             for row in range(len(chunk)):
                 ids = generated[row][keep[row]].tolist()
                 ended = bool(ids) and ids[-1] in eos_ids
@@ -202,6 +197,45 @@ def generate_completions(
     finally:
         model.train(was_training)
     return results
+
+
+def _hf_generate(model, input_ids, attention_mask, sampling: SamplingParams, eos_ids, pad_id, suppress, stopping_criteria,
+                 with_log_probs: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """HF generate on one left-padded batch: (B, L) new tokens on CPU and, with `with_log_probs`, their log-probs."""
+    kwargs = dict(
+        max_new_tokens=sampling.max_new_tokens,
+        do_sample=sampling.do_sample,
+        eos_token_id=eos_ids or None,
+        pad_token_id=pad_id,
+        # transformers turns synced_gpus on for an FSDP-managed model (every process steps until all are
+        # done); distill generates on a gathered student (`distill.sharding.gathered`), which needs no sync.
+        synced_gpus=False,
+    )
+    if sampling.do_sample:
+        kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
+    if stopping_criteria is not None:
+        kwargs["stopping_criteria"] = stopping_criteria
+    if suppress:
+        kwargs["suppress_tokens"] = suppress
+    if with_log_probs:
+        kwargs.update(output_scores=True, return_dict_in_generate=True)
+    output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+    sequences = output.sequences if with_log_probs else output
+    generated = sequences[:, input_ids.shape[1]:].cpu()
+    return generated, (_sampled_log_probs(output.scores, generated) if with_log_probs else None)
+
+
+_decode_loop_logged: set[str] = set()
+
+
+def _lean_decode_applies(model, device: torch.device) -> bool:
+    """Whether `lean_generate` can decode `model`; the loop chosen is logged once per reason."""
+    reason = refusal(model, device)
+    message = "decoding with distill's lean loop" if reason is None else f"decoding with HF generate: {reason}"
+    if message not in _decode_loop_logged:
+        _decode_loop_logged.add(message)
+        logger.info(message)
+    return reason is None
 
 
 def _sampled_log_probs(scores: tuple[torch.Tensor, ...], generated: torch.Tensor) -> torch.Tensor:

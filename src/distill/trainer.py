@@ -302,8 +302,9 @@ class Distiller:
         # A teacher whose weights move (a live or EMA self-teacher) samples step by step, never ahead.
         window = c.seq_kd_generation_steps if getattr(self.teacher, "frozen", True) else 1
         trains_row = (lambda example: method.trains_row(c, example)) if method.trains_row is not None else None
-        return RolloutSettings(SamplingParams(c.sampling_temperature, c.top_p, c.top_k, c.max_new_tokens),
-                               SamplingParams(c.teacher_sampling_temperature, c.teacher_top_p, c.teacher_top_k, c.max_new_tokens),
+        return RolloutSettings(SamplingParams(c.sampling_temperature, c.top_p, c.top_k, c.max_new_tokens, lean=c.lean_decode),
+                               SamplingParams(c.teacher_sampling_temperature, c.teacher_top_p, c.teacher_top_k, c.max_new_tokens,
+                                              lean=c.lean_decode),
                                window, c.max_steps, c.seed, method.records_log_probs(c), c.num_iterations,
                                c.num_loss_tokens_to_skip, trains_row)
 
@@ -544,7 +545,8 @@ class Distiller:
         if not self.eval_examples or not self.runtime.is_main_process:
             return None
         c = self.config
-        settings = EvalSettings(c.eval_max_new_tokens, c.eval_batch_size, c.eval_examples, c.seed, c.loss_chunk_size)
+        settings = EvalSettings(c.eval_max_new_tokens, c.eval_batch_size, c.eval_examples, c.seed, c.loss_chunk_size,
+                                c.lean_decode)
         teacher = self.eval_teacher if self.location in (placement.SELF, placement.NONE) else self.teacher
         return Evaluator(teacher, self.tokenizer, self.encoder, self.eval_examples, self.vocab_size, self.eos_ids,
                          self.pad_id, self.device, settings)
