@@ -3,9 +3,20 @@ stopping rules, and the models it leaves to HF generate."""
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, StoppingCriteria, StoppingCriteriaList
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
-from distill.lean_decode import LlamaDecoder, lean_generate, logits_processors, refusal, sample_from_logits
+from distill.lean_decode import (
+    LlamaDecoder,
+    lean_generate,
+    logits_processors,
+    refusal,
+    sample_from_logits,
+)
 from distill.rollout import SamplingParams, generate_completions
 
 CPU = torch.device("cpu")
