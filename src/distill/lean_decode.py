@@ -55,8 +55,8 @@ def refusal(model: nn.Module, device: torch.device) -> str | None:
     if not isinstance(model, LlamaForCausalLM):
         return f"{type(model).__name__} is not a LlamaForCausalLM"
     layers = model.model.layers
-    if not all(type(layer) is LlamaDecoderLayer and type(layer.self_attn) is LlamaAttention
-               and type(layer.mlp) is LlamaMLP for layer in layers):
+    if not all(_built_as(layer) is LlamaDecoderLayer and _built_as(layer.self_attn) is LlamaAttention
+               and _built_as(layer.mlp) is LlamaMLP for layer in layers):
         return "a decoder layer is not transformers' Llama layer"
     for name, parameter in model.named_parameters():
         if type(parameter.data) is not torch.Tensor:  # a DTensor (FSDP), a quantized or fake tensor
@@ -69,6 +69,16 @@ def refusal(model: nn.Module, device: torch.device) -> str | None:
         if getattr(config, field, None) != getattr(defaults, field, None):
             return f"the model's generation config sets {field}"
     return None
+
+
+def _built_as(module: nn.Module) -> type:
+    """The module's class, seen through the subclass FSDP's `fully_shard` swaps in (it only adds hooks to
+    forward, which this loop does not call; sharded weights are refused by the parameter check)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(module, FSDPModule):
+        return next(base for base in type(module).__bases__ if base is not FSDPModule)
+    return type(module)
 
 
 class _Linear:
