@@ -24,7 +24,12 @@ import torch
 
 def load_pair():
     from distill.config import DistillConfig
-    from distill.models import load_causal_lm, load_tokenizer, make_student, resolve_model_source
+    from distill.models import (
+        load_causal_lm,
+        load_tokenizer,
+        make_student,
+        resolve_model_source,
+    )
 
     source = resolve_model_source(DistillConfig().teacher, "teacher")
     teacher = load_causal_lm(source, torch.float32).eval()

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from distill import cpu_memory
+
 MIXED_PRECISION = {"float32": "no", "bfloat16": "bf16", "float16": "fp16"}
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -108,6 +110,11 @@ def start_runtime(config, project_dir: str) -> Runtime:
         raise ValueError("device: with several processes accelerate places each on its own device; leave device 'auto'")
     device = accelerator.device if config.device in ("auto", "cpu") else torch.device(config.device)
     teacher_dtype = TORCH_DTYPES.get(accelerator.mixed_precision, torch.float32) if device.type != "cpu" else torch.float32
+    if device.type == "cpu":
+        if config.fsdp:
+            cpu_memory.set_mmap_threshold(cpu_memory.FSDP_THRESHOLD, "fsdp on CPU")
+        else:
+            cpu_memory.set_mmap_threshold(cpu_memory.TRAINING_THRESHOLD, "training on CPU")
     return Runtime(accelerator, device, teacher_dtype)
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import pickle
-import platform
 from pathlib import Path
 from typing import Any, Callable
 
@@ -63,34 +62,10 @@ def shard(root: nn.Module, student: nn.Module) -> nn.Module:
     is gathered once per micro-batch. Needs an initialised process group (accelerate's)."""
     from torch.distributed.fsdp import fully_shard
 
-    if next(student.parameters()).device.type == "cpu":
-        return_freed_memory()
     for layer in decoder_layers(student):
         fully_shard(layer, reshard_after_forward=True)
     fully_shard(root, reshard_after_forward=False)
     return root
-
-
-def return_freed_memory() -> None:
-    """On glibc, hand large freed blocks back to the OS at once (a fixed 64 KiB mmap threshold).
-
-    FSDP on CPU allocates and frees each unit's gathered parameters and full-size gradients many times a step;
-    glibc's default raises its mmap threshold after such frees and then keeps the blocks in the heap, so the
-    process's resident size grows by what sharding saved. Measured with `benchmarks/fsdp.py` (2 processes,
-    default pair): peak resident 3.43 GB per process without this, 2.3 GB with it (DDP: 3.2-3.4 GB)."""
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-        mallopt = getattr(libc, "mallopt", None)
-    except OSError:
-        mallopt = None
-    if mallopt is not None and "glibc" in (platform.libc_ver()[0] or ""):
-        M_MMAP_THRESHOLD = -3
-        if mallopt(M_MMAP_THRESHOLD, 64 * 1024) == 1:
-            logger.info("fsdp on CPU: freed blocks over 64 KiB go back to the OS (mallopt M_MMAP_THRESHOLD)")
 
 
 def is_sharded(module: nn.Module) -> bool:
