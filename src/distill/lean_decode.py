@@ -16,9 +16,10 @@ rounds differently from an unpacked one (about 1e-6 relative on a logit), so gre
 `generate`'s except at a near tie, and sampling draws from the same distribution with a different use
 of the random stream (one float64 uniform per row and step), so seeded samples differ from `generate`'s.
 
-Anything else falls back to HF `generate` (`refusal` says why): another architecture, a dtype other than
-float32, a device other than CPU, sharded (DTensor) or LoRA-wrapped weights, or a model whose generation
-config asks for a processor this loop does not apply.
+Anything else falls back to HF `generate` (`refusal` says why): another architecture or a subclass of one of
+its modules, a dtype other than float32, a device other than CPU, sharded (DTensor) weights, LoRA's layers
+(PEFT's wrapper or its injected projections), or a model whose generation config asks for a processor this
+loop does not apply. The decoder layers' own forward is not called, so hooks on them do not run.
 """
 
 from __future__ import annotations
@@ -48,16 +49,21 @@ def refusal(model: nn.Module, device: torch.device) -> str | None:
         LlamaAttention,
         LlamaDecoderLayer,
         LlamaMLP,
+        LlamaRMSNorm,
     )
 
     if device.type != "cpu":
         return f"device {device.type} (the lean loop is for CPU)"
-    if not isinstance(model, LlamaForCausalLM):
-        return f"{type(model).__name__} is not a LlamaForCausalLM"
+    if _built_as(model) is not LlamaForCausalLM:
+        return f"{type(model).__name__} is not transformers' LlamaForCausalLM"
     layers = model.model.layers
     if not all(_built_as(layer) is LlamaDecoderLayer and _built_as(layer.self_attn) is LlamaAttention
-               and _built_as(layer.mlp) is LlamaMLP for layer in layers):
+               and _built_as(layer.mlp) is LlamaMLP and _built_as(layer.input_layernorm) is LlamaRMSNorm
+               and _built_as(layer.post_attention_layernorm) is LlamaRMSNorm for layer in layers):
         return "a decoder layer is not transformers' Llama layer"
+    projections = [model.lm_head] + [linear for layer in layers for linear in _projections(layer)]
+    if not all(type(linear) is nn.Linear for linear in projections):  # e.g. LoRA's layers, which add to the product
+        return "a projection is not a plain nn.Linear"
     for name, parameter in model.named_parameters():
         if type(parameter.data) is not torch.Tensor:  # a DTensor (FSDP), a quantized or fake tensor
             return f"parameter {name} is a {type(parameter.data).__name__}"
@@ -79,6 +85,12 @@ def _built_as(module: nn.Module) -> type:
     if isinstance(module, FSDPModule):
         return next(base for base in type(module).__bases__ if base is not FSDPModule)
     return type(module)
+
+
+def _projections(layer: nn.Module) -> tuple[nn.Linear, ...]:
+    """q, k, v, o, gate, up, down of a Llama decoder layer."""
+    attention, mlp = layer.self_attn, layer.mlp
+    return (attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
 
 
 class _Linear:
@@ -125,12 +137,7 @@ class LlamaDecoder:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.scaling = self.head_dim ** -0.5
-        self.layers = [
-            _Layer(layer, _Linear(layer.self_attn.q_proj, rows), _Linear(layer.self_attn.k_proj, rows),
-                   _Linear(layer.self_attn.v_proj, rows), _Linear(layer.self_attn.o_proj, rows),
-                   _Linear(layer.mlp.gate_proj, rows), _Linear(layer.mlp.up_proj, rows), _Linear(layer.mlp.down_proj, rows))
-            for layer in model.model.layers
-        ]
+        self.layers = [_Layer(layer, *(_Linear(linear, rows) for linear in _projections(layer))) for layer in model.model.layers]
         self.lm_head = _Linear(model.lm_head, rows)
         shape = (rows, self.kv_heads, capacity, self.head_dim)
         self.keys = [torch.zeros(shape) for _ in self.layers]

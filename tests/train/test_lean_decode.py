@@ -184,3 +184,16 @@ def test_config_turns_the_lean_loop_off_for_training_and_evaluation(tokenizer, t
     distiller = make_distiller(tokenizer, tmp_path, lean_decode=False)
     settings = distiller._rollout_settings()
     assert settings.student_sampling.lean is False and settings.teacher_sampling.lean is False
+
+
+def test_lora_layers_and_subclasses_go_to_generate():
+    from peft import LoraConfig, get_peft_model
+
+    wrapped = get_peft_model(tiny_llama(), LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
+    assert "PeftModel" in refusal(wrapped, CPU)
+    assert "nn.Linear" in refusal(wrapped.base_model.model, CPU)  # the injected layers add to the product
+
+    class Custom(LlamaForCausalLM):
+        pass
+
+    assert "Custom" in refusal(Custom(tiny_llama().config), CPU)
