@@ -277,8 +277,10 @@ def logit_head(model: nn.Module, vocab_size: int) -> LogitHead:
     `logit_scale` (a multiplier) and Granite's `logits_scaling` (a divisor).
     """
     head = model.get_output_embeddings()
-    weight = head.weight[:vocab_size]
-    bias = head.bias[:vocab_size] if getattr(head, "bias", None) is not None else None
+    # A slice, even of all rows, costs its backward a zero-filled full-size copy of the gradient: cut only padding.
+    cut = (lambda t: t[:vocab_size]) if head.weight.shape[0] != vocab_size else (lambda t: t)
+    weight = cut(head.weight)
+    bias = cut(head.bias) if getattr(head, "bias", None) is not None else None
     config = model.config
     scale = float(getattr(config, "logit_scale", None) or 1.0)
     if getattr(config, "logits_scaling", None):

@@ -88,3 +88,12 @@ def test_logit_head_reads_scale_and_softcap(tokenizer):
     assert head.weight.shape[0] == len(tokenizer) and head.softcap == 30.0 and head.scale == 0.25
     teacher = tiny_lm(len(tokenizer), pad_rows=64)
     assert shared_vocab_size(tokenizer, tokenizer, model, teacher) == len(tokenizer)
+
+
+def test_logit_head_slices_only_padded_rows(tokenizer):
+    """An unpadded head is used as it is: slicing all rows would cost backward a zero-filled full-size copy."""
+    model = tiny_lm(len(tokenizer))
+    assert logit_head(model, len(tokenizer)).weight is model.lm_head.weight
+    padded = tiny_lm(len(tokenizer), pad_rows=3)
+    weight = logit_head(padded, len(tokenizer)).weight
+    assert weight.shape[0] == len(tokenizer) and weight.data_ptr() == padded.lm_head.weight.data_ptr()
