@@ -37,9 +37,8 @@ def set_mmap_threshold(size: int, why: str) -> bool:
     library is not glibc or refuses, in which case nothing changed."""
     if "glibc" not in (platform.libc_ver()[0] or ""):
         return False
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = getattr(ctypes.CDLL(name), "mallopt", None) if name else None
+    try:  # CDLL(None): the symbols already loaded into this process, glibc's among them
+        mallopt = getattr(ctypes.CDLL(ctypes.util.find_library("c")), "mallopt", None)
     except OSError:
         mallopt = None
     if mallopt is None or mallopt(_M_MMAP_THRESHOLD, size) != 1:

@@ -18,8 +18,9 @@ of the random stream (one float64 uniform per row and step), so seeded samples d
 
 Anything else falls back to HF `generate` (`refusal` says why): another architecture or a subclass of one of
 its modules, a dtype other than float32, a device other than CPU, sharded (DTensor) weights, LoRA's layers
-(PEFT's wrapper or its injected projections), or a model whose generation config asks for a processor this
-loop does not apply. The decoder layers' own forward is not called, so hooks on them do not run.
+(PEFT's wrapper or its injected projections), weights off the CPU (offloaded), a forward hook other than FSDP's
+own or a forward replaced on an instance (the loop calls no layer's forward, so such a hook would not run), or a
+generation config that sets anything beyond token ids, the sampling settings distill passes, and no-op values.
 """
 
 from __future__ import annotations
@@ -30,21 +31,25 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# GenerationConfig fields that add a logits processor or change the search; a model whose generation config
-# sets any of them to a non-default value is decoded by HF `generate`.
-_UNSUPPORTED_GENERATION_FIELDS = (
-    "guidance_scale", "sequence_bias", "repetition_penalty", "encoder_repetition_penalty", "no_repeat_ngram_size",
-    "encoder_no_repeat_ngram_size", "bad_words_ids", "min_length", "min_new_tokens", "forced_bos_token_id",
-    "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
-    "begin_suppress_tokens", "top_h", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "watermarking_config",
-    "renormalize_logits", "num_beams", "num_return_sequences", "max_time", "stop_strings", "penalty_alpha",
-    "assistant_model", "prompt_lookup_num_tokens",
-)
+# What a model's generation config may set for the lean loop to decode it as `generate` would: token ids, the
+# sampling settings distill always passes explicitly (they override the config's), and bookkeeping.
+_HARMLESS_GENERATION_FIELDS = frozenset({
+    "bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "do_sample", "temperature", "top_k",
+    "top_p", "max_length", "max_new_tokens", "use_cache", "output_attentions", "output_hidden_states", "output_scores",
+    "output_logits", "return_dict_in_generate", "_from_model_config", "transformers_version",
+})
+# Fields that add a processor or change the search, at the values where `generate` does neither.
+_NO_OP_GENERATION_VALUES = {
+    "num_beams": 1, "num_return_sequences": 1, "num_beam_groups": 1, "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0, "min_length": 0, "min_new_tokens": 0, "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0, "remove_invalid_values": False, "renormalize_logits": False, "typical_p": 1.0,
+    "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "guidance_scale": 1.0, "length_penalty": 1.0, "diversity_penalty": 0.0,
+}
 
 
 def refusal(model: nn.Module, device: torch.device) -> str | None:
     """Why `model` must be decoded by HF `generate`, or None when `lean_generate` can decode it."""
-    from transformers import GenerationConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
     from transformers.models.llama.modeling_llama import (
         LlamaAttention,
         LlamaDecoderLayer,
@@ -69,12 +74,38 @@ def refusal(model: nn.Module, device: torch.device) -> str | None:
             return f"parameter {name} is a {type(parameter.data).__name__}"
         if parameter.dtype != torch.float32:
             return f"parameter {name} is {parameter.dtype} (the lean loop is float32)"
-    defaults = GenerationConfig()
-    config = model.generation_config
-    for field in _UNSUPPORTED_GENERATION_FIELDS:
-        if getattr(config, field, None) != getattr(defaults, field, None):
-            return f"the model's generation config sets {field}"
+        if parameter.device.type != "cpu":  # e.g. offloaded to the meta device by accelerate's hooks
+            return f"parameter {name} is on {parameter.device.type}"
+    hooked = _hooked_module(model)
+    if hooked is not None:
+        return f"module {hooked or 'the model'} has a forward hook or its own forward, which the lean loop would not run"
+    for field, value in model.generation_config.to_diff_dict().items():
+        if field not in _HARMLESS_GENERATION_FIELDS and _NO_OP_GENERATION_VALUES.get(field, object()) != value:
+            return f"the model's generation config sets {field}={value!r}"
     return None
+
+
+def _hooked_module(model: nn.Module) -> str | None:
+    """The name of the first module whose forward does more than its class's (a hook that is not FSDP's own,
+    accelerate's `_hf_hook`, a forward set on the instance), "" for a global module hook, else None."""
+    from torch.nn.modules import module as module_globals
+
+    if module_globals._global_forward_hooks or module_globals._global_forward_pre_hooks:
+        return ""
+    for name, module in model.named_modules():
+        hooks = [*module._forward_hooks.values(), *module._forward_pre_hooks.values()]
+        if any(not _is_fsdp_hook(hook) for hook in hooks) or hasattr(module, "_hf_hook") or "forward" in vars(module):
+            return name or "(root)"
+    return None
+
+
+def _is_fsdp_hook(hook) -> bool:
+    """FSDP's pre/post-forward hooks: they gather and reshard parameters, which `gathered` has already done."""
+    try:
+        from torch.distributed.fsdp._fully_shard._fsdp_state import FSDPState
+    except ImportError:
+        return False
+    return isinstance(getattr(hook, "__self__", None), FSDPState)
 
 
 def _built_as(module: nn.Module) -> type:
@@ -229,6 +260,10 @@ def sample_from_logits(scores: torch.Tensor) -> torch.Tensor:
     """
     probs = torch.softmax(scores, dim=-1, dtype=torch.float64)
     cdf = probs.cumsum(dim=-1)
+    total = cdf[:, -1]
+    if not bool(torch.isfinite(total).all() and (total > 0).all()):  # NaN or inf logits, or every token masked
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0 (the logits of a row are "
+                           "not finite, or every token of a row is masked)")
     draw = torch.rand(scores.shape[0], 1, dtype=torch.float64, device=scores.device) * cdf[:, -1:]
     return torch.searchsorted(cdf, draw, right=True).clamp_(max=scores.shape[-1] - 1).squeeze(1)
 
@@ -260,8 +295,8 @@ def lean_generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
         steps += 1
         if eos_ids:
             unfinished &= ~torch.isin(tokens, eos)
-        if stopping_criteria is not None:
-            unfinished &= ~stopping_criteria(sequences[:, : width + steps], scores).to(torch.bool)
+        if stopping_criteria is not None:  # `generate` passes the stored scores, None unless asked to keep them
+            unfinished &= ~stopping_criteria(sequences[:, : width + steps], None).to(torch.bool)
         if not unfinished.any() or steps == max_new_tokens:
             break
         logits = decoder.step(tokens)

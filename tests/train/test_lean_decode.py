@@ -103,6 +103,16 @@ def test_each_steps_processed_scores_equal_generates(temperature, top_k, top_p):
             logits = decoder.step(tokens[:, step])
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_sampler_refuses_rows_that_are_not_a_distribution_as_multinomial_does(bad):
+    logits = torch.zeros(2, 5)
+    logits[1, 3] = bad
+    with pytest.raises(RuntimeError, match="inf.*nan"):
+        sample_from_logits(logits)
+    with pytest.raises(RuntimeError, match="inf.*nan"):
+        sample_from_logits(torch.full((1, 5), float("-inf")))
+
+
 def test_sampler_draws_softmax_probabilities_and_never_a_masked_token():
     logits = torch.tensor([[float("-inf"), 0.3, -1.0, 2.0, float("-inf"), 0.0, float("-inf")]])
     probs = torch.softmax(logits.double(), dim=-1)[0]
@@ -197,3 +207,21 @@ def test_lora_layers_and_subclasses_go_to_generate():
         pass
 
     assert "Custom" in refusal(Custom(tiny_llama().config), CPU)
+
+
+def test_hooks_offloaded_weights_and_generation_settings_go_to_generate():
+    hooked = tiny_llama()
+    hooked.model.layers[1].self_attn.q_proj.register_forward_hook(lambda module, args, out: out * 2)
+    assert "model.layers.1.self_attn.q_proj" in refusal(hooked, CPU)
+    replaced = tiny_llama()
+    replaced.lm_head.forward = lambda x: x
+    assert "lm_head" in refusal(replaced, CPU)
+    offloaded = tiny_llama()
+    offloaded.model.norm.weight = torch.nn.Parameter(torch.empty(32, device="meta"))
+    assert "on meta" in refusal(offloaded, CPU)
+    configured = tiny_llama()
+    configured.generation_config.dola_layers = "high"
+    assert "dola_layers" in refusal(configured, CPU)
+    no_op = tiny_llama()
+    no_op.generation_config.update(num_beams=1, repetition_penalty=1.0, min_length=0, top_k=50, temperature=0.7)
+    assert refusal(no_op, CPU) is None  # no-op values, and sampling settings distill always passes explicitly
