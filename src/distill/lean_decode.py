@@ -92,8 +92,12 @@ def _hooked_module(model: nn.Module) -> str | None:
 
     if module_globals._global_forward_hooks or module_globals._global_forward_pre_hooks:
         return ""
+    # transformers' `enable_input_require_grads` (gradient checkpointing) only marks the embeddings' output as
+    # requiring grad, which means nothing under no_grad.
+    require_grads = getattr(model, "_require_grads_hook", None)
+    harmless = {require_grads.id} if require_grads is not None else set()
     for name, module in model.named_modules():
-        hooks = [*module._forward_hooks.values(), *module._forward_pre_hooks.values()]
+        hooks = [hook for key, hook in (*module._forward_hooks.items(), *module._forward_pre_hooks.items()) if key not in harmless]
         if any(not _is_fsdp_hook(hook) for hook in hooks) or hasattr(module, "_hf_hook") or "forward" in vars(module):
             return name or "(root)"
     return None

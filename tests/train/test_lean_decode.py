@@ -219,6 +219,10 @@ def test_hooks_offloaded_weights_and_generation_settings_go_to_generate():
     offloaded = tiny_llama()
     offloaded.model.norm.weight = torch.nn.Parameter(torch.empty(32, device="meta"))
     assert "on meta" in refusal(offloaded, CPU)
+    checkpointed = tiny_llama()
+    checkpointed.gradient_checkpointing_enable()  # its hook only marks the embeddings' output as requiring grad
+    assert checkpointed.model.embed_tokens._forward_hooks
+    assert refusal(checkpointed, CPU) is None
     configured = tiny_llama()
     configured.generation_config.dola_layers = "high"
     assert "dola_layers" in refusal(configured, CPU)
