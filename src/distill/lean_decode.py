@@ -168,10 +168,9 @@ class LlamaDecoder:
     def __init__(self, model: nn.Module, rows: int, capacity: int):
         config = model.config
         self.model = model
-        self.rows, self.capacity = rows, capacity
+        self.capacity = capacity
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
-        self.scaling = self.head_dim ** -0.5
         self.layers = [_Layer(layer, *(_Linear(linear, rows) for linear in _projections(layer))) for layer in model.model.layers]
         self.lm_head = _Linear(model.lm_head, rows)
         shape = (rows, self.kv_heads, capacity, self.head_dim)
@@ -268,7 +267,7 @@ def sample_from_logits(scores: torch.Tensor) -> torch.Tensor:
     if not bool(torch.isfinite(total).all() and (total > 0).all()):  # NaN or inf logits, or every token masked
         raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0 (the logits of a row are "
                            "not finite, or every token of a row is masked)")
-    draw = torch.rand(scores.shape[0], 1, dtype=torch.float64, device=scores.device) * cdf[:, -1:]
+    draw = torch.rand(scores.shape[0], 1, dtype=torch.float64, device=scores.device) * total[:, None]
     return torch.searchsorted(cdf, draw, right=True).clamp_(max=scores.shape[-1] - 1).squeeze(1)
 
 
