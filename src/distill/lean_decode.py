@@ -8,8 +8,8 @@ This loop packs each weight once per call (`torch.ops.mkl._mkl_reorder_linear_we
 batch's row count), writes keys and values into a preallocated cache, and samples by inverting the CDF
 with one uniform draw per row. Numbers: README, "Time per step".
 
-What stays HF's: the model's own modules compute the embeddings, every RMSNorm, the rotary cos/sin and the
-activation; the prompt's forward (many rows per product) uses the unpacked weights; the logits processors
+What stays HF's: the model's own modules compute the embeddings, the rotary cos/sin and the activation; each
+RMSNorm is `F.rms_norm` on its own weight and epsilon (LlamaRMSNorm's float32 formula in one op); the prompt's forward (many rows per product) uses the unpacked weights; the logits processors
 are transformers' own classes, in the order and under the conditions `generate` uses; position ids,
 padding of finished rows, EOS and stopping criteria follow `generate`. What differs: a packed product
 rounds differently from an unpacked one (about 1e-6 relative on a logit), so greedy tokens equal
@@ -176,7 +176,9 @@ class LlamaDecoder:
         shape = (rows, self.kv_heads, capacity, self.head_dim)
         self.keys = [torch.zeros(shape) for _ in self.layers]
         self.values = [torch.zeros(shape) for _ in self.layers]
-        self.key_allowed = torch.zeros(rows, 1, 1, capacity, dtype=torch.bool)  # (B, 1, 1, T): real keys so far
+        # (B, 1, 1, T): 0 at the real keys so far, -inf elsewhere; SDPA adds a float mask as it is (a bool one
+        # it converts to this on every call)
+        self.key_bias = torch.full((rows, 1, 1, capacity), float("-inf"))
         self.length = 0
         self.next_position: torch.Tensor | None = None  # (B, 1) long
 
@@ -185,7 +187,7 @@ class LlamaDecoder:
         width = input_ids.shape[1]
         real = attention_mask.bool()
         positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(~real, 0)
-        self.key_allowed[:, 0, 0, :width] = real
+        self.key_bias[:, 0, 0, :width].masked_fill_(real, 0.0)
         causal = torch.ones(width, width, dtype=torch.bool).tril()
         # A padding query sees only itself: no row of the mask is empty (an empty row would make NaN that
         # reaches the real positions through the cache as 0 x NaN); real queries never see padding.
@@ -197,8 +199,8 @@ class LlamaDecoder:
         """tokens: (B,) the tokens just chosen, fed at the next position of every row."""
         if self.length >= self.capacity:
             raise RuntimeError(f"LlamaDecoder: the cache holds {self.capacity} positions")
-        self.key_allowed[:, 0, 0, self.length] = True
-        logits = self._forward(tokens[:, None], self.next_position, self.key_allowed[:, :, :, : self.length + 1])
+        self.key_bias[:, 0, 0, self.length] = 0.0
+        logits = self._forward(tokens[:, None], self.next_position, self.key_bias[:, :, :, : self.length + 1])
         self.next_position = self.next_position + 1
         return logits
 
@@ -207,29 +209,44 @@ class LlamaDecoder:
         start, end = self.length, self.length + count
         hidden = self.model.model.embed_tokens(input_ids)
         cos, sin = self.model.model.rotary_emb(hidden, positions)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        rotary = _Rotary(cos.unsqueeze(1), sin.unsqueeze(1))
         for index, layer in enumerate(self.layers):
-            attention = layer.module.self_attn
-            normed = layer.module.input_layernorm(hidden)
+            attention, block = layer.module.self_attn, layer.module
+            normed = _rms_norm(block.input_layernorm, hidden)
             q = layer.q(normed).view(rows, count, self.heads, self.head_dim).transpose(1, 2)
             k = layer.k(normed).view(rows, count, self.kv_heads, self.head_dim).transpose(1, 2)
             v = layer.v(normed).view(rows, count, self.kv_heads, self.head_dim).transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            self.keys[index][:, :, start:end] = k * cos + _rotate_half(k) * sin
-            self.values[index][:, :, start:end] = v
-            out = F.scaled_dot_product_attention(q, self.keys[index][:, :, :end], self.values[index][:, :, :end],
+            self.keys[index].narrow(2, start, count).copy_(rotary(k))
+            self.values[index].narrow(2, start, count).copy_(v)
+            out = F.scaled_dot_product_attention(rotary(q), self.keys[index][:, :, :end], self.values[index][:, :, :end],
                                                  attn_mask=mask, scale=attention.scaling, enable_gqa=True)
             hidden = hidden + layer.o(out.transpose(1, 2).reshape(rows, count, -1))
-            normed = layer.module.post_attention_layernorm(hidden)
-            hidden = hidden + layer.down(layer.module.mlp.act_fn(layer.gate(normed)) * layer.up(normed))
+            normed = _rms_norm(block.post_attention_layernorm, hidden)
+            hidden = hidden + layer.down(block.mlp.act_fn(layer.gate(normed)) * layer.up(normed))
         self.length = end
-        last = self.model.model.norm(hidden[:, -1])
+        last = _rms_norm(self.model.model.norm, hidden[:, -1])
         return self.lm_head(last).float()
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def _rms_norm(norm: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """LlamaRMSNorm's forward in one op (its float32 case: x / sqrt(mean(x^2) + eps) * weight), the same values."""
+    return F.rms_norm(hidden, norm.weight.shape, norm.weight, norm.variance_epsilon)
+
+
+class _Rotary:
+    """Rotary embedding of queries or keys (B, heads, T, D), as HF's `x cos + rotate_half(x) sin`.
+
+    rotate_half(x) = (-x2, x1) for the halves x1, x2 of the last dimension, which is x rolled by half a
+    dimension times (-1, +1): the sign goes on sin, once per forward, instead of on every layer's q and k.
+    """
+
+    def __init__(self, cos: torch.Tensor, sin: torch.Tensor):
+        self.half = cos.shape[-1] // 2
+        self.cos = cos
+        self.signed_sin = torch.cat((-sin[..., : self.half], sin[..., self.half :]), dim=-1)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.cos + x.roll(self.half, dims=-1) * self.signed_sin
 
 
 def logits_processors(do_sample: bool, temperature: float, top_k: int, top_p: float, suppress_tokens: list[int]):
