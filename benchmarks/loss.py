@@ -5,11 +5,15 @@ so peak resident memory is its own; the implementations alternate within each (N
 machine load hits both. Reported: median seconds of forward+backward (projection to logits included) and
 peak extra resident memory above the inputs. "trl" is the reference library's chunked kernel (TRL 1.16.0's
 `ChunkedDivergenceFunction`, through its `_chunked_divergence_loss`, on CPU its torch path), when trl is
-installed (`pip install -e ".[trl]"`); the summary gives each chunked implementation's reverse-KL (beta 1)
-time over its forward-KL (beta 0) time.
+installed (`pip install -e ".[trl]"`); "liger" is Liger-Kernel's `LigerFusedLinearJSDLoss` (soft loss only,
+its sum), on CUDA when liger-kernel is installed. The summary gives each chunked implementation's reverse-KL
+(beta 1) time over its forward-KL (beta 0) time.
 
     python benchmarks/loss.py                       # the full table (several minutes on 2 cores)
     python benchmarks/loss.py --n 1024 --beta 0.5   # one cell
+    python benchmarks/loss.py --device cuda --dtype bfloat16 --n 8192   # the GPU check (benchmarks/gpu.sh)
+
+On CUDA the time is between synchronizations and the memory is the peak of torch's allocations above the inputs.
 Writes benchmarks/results/loss.json (override with --out).
 """
 
@@ -26,24 +30,34 @@ import sys
 import time
 from pathlib import Path
 
-IMPLEMENTATIONS = ("dense", "chunked", "trl")
+IMPLEMENTATIONS = ("dense", "chunked", "trl", "liger")
+DTYPES = ("float32", "bfloat16")
 
 
 def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
-def worker(impl: str, n: int, beta: float, vocab: int, hidden: int, repeats: int, chunk_size: int, seed: int) -> dict:
+def worker(impl: str, n: int, beta: float, vocab: int, hidden: int, repeats: int, chunk_size: int, seed: int,
+           device: str = "cpu", dtype: str = "float32") -> dict:
     import torch
 
     from distill.losses import chunked_generalized_jsd, generalized_jsd_loss
 
     torch.manual_seed(seed)
-    student_hidden = torch.randn(n, hidden, requires_grad=True)
-    student_head = (torch.randn(vocab, hidden) * 0.05).requires_grad_()
-    teacher_hidden = torch.randn(n, hidden)
-    teacher_head = torch.randn(vocab, hidden) * 0.05
-    mask = torch.ones(n, dtype=torch.bool)
+    on_gpu = torch.device(device).type == "cuda"
+    floats = {"device": device, "dtype": getattr(torch, dtype)}
+    student_hidden = torch.randn(n, hidden, **floats).requires_grad_()
+    student_head = (torch.randn(vocab, hidden, **floats) * 0.05).requires_grad_()
+    teacher_hidden = torch.randn(n, hidden, **floats)
+    teacher_head = torch.randn(vocab, hidden, **floats) * 0.05
+    mask = torch.ones(n, dtype=torch.bool, device=device)
+    if impl == "liger":
+        from liger_kernel.chunked_loss import LigerFusedLinearJSDLoss
+
+        # soft loss only; Liger divides its sum by the unmasked tokens, so n labels give the sum's gradient / n
+        liger = LigerFusedLinearJSDLoss(weight_hard_loss=0.0, weight_soft_loss=1.0, beta=beta)
+        labels = torch.zeros(n, dtype=torch.long, device=device)
 
     def step() -> float:
         student_hidden.grad = None
@@ -58,26 +72,35 @@ def worker(impl: str, n: int, beta: float, vocab: int, hidden: int, repeats: int
 
             loss = _chunked_divergence_loss(student_hidden[None], teacher_hidden[None], student_head, teacher_head,
                                             mask[None], beta, num_items_in_batch=1)[0]
+        elif impl == "liger":
+            loss = liger(student_hidden, student_head, teacher_hidden, teacher_head, labels)
         else:
             loss = chunked_generalized_jsd(
                 student_hidden, student_head, teacher_hidden, teacher_head, mask, beta=beta, chunk_size=chunk_size
             ).loss_sum
         loss.backward()
-        return loss.item()
+        return loss.item()  # on CUDA also the synchronization that ends the timed span
 
-    baseline = _peak_rss_bytes()
+    if on_gpu:
+        step()  # kernel compilation and autotuning (Liger, TRL) happen once per process: not timed
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        baseline = torch.cuda.memory_allocated()
+    else:
+        baseline = _peak_rss_bytes()
     times, value = [], None
     for _ in range(repeats):
         start = time.perf_counter()
         value = step()
         times.append(time.perf_counter() - start)
+    peak = torch.cuda.max_memory_allocated() if on_gpu else _peak_rss_bytes()
     return {
         "impl": impl,
         "n": n,
         "beta": beta,
         "seconds": statistics.median(times),
         "seconds_all": times,
-        "peak_extra_mb": (_peak_rss_bytes() - baseline) / 2**20,
+        "peak_extra_mb": (peak - baseline) / 2**20,
         "loss": value,
     }
 
@@ -86,15 +109,24 @@ def run_in_fresh_process(args: argparse.Namespace, impl: str, n: int, beta: floa
     command = [
         sys.executable, __file__, "--worker", impl, "--n", str(n), "--beta", str(beta), "--vocab", str(args.vocab),
         "--hidden", str(args.hidden), "--repeats", str(args.repeats), "--chunk-size", str(args.chunk_size),
+        "--device", args.device, "--dtype", args.dtype,
     ]
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return json.loads(output.strip().splitlines()[-1])
 
 
-def available() -> tuple[str, ...]:
+def available(device: str) -> tuple[str, ...]:
+    """dense and chunked always; trl where it is installed; liger where it is installed and the device is CUDA."""
     import importlib.util
 
-    return tuple(impl for impl in IMPLEMENTATIONS if impl != "trl" or importlib.util.find_spec("trl") is not None)
+    def runs(impl: str) -> bool:
+        if impl == "trl":
+            return importlib.util.find_spec("trl") is not None
+        if impl == "liger":
+            return device.startswith("cuda") and importlib.util.find_spec("liger_kernel") is not None
+        return True
+
+    return tuple(impl for impl in IMPLEMENTATIONS if runs(impl))
 
 
 def main() -> None:
@@ -105,6 +137,8 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=576)
     parser.add_argument("--repeats", type=int, default=3, help="timed forward+backward runs per process (median)")
     parser.add_argument("--chunk-size", type=int, default=None, help="default: the library's DEFAULT_CHUNK_SIZE")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES, help="of the hidden states and heads")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "loss.json")
     parser.add_argument("--worker", choices=IMPLEMENTATIONS, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -114,12 +148,14 @@ def main() -> None:
         args.chunk_size = DEFAULT_CHUNK_SIZE
 
     if args.worker:
-        result = worker(args.worker, args.n[0], args.beta[0], args.vocab, args.hidden, args.repeats, args.chunk_size, seed=0)
+        result = worker(args.worker, args.n[0], args.beta[0], args.vocab, args.hidden, args.repeats, args.chunk_size, seed=0,
+                        device=args.device, dtype=args.dtype)
         print(json.dumps(result))
         return
 
-    rows, impls = [], available()
-    print(f"V={args.vocab} H={args.hidden} fp32 CPU threads={os.cpu_count()} chunk_size={args.chunk_size} implementations={impls}")
+    rows, impls = [], available(args.device)
+    print(f"V={args.vocab} H={args.hidden} {args.dtype} {args.device} cpus={os.cpu_count()} chunk_size={args.chunk_size} "
+          f"implementations={impls}")
     print(f"{'N':>6} {'beta':>5} {'impl':>8} {'median s':>9} {'peak extra MB':>14} {'time ratio':>11} {'mem ratio':>10}")
     for n in args.n:
         for beta in args.beta:
@@ -139,7 +175,8 @@ def main() -> None:
         print(f"{impl} N={n}: reverse KL (beta 1) takes {ratio:.2f}x the forward KL (beta 0) time")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"vocab": args.vocab, "hidden": args.hidden, "chunk_size": args.chunk_size, "repeats": args.repeats,
-            "machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()}
+            "device": args.device, "dtype": args.dtype, "machine": platform.machine(), "cpus": os.cpu_count(),
+            "python": platform.python_version()}
     args.out.write_text(json.dumps({"meta": meta, "rows": rows, "reverse_over_forward": {
         f"{impl} N={n}": ratio for (impl, n), ratio in summary.items()}}, indent=2))
     print(f"wrote {args.out}")

@@ -4,6 +4,9 @@ forward+backward, with tokens/s and peak memory; optionally against the referenc
     python benchmarks/step.py                 # distill's default recipe (gkd), its step-time breakdown
     python benchmarks/step.py --vs-trl        # + TRL's DistillationTrainer on the same models, prompts and
                                               #   settings (always on-policy there, so both run on-policy)
+    python benchmarks/step.py --device cuda --dtype bfloat16 --steps 20 --teacher DIR
+                                              # the GPU check (benchmarks/gpu.sh): another teacher directory,
+                                              #   device and training precision; peak GPU memory is reported too
 
 Each measurement runs in a fresh process (so peak resident memory is its own); with --vs-trl the two
 implementations alternate, `--rounds` times each, and the table reports medians and our/their ratios.
@@ -29,12 +32,26 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _peak_device_mb() -> float | None:
+    """Peak memory torch allocated on the GPU in this process, or None on CPU."""
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
+
+
+def _teacher(args) -> str:
+    from distill import DistillConfig
+
+    return args.teacher or DistillConfig().teacher
+
+
 def run_distill(args) -> dict:
     from distill import DistillConfig
     from distill.trainer import Distiller
 
     overrides = dict(max_steps=args.warmup + args.steps, eval_before_after=False, progress_bar=False, save_steps=0,
-                     logging_steps=1, output_dir=tempfile.mkdtemp(prefix="bench-step-"), overwrite_output_dir=True)
+                     logging_steps=1, output_dir=tempfile.mkdtemp(prefix="bench-step-"), overwrite_output_dir=True,
+                     teacher=_teacher(args), device=args.device, dtype=args.dtype)
     if args.mode == "on_policy":  # the settings TRL's trainer gets too
         overrides.update(method="on_policy", beta=args.beta, per_device_train_batch_size=args.batch,
                          gradient_accumulation_steps=1, max_new_tokens=args.new_tokens, learning_rate=1e-4)
@@ -56,7 +73,7 @@ def run_distill(args) -> dict:
             tokens += int(timings.get("tokens_scored", 0))
     return {"impl": "distill", "seconds_per_step": statistics.fmean(step_times), "step_times": step_times,
             "parts_per_step": {k: v / args.steps for k, v in parts.items()}, "completion_tokens_per_second": tokens / sum(step_times),
-            "peak_rss_mb": _peak_rss_mb()}
+            "peak_rss_mb": _peak_rss_mb(), "peak_device_mb": _peak_device_mb()}
 
 
 def run_trl(args) -> dict:
@@ -74,7 +91,7 @@ def run_trl(args) -> dict:
         resolve_model_source,
     )
 
-    source = resolve_model_source(DistillConfig().teacher, "teacher")
+    source = resolve_model_source(_teacher(args), "teacher")
     teacher = load_causal_lm(source, torch.float32)
     tokenizer = load_tokenizer(source)
     student = make_student(teacher, DistillConfig().resolved_student_init(False))
@@ -95,19 +112,22 @@ def run_trl(args) -> dict:
     config = DistillationConfig(
         output_dir=tempfile.mkdtemp(prefix="bench-trl-"), per_device_train_batch_size=args.batch, gradient_accumulation_steps=1,
         max_completion_length=args.new_tokens, max_steps=args.warmup + args.steps, beta=args.beta, learning_rate=1e-4,
-        use_cpu=True, report_to="none", logging_steps=1, save_strategy="no", gradient_checkpointing=False, bf16=False,
+        use_cpu=args.device == "cpu" or not torch.cuda.is_available(), report_to="none", logging_steps=1, save_strategy="no",
+        gradient_checkpointing=False, bf16=args.dtype == "bfloat16",
         temperature=1.0, seed=42,
     )
     trainer = DistillationTrainer(model=student, teacher_model=teacher, args=config, train_dataset=dataset,
                                   processing_class=tokenizer, callbacks=[timer])
     trainer.train()
     times = timer.times[args.warmup:]
-    return {"impl": "trl", "seconds_per_step": statistics.fmean(times), "step_times": times, "peak_rss_mb": _peak_rss_mb()}
+    return {"impl": "trl", "seconds_per_step": statistics.fmean(times), "step_times": times, "peak_rss_mb": _peak_rss_mb(),
+            "peak_device_mb": _peak_device_mb()}
 
 
 def fresh_process(args, impl: str) -> dict:
     command = [sys.executable, __file__, "--worker", impl, "--mode", args.mode, "--steps", str(args.steps), "--warmup", str(args.warmup),
-               "--batch", str(args.batch), "--new-tokens", str(args.new_tokens), "--beta", str(args.beta)]
+               "--batch", str(args.batch), "--new-tokens", str(args.new_tokens), "--beta", str(args.beta),
+               "--device", args.device, "--dtype", args.dtype] + (["--teacher", args.teacher] if args.teacher else [])
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return json.loads(output.strip().splitlines()[-1])
 
@@ -123,6 +143,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4, help="on_policy mode: prompts per step (the default recipe keeps its own)")
     parser.add_argument("--new-tokens", type=int, default=64, help="on_policy mode: completion length")
     parser.add_argument("--beta", type=float, default=0.5, help="on_policy mode: loss beta")
+    parser.add_argument("--device", default="auto", help="distill's `device` ('auto': CUDA when present, else CPU)")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="distill's `dtype` (TRL: bf16 "
+                        "for bfloat16, else float32)")
+    parser.add_argument("--teacher", default=None, help="distill's `teacher` (default: the bundled default teacher)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "step.json")
     parser.add_argument("--worker", choices=["distill", "trl"], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -145,15 +169,20 @@ def main() -> None:
     ours = results["distill"]
     median = lambda rows, key: statistics.median(r[key] for r in rows)  # noqa: E731
     settings = f"batch {args.batch}, {args.new_tokens} new tokens" if args.mode == "on_policy" else "the default recipe's settings"
-    print(f"\nmode {args.mode}, {settings}, CPU")
+    device = "CUDA" if ours[0].get("peak_device_mb") is not None else "CPU"
+    print(f"\nmode {args.mode}, {settings}, {device}, dtype {args.dtype}")
     print(f"{'impl':>8} {'s/step':>8} {'generation':>11} {'teacher':>8} {'student f+b':>12} {'tok/s':>7} {'peak MB':>8}")
     parts = {k: statistics.median(r["parts_per_step"][k] for r in ours) for k in ("generation", "teacher", "student")}
     print(f"{'distill':>8} {median(ours, 'seconds_per_step'):>8.2f} {parts['generation']:>11.2f} {parts['teacher']:>8.2f} "
           f"{parts['student']:>12.2f} {median(ours, 'completion_tokens_per_second'):>7.0f} {median(ours, 'peak_rss_mb'):>8.0f}")
-    summary = {"mode": args.mode, "settings": settings, "machine": platform.machine(),
+    if device == "CUDA":
+        print(f"peak GPU memory (torch's allocations): distill {median(ours, 'peak_device_mb'):.0f} MB")
+    summary = {"mode": args.mode, "settings": settings, "machine": platform.machine(), "device": device, "dtype": args.dtype,
+               "teacher": _teacher(args),
                "distill": {"seconds_per_step": median(ours, "seconds_per_step"), "parts_per_step": parts,
                            "completion_tokens_per_second": median(ours, "completion_tokens_per_second"),
-                           "peak_rss_mb": median(ours, "peak_rss_mb")}, "runs": results}
+                           "peak_rss_mb": median(ours, "peak_rss_mb"), "peak_device_mb": ours[0].get("peak_device_mb")},
+               "runs": results}
     if args.vs_trl:
         theirs = results["trl"]
         print(f"{'trl':>8} {median(theirs, 'seconds_per_step'):>8.2f} {'':>11} {'':>8} {'':>12} {'':>7} {median(theirs, 'peak_rss_mb'):>8.0f}")
