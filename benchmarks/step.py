@@ -124,12 +124,18 @@ def run_trl(args) -> dict:
             "peak_device_mb": _peak_device_mb()}
 
 
-def fresh_process(args, impl: str) -> dict:
+def fresh_process(args, impl: str) -> dict | None:
+    """One worker's result; None when TRL's fails (its column is left out, distill's numbers stand)."""
     command = [sys.executable, __file__, "--worker", impl, "--mode", args.mode, "--steps", str(args.steps), "--warmup", str(args.warmup),
                "--batch", str(args.batch), "--new-tokens", str(args.new_tokens), "--beta", str(args.beta),
                "--device", args.device, "--dtype", args.dtype] + (["--teacher", args.teacher] if args.teacher else [])
-    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    return json.loads(output.strip().splitlines()[-1])
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        if impl == "distill":
+            raise RuntimeError(f"the distill worker failed:\n{done.stderr[-3000:]}")
+        print(f"{impl} failed, left out:\n{done.stderr[-1500:]}", flush=True)
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -163,8 +169,10 @@ def main() -> None:
     results = {impl: [] for impl in impls}
     for _ in range(args.rounds if args.vs_trl else 1):
         for impl in impls:
-            results[impl].append(fresh_process(args, impl))
-            print(f"{impl}: {results[impl][-1]['seconds_per_step']:.2f} s/step", flush=True)
+            result = fresh_process(args, impl)
+            if result is not None:
+                results[impl].append(result)
+                print(f"{impl}: {result['seconds_per_step']:.2f} s/step", flush=True)
 
     ours = results["distill"]
     median = lambda rows, key: statistics.median(r[key] for r in rows)  # noqa: E731
@@ -183,7 +191,7 @@ def main() -> None:
                            "completion_tokens_per_second": median(ours, "completion_tokens_per_second"),
                            "peak_rss_mb": median(ours, "peak_rss_mb"), "peak_device_mb": ours[0].get("peak_device_mb")},
                "runs": results}
-    if args.vs_trl:
+    if args.vs_trl and results["trl"]:
         theirs = results["trl"]
         print(f"{'trl':>8} {median(theirs, 'seconds_per_step'):>8.2f} {'':>11} {'':>8} {'':>12} {'':>7} {median(theirs, 'peak_rss_mb'):>8.0f}")
         ratio_time = median(ours, "seconds_per_step") / median(theirs, "seconds_per_step")
