@@ -66,6 +66,8 @@ def refusal(model: nn.Module, device: torch.device) -> str | None:
                and _built_as(layer.mlp) is LlamaMLP and _built_as(layer.input_layernorm) is LlamaRMSNorm
                and _built_as(layer.post_attention_layernorm) is LlamaRMSNorm for layer in layers):
         return "a decoder layer is not transformers' Llama layer"
+    if _built_as(model.model.norm) is not LlamaRMSNorm:
+        return "the final norm is not transformers' LlamaRMSNorm"
     projections = [model.lm_head] + [linear for layer in layers for linear in _projections(layer)]
     if not all(type(linear) is nn.Linear for linear in projections):  # e.g. LoRA's layers, which add to the product
         return "a projection is not a plain nn.Linear"

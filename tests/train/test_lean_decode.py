@@ -12,6 +12,8 @@ from transformers import (
 
 from distill.lean_decode import (
     LlamaDecoder,
+    _rms_norm,
+    _Rotary,
     lean_generate,
     logits_processors,
     refusal,
@@ -194,6 +196,42 @@ def test_config_turns_the_lean_loop_off_for_training_and_evaluation(tokenizer, t
     distiller = make_distiller(tokenizer, tmp_path, lean_decode=False)
     settings = distiller._rollout_settings()
     assert settings.student_sampling.lean is False and settings.teacher_sampling.lean is False
+
+
+def test_norm_and_rotary_are_bit_identical_to_hf_modules():
+    """The loop's one-op RMSNorm and its rotary form must give HF's values exactly, not within a tolerance:
+    greedy tokens equal `generate`'s only while every layer's numbers do."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
+
+    generator = torch.Generator().manual_seed(3)
+    for hidden_size, scale in [(32, 1.0), (576, 30.0), (577, 1e-3)]:
+        norm = LlamaRMSNorm(hidden_size, eps=1e-5)
+        norm.weight.data = torch.randn(hidden_size, generator=generator)
+        x = torch.randn(4, 7, hidden_size, generator=generator) * scale
+        with torch.no_grad():
+            assert torch.equal(_rms_norm(norm, x), norm(x))
+            assert torch.equal(_rms_norm(norm, x[:, -1]), norm(x[:, -1]))  # a strided view, as the loop passes
+    model = tiny_llama(seed=4)
+    q = torch.randn(2, 4, 5, 8, generator=generator)
+    k = torch.randn(2, 2, 5, 8, generator=generator)
+    positions = torch.tensor([[0, 1, 2, 3, 4], [3, 4, 5, 6, 7]])
+    with torch.no_grad():
+        cos, sin = model.model.rotary_emb(q, positions)
+        want_q, want_k = apply_rotary_pos_emb(q, k, cos, sin)
+        rotary = _Rotary(cos.unsqueeze(1), sin.unsqueeze(1))
+        assert torch.equal(rotary(q), want_q) and torch.equal(rotary(k), want_k)
+
+
+def test_a_subclassed_final_norm_goes_to_generate():
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    class ScaledNorm(LlamaRMSNorm):
+        def forward(self, hidden_states):
+            return 2 * super().forward(hidden_states)
+
+    model = tiny_llama()
+    model.model.norm = ScaledNorm(32)
+    assert "final norm" in refusal(model, CPU)
 
 
 def test_lora_layers_and_subclasses_go_to_generate():
