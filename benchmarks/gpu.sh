@@ -11,14 +11,15 @@
 # The device machine has no internet and takes 64 MiB of files per call, so first, here:
 #     bash benchmarks/gpu_bundle.sh        # .gpu/: wheels it lacks (gguf, trl, liger-kernel, datasets) and the
 #                                          # default teacher's config + tokenizer (its 94 MB GGUF cannot travel)
-# then, through the device tool: run(command="bash benchmarks/gpu.sh", carry=[".gpu"], timeout_s=540).
+# then, through the device tool: run(command="bash benchmarks/gpu.sh", carry=[".gpu"], timeout_s=600).
 # The teacher there has the default teacher's shape and seeded random weights (benchmarks/gpu_teacher.py):
 # the compute of the default recipe, not its answers. Results go to $OUT (the device tool's folder) or
 # benchmarks/results/gpu/.
 #
 #     bash benchmarks/gpu.sh --smoke       # here, on CPU, tiny sizes: checks the script itself, not the GPU
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# Each check runs under its own time limit, and a failed one is reported and skipped: one device call runs them all.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
 
 smoke=0
 if [ "${1:-}" = "--smoke" ]; then smoke=1; fi
@@ -28,40 +29,67 @@ python=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 
 if [ -d .gpu/wheels ] && [ $smoke = 0 ]; then
-  "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu-site .gpu/wheels/*.whl
+  "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu-site \
+    .gpu/wheels/*.whl || exit 1
   export PYTHONPATH="/tmp/gpu-site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT  # the materialized teacher (half a GB)
 teacher_args=()
 if [ -f .gpu/teacher/config.json ]; then
-  teacher_dir=$(mktemp -d)/teacher
-  "$python" benchmarks/gpu_teacher.py materialize .gpu/teacher "$teacher_dir"
-  teacher_args=(--teacher "$teacher_dir")
+  "$python" benchmarks/gpu_teacher.py materialize .gpu/teacher "$scratch/teacher" || exit 1
+  teacher_args=(--teacher "$scratch/teacher")
 fi
+
+failed=()
+check() {  # check NAME SECONDS LOG COMMAND...: run it under a time limit, its output teed to LOG; a failure is noted
+  local name=$1 limit=$2 log=$3
+  shift 3
+  echo "== $name"
+  timeout "$limit" "$@" 2>&1 | tee "$log"
+  local status=${PIPESTATUS[0]}
+  if [ "$status" != 0 ]; then
+    echo "== $name FAILED (exit $status; 124 is the ${limit} s limit)"
+    failed+=("$name")
+  fi
+}
 
 if [ $smoke = 1 ]; then
   device=cpu; steps=(--steps 1 --warmup 0); loss_shape=(--n 128 --vocab 4096 --hidden 64 --repeats 2)
   versus=(--steps 1 --warmup 0 --rounds 1)
 else
   device=cuda; steps=(--steps 20 --warmup 2); loss_shape=(--n 8192 --repeats 5); versus=(--steps 4 --warmup 1 --rounds 2)
-  nvidia-smi -L || true
+  nvidia-smi -L
 fi
-"$python" - <<'PY'
+# What runs there, and whether each compared library imports (a missing one costs its column, not the run).
+"$python" - <<'PY' 2>&1 | tee "$results/versions.log"
+import importlib
 import torch, transformers
 print(f"torch {torch.__version__} (CUDA {torch.version.cuda}, available: {torch.cuda.is_available()}), transformers {transformers.__version__}")
+for name in ("distill", "gguf", "pyarrow", "datasets", "trl", "liger_kernel.chunked_loss", "accelerate"):
+    try:
+        module = importlib.import_module(name)
+        print(f"  {name} {getattr(module, '__version__', '')}")
+    except Exception as error:
+        print(f"  {name} does not import: {type(error).__name__}: {error}")
 PY
 
-echo "== 1. the default recipe, bf16, ${steps[*]}"
-"$python" benchmarks/step.py --mode default --device "$device" --dtype bfloat16 "${steps[@]}" "${teacher_args[@]}" \
-  --out "$results/step_bf16.json" 2>&1 | tee "$results/step_bf16.log"
+# 1. The default recipe starts off-policy (lmbda 0 for its first 54 steps: dataset and teacher completions), so these
+# steps time its first phase; the random-weight teacher rarely ends a completion early, so they run to full length.
+check "1. the default recipe, bf16, ${steps[*]}" 140 "$results/step_bf16.log" \
+  "$python" benchmarks/step.py --mode default --device "$device" --dtype bfloat16 "${steps[@]}" "${teacher_args[@]}" \
+  --out "$results/step_bf16.json"
+check "2. the distillation loss, bf16" 220 "$results/loss_bf16.log" \
+  "$python" benchmarks/loss.py --device "$device" --dtype bfloat16 --beta 0 0.5 1 "${loss_shape[@]}" \
+  --out "$results/loss_bf16.json"
+check "3. an on-policy step vs TRL, bf16" 160 "$results/step_vs_trl_bf16.log" \
+  "$python" benchmarks/step.py --vs-trl --device "$device" --dtype bfloat16 "${versus[@]}" "${teacher_args[@]}" \
+  --out "$results/step_vs_trl_bf16.json"
 
-echo "== 2. the distillation loss, bf16"
-"$python" benchmarks/loss.py --device "$device" --dtype bfloat16 --beta 0 0.5 1 "${loss_shape[@]}" \
-  --out "$results/loss_bf16.json" 2>&1 | tee "$results/loss_bf16.log"
-
-echo "== 3. an on-policy step vs TRL, bf16"
-"$python" benchmarks/step.py --vs-trl --device "$device" --dtype bfloat16 "${versus[@]}" "${teacher_args[@]}" \
-  --out "$results/step_vs_trl_bf16.json" 2>&1 | tee "$results/step_vs_trl_bf16.log"
-
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "== done with failures: ${failed[*]} (results: $results)"
+  exit 1
+fi
 echo "== done: $results"

@@ -11,7 +11,9 @@ if [ -e .gpu ]; then
   echo ".gpu exists: remove it (rm -r .gpu) to build it again" >&2
   exit 1
 fi
-grep -qxF '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)  # .git is a file in a worktree
+mkdir -p "$(dirname "$exclude")"
+grep -qxF '/.gpu/' "$exclude" 2>/dev/null || echo '/.gpu/' >> "$exclude"
 mkdir -p .gpu/wheels
 platforms=()
 for n in 28 27 17; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done
@@ -20,4 +22,4 @@ python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --
   -d .gpu/wheels gguf==0.19.0 trl==1.16.0 liger-kernel==0.8.5 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
 python benchmarks/gpu_teacher.py export .gpu/teacher
 du -sh .gpu
-echo 'then: run(command="bash benchmarks/gpu.sh", carry=[".gpu"], timeout_s=540)'
+echo 'then: run(command="bash benchmarks/gpu.sh", carry=[".gpu"], timeout_s=600)'

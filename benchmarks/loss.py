@@ -6,7 +6,9 @@ machine load hits both. Reported: median seconds of forward+backward (projection
 peak extra resident memory above the inputs. "trl" is the reference library's chunked kernel (TRL 1.16.0's
 `ChunkedDivergenceFunction`, through its `_chunked_divergence_loss`, on CPU its torch path), when trl is
 installed (`pip install -e ".[trl]"`); "liger" is Liger-Kernel's `LigerFusedLinearJSDLoss` (soft loss only,
-its sum), on CUDA when liger-kernel is installed. The summary gives each chunked implementation's reverse-KL
+its mean over tokens, the same work), on CUDA when liger-kernel is installed; in bf16 it computes the divergence
+in bf16, where distill and TRL upcast to float32, so its recorded loss (made a sum) can differ from the others'
+by about 0.5%. The summary gives each chunked implementation's reverse-KL
 (beta 1) time over its forward-KL (beta 0) time.
 
     python benchmarks/loss.py                       # the full table (several minutes on 2 cores)
@@ -72,17 +74,19 @@ def worker(impl: str, n: int, beta: float, vocab: int, hidden: int, repeats: int
 
             loss = _chunked_divergence_loss(student_hidden[None], teacher_hidden[None], student_head, teacher_head,
                                             mask[None], beta, num_items_in_batch=1)[0]
-        elif impl == "liger":
+        elif impl == "liger":  # its mean; the recorded value is made a sum like the others' below
             loss = liger(student_hidden, student_head, teacher_hidden, teacher_head, labels)
         else:
             loss = chunked_generalized_jsd(
                 student_hidden, student_head, teacher_hidden, teacher_head, mask, beta=beta, chunk_size=chunk_size
             ).loss_sum
         loss.backward()
-        return loss.item()  # on CUDA also the synchronization that ends the timed span
+        value = loss.item()  # on CUDA also the synchronization that ends the timed span
+        return value * n if impl == "liger" else value
 
     if on_gpu:
         step()  # kernel compilation and autotuning (Liger, TRL) happen once per process: not timed
+        student_hidden.grad = student_head.grad = None  # the baseline is the inputs alone, as on CPU
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         baseline = torch.cuda.memory_allocated()
@@ -111,7 +115,7 @@ def run_in_fresh_process(args: argparse.Namespace, impl: str, n: int, beta: floa
         "--hidden", str(args.hidden), "--repeats", str(args.repeats), "--chunk-size", str(args.chunk_size),
         "--device", args.device, "--dtype", args.dtype,
     ]
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         if impl in ("dense", "chunked"):
             raise RuntimeError(f"the {impl} worker failed:\n{done.stderr[-3000:]}")

@@ -39,6 +39,27 @@ def _peak_device_mb() -> float | None:
     return torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
 
 
+def _synchronize() -> None:
+    """Wait for queued GPU work, so that a timer read after it counts it (a no-op on CPU)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _resolved_dtype(args) -> str:
+    """`--dtype auto` as distill resolves it (bf16 on a CUDA device that supports it, else float32), so that
+    TRL's trainer gets the same precision."""
+    import torch
+
+    from distill.runtime import mixed_precision
+
+    if args.dtype != "auto":
+        return args.dtype
+    cuda = args.device.startswith("cuda") or (args.device == "auto" and torch.cuda.is_available())
+    return "bfloat16" if mixed_precision("auto", "cuda" if cuda else "cpu") == "bf16" else "float32"
+
+
 def _teacher(args) -> str:
     from distill import DistillConfig
 
@@ -62,8 +83,10 @@ def run_distill(args) -> dict:
     for step in range(args.warmup + args.steps):
         timings: dict[str, float] = {}
         window = distiller._new_window()
+        _synchronize()
         start = time.perf_counter()
         distiller.train_step(step, window, timings, log_step=False)
+        _synchronize()
         elapsed = time.perf_counter() - start
         if step >= args.warmup:
             step_times.append(elapsed)
@@ -95,6 +118,9 @@ def run_trl(args) -> dict:
     teacher = load_causal_lm(source, torch.float32)
     tokenizer = load_tokenizer(source)
     student = make_student(teacher, DistillConfig().resolved_student_init(False))
+    gpu = args.device != "cpu" and torch.cuda.is_available()
+    if gpu and args.dtype == "bfloat16":  # as distill holds its teacher on a GPU under bf16 autocast
+        teacher = teacher.to(torch.bfloat16)
     prompts = load_dataset_spec("bundled", "train", "dataset")
     dataset = datasets.Dataset.from_list([{"prompt": m} for m in prompts["messages"]])
 
@@ -103,16 +129,18 @@ def run_trl(args) -> dict:
             self.times, self.start = [], None
 
         def on_step_begin(self, *a, **k):
+            _synchronize()
             self.start = time.perf_counter()
 
-        def on_step_end(self, *a, **k):
+        def on_step_end(self, *a, **k):  # before the trainer's own synchronization: the optimizer may still be queued
+            _synchronize()
             self.times.append(time.perf_counter() - self.start)
 
     timer = StepTimer()
     config = DistillationConfig(
         output_dir=tempfile.mkdtemp(prefix="bench-trl-"), per_device_train_batch_size=args.batch, gradient_accumulation_steps=1,
         max_completion_length=args.new_tokens, max_steps=args.warmup + args.steps, beta=args.beta, learning_rate=1e-4,
-        use_cpu=args.device == "cpu" or not torch.cuda.is_available(), report_to="none", logging_steps=1, save_strategy="no",
+        use_cpu=not gpu, report_to="none", logging_steps=1, save_strategy="no",
         gradient_checkpointing=False, bf16=args.dtype == "bfloat16",
         temperature=1.0, seed=42,
     )
@@ -129,7 +157,7 @@ def fresh_process(args, impl: str) -> dict | None:
     command = [sys.executable, __file__, "--worker", impl, "--mode", args.mode, "--steps", str(args.steps), "--warmup", str(args.warmup),
                "--batch", str(args.batch), "--new-tokens", str(args.new_tokens), "--beta", str(args.beta),
                "--device", args.device, "--dtype", args.dtype] + (["--teacher", args.teacher] if args.teacher else [])
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         if impl == "distill":
             raise RuntimeError(f"the distill worker failed:\n{done.stderr[-3000:]}")
@@ -157,6 +185,7 @@ def main() -> None:
     parser.add_argument("--worker", choices=["distill", "trl"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.mode = args.mode or ("on_policy" if args.vs_trl else "default")
+    args.dtype = _resolved_dtype(args)
 
     if args.worker:
         result = run_distill(args) if args.worker == "distill" else run_trl(args)
@@ -194,10 +223,14 @@ def main() -> None:
     if args.vs_trl and results["trl"]:
         theirs = results["trl"]
         print(f"{'trl':>8} {median(theirs, 'seconds_per_step'):>8.2f} {'':>11} {'':>8} {'':>12} {'':>7} {median(theirs, 'peak_rss_mb'):>8.0f}")
+        memory = "peak_device_mb" if device == "CUDA" else "peak_rss_mb"  # on a GPU, the memory that matters is the GPU's
+        if device == "CUDA":
+            print(f"peak GPU memory (torch's allocations): trl {median(theirs, memory):.0f} MB")
         ratio_time = median(ours, "seconds_per_step") / median(theirs, "seconds_per_step")
-        ratio_memory = median(ours, "peak_rss_mb") / median(theirs, "peak_rss_mb")
-        print(f"ours / theirs: time {ratio_time:.2f}, peak memory {ratio_memory:.2f}")
-        summary["trl"] = {"seconds_per_step": median(theirs, "seconds_per_step"), "peak_rss_mb": median(theirs, "peak_rss_mb")}
+        ratio_memory = median(ours, memory) / median(theirs, memory)
+        print(f"ours / theirs: time {ratio_time:.2f}, peak {'GPU' if device == 'CUDA' else 'resident'} memory {ratio_memory:.2f}")
+        summary["trl"] = {"seconds_per_step": median(theirs, "seconds_per_step"), "peak_rss_mb": median(theirs, "peak_rss_mb"),
+                          "peak_device_mb": theirs[0].get("peak_device_mb")}
         summary["ratios"] = {"time": ratio_time, "peak_memory": ratio_memory}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=2))

@@ -201,7 +201,10 @@ def test_config_turns_the_lean_loop_off_for_training_and_evaluation(tokenizer, t
 def test_norm_and_rotary_are_bit_identical_to_hf_modules():
     """The loop's one-op RMSNorm and its rotary form must give HF's values exactly, not within a tolerance:
     greedy tokens equal `generate`'s only while every layer's numbers do."""
-    from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
+    from transformers.models.llama.modeling_llama import (
+        LlamaRMSNorm,
+        apply_rotary_pos_emb,
+    )
 
     generator = torch.Generator().manual_seed(3)
     for hidden_size, scale in [(32, 1.0), (576, 30.0), (577, 1e-3)]:
