@@ -22,7 +22,6 @@ is log softmax(logits / sampling_temperature). Dataset and teacher completions h
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -30,6 +29,7 @@ import torch
 
 from distill.data import EncodedExample, Example, StepSampler
 from distill.lean_decode import lean_generate, refusal
+from distill.runtime import phase_clock
 
 logger = logging.getLogger(__name__)
 
@@ -351,13 +351,13 @@ class StepRollout:
             if self.settings.num_iterations > 1:
                 self._reused = (first, micro_batches)
         if self.stage is not None and self._staged != first:
-            start = time.perf_counter()
+            start = phase_clock(self.device)
             metrics = self.stage(first, micro_batches)
             # A rollout restored from a checkpoint was staged before the interruption, its metrics added to a
             # window then (logged, or lost with the window's other metrics if the run stopped before the log).
             self.stage_metrics = {} if self._restored else metrics
             self._staged, self._restored = first, False
-            _add(timings, "stage", time.perf_counter() - start)
+            _add(timings, "stage", phase_clock(self.device) - start)
         return micro_batches
 
     def take_stage_metrics(self) -> dict[str, tuple[float, float]]:
@@ -406,11 +406,11 @@ class StepRollout:
         on_policy = [i for i, s in enumerate(sources) if s == "student"]
         if on_policy:
             prompts = [self.encoded[j].prompt_ids for i in on_policy for j in groups[i]]
-            start = time.perf_counter()
+            start = phase_clock(self.device)
             outputs = iter(self.with_student(lambda student: generate_completions(
                 student, prompts, self.settings.student_sampling, self.eos_ids, self.pad_id, self.device,
                 vocab_size=self.vocab_size, with_log_probs=self.settings.record_log_probs)))
-            _add(timings, "generation_student", time.perf_counter() - start)
+            _add(timings, "generation_student", phase_clock(self.device) - start)
             generated.update({i: [next(outputs) for _ in groups[i]] for i in on_policy})
         if "teacher" in sources:
             window = self._teacher_samples(step, timings)
@@ -455,11 +455,11 @@ class StepRollout:
         groups = {s: self.prompt_groups(s) for s in {s for s, _ in keys}}
         prompts = [self.encoded[j].prompt_ids for s, i in keys for j in groups[s][i]]
         examples = [self.examples[j] for s, i in keys for j in groups[s][i]]
-        start = time.perf_counter()
+        start = phase_clock(self.device)
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(settings.seed * 1_000_003 + first + 104_729 * (self.process_index + 1))
             outputs = iter(self.teacher.generate(prompts, settings.teacher_sampling, examples=examples))
-        _add(timings, "generation_teacher", time.perf_counter() - start)
+        _add(timings, "generation_teacher", phase_clock(self.device) - start)
         window = {(s, i): [next(outputs) for _ in groups[s][i]] for s, i in keys}
         self._teacher_window = (first, window)
         return window

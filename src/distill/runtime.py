@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import signal
 import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +20,15 @@ from distill import cpu_memory
 
 MIXED_PRECISION = {"float32": "no", "bfloat16": "bf16", "float16": "fp16"}
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def phase_clock(device: torch.device) -> float:
+    """`time.perf_counter()` once `device` has run the work queued on it. CUDA runs kernels asynchronously, so
+    an unsynchronized read charges a phase's kernels to whichever later phase happens to wait for them (the
+    per-phase timings and throughputs in the logs); on CPU it is a plain read."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 @dataclass

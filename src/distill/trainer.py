@@ -70,7 +70,7 @@ from distill.run import (
     disk_is_full,
     run_inputs,
 )
-from distill.runtime import StopRequest, start_runtime
+from distill.runtime import StopRequest, phase_clock, start_runtime
 from distill.teacher_prompts import TeacherPrompts
 from distill.teachers.build import (
     check_routes,
@@ -459,14 +459,14 @@ class Distiller:
             elif self.teacher is None:  # a method without a teacher (sft)
                 signal = None
             else:
-                start = time.perf_counter()
+                start = phase_clock(self.device)
                 signal = self.teacher.score(mb, config.temperature)
-                timings["teacher"] = timings.get("teacher", 0.0) + time.perf_counter() - start
-            start = time.perf_counter()
+                timings["teacher"] = timings.get("teacher", 0.0) + phase_clock(self.device) - start
+            start = phase_clock(self.device)
             with self._gradient_sync(index == len(micro_batches) - 1), accelerator.autocast():
                 out = self.wrapped(mb, signal, self.objective, StepContext(mb.source, log_step, **sizes))
                 accelerator.backward(out.loss_sum * scale)
-            timings["student"] = timings.get("student", 0.0) + time.perf_counter() - start
+            timings["student"] = timings.get("student", 0.0) + phase_clock(self.device) - start
             record_micro_batch(window, mb, out, log_step, self.method)
             timings["tokens_scored"] = timings.get("tokens_scored", 0.0) + mb.num_completion_tokens
         max_norm = config.max_grad_norm or float("inf")
@@ -495,14 +495,14 @@ class Distiller:
         None for a teacher model here, which scores each micro-batch just before its loss."""
         if self.location not in (placement.SERVER, placement.CACHE):
             return None
-        start, signals, error = time.perf_counter(), None, None
+        start, signals, error = phase_clock(self.device), None, None
         try:
             score_many = getattr(self.teacher, "score_many", None)
             signals = (score_many(micro_batches, self.config.temperature) if score_many is not None
                        else [self.teacher.score(mb, self.config.temperature) for mb in micro_batches])
         except Exception as failure:  # any failure: the other processes must learn of it, not wait for this one
             error = failure
-        timings["teacher"] = timings.get("teacher", 0.0) + time.perf_counter() - start
+        timings["teacher"] = timings.get("teacher", 0.0) + phase_clock(self.device) - start
         failed, not_server = self.runtime.agree([error is not None, error is not None and not isinstance(error, TeacherServerError)])
         if not_server:  # a bug or bad data, not an outage: stop everywhere without a checkpoint (nothing to resume)
             raise error or RuntimeError("the teacher of another process failed (its error is in that process's log)")
