@@ -9,7 +9,8 @@ batch's row count), writes keys and values into a preallocated cache, and sample
 with one uniform draw per row. Numbers: README, "Time per step".
 
 What stays HF's: the model's own modules compute the embeddings, the rotary cos/sin and the activation; each
-RMSNorm is `F.rms_norm` on its own weight and epsilon (LlamaRMSNorm's float32 formula in one op); the prompt's forward (many rows per product) uses the unpacked weights; the logits processors
+RMSNorm is `F.rms_norm` on its own weight and epsilon (LlamaRMSNorm's float32 formula in one op, the same
+bits); the prompt's forward (many rows per product) uses the unpacked weights; the logits processors
 are transformers' own classes, in the order and under the conditions `generate` uses; position ids,
 padding of finished rows, EOS and stopping criteria follow `generate`. What differs: a packed product
 rounds differently from an unpacked one (about 1e-6 relative on a logit), so greedy tokens equal
