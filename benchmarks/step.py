@@ -24,7 +24,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 
@@ -37,14 +36,6 @@ def _peak_device_mb() -> float | None:
     import torch
 
     return torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
-
-
-def _synchronize() -> None:
-    """Wait for queued GPU work, so that a timer read after it counts it (a no-op on CPU)."""
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
 
 def _resolved_dtype(args) -> str:
@@ -68,6 +59,7 @@ def _teacher(args) -> str:
 
 def run_distill(args) -> dict:
     from distill import DistillConfig
+    from distill.runtime import phase_clock
     from distill.trainer import Distiller
 
     overrides = dict(max_steps=args.warmup + args.steps, eval_before_after=False, progress_bar=False, save_steps=0,
@@ -83,11 +75,9 @@ def run_distill(args) -> dict:
     for step in range(args.warmup + args.steps):
         timings: dict[str, float] = {}
         window = distiller._new_window()
-        _synchronize()
-        start = time.perf_counter()
+        start = phase_clock(distiller.device)  # on CUDA, after the queued work: each step counts its own kernels
         distiller.train_step(step, window, timings, log_step=False)
-        _synchronize()
-        elapsed = time.perf_counter() - start
+        elapsed = phase_clock(distiller.device) - start
         if step >= args.warmup:
             step_times.append(elapsed)
             parts["generation"] += timings.get("generation_student", 0.0) + timings.get("generation_teacher", 0.0)
@@ -113,12 +103,14 @@ def run_trl(args) -> dict:
         make_student,
         resolve_model_source,
     )
+    from distill.runtime import phase_clock
 
     source = resolve_model_source(_teacher(args), "teacher")
     teacher = load_causal_lm(source, torch.float32)
     tokenizer = load_tokenizer(source)
     student = make_student(teacher, DistillConfig().resolved_student_init(False))
     gpu = args.device != "cpu" and torch.cuda.is_available()
+    device = torch.device("cuda" if gpu else "cpu")
     if gpu and args.dtype == "bfloat16":  # as distill holds its teacher on a GPU under bf16 autocast
         teacher = teacher.to(torch.bfloat16)
     prompts = load_dataset_spec("bundled", "train", "dataset")
@@ -129,12 +121,10 @@ def run_trl(args) -> dict:
             self.times, self.start = [], None
 
         def on_step_begin(self, *a, **k):
-            _synchronize()
-            self.start = time.perf_counter()
+            self.start = phase_clock(device)
 
         def on_step_end(self, *a, **k):  # before the trainer's own synchronization: the optimizer may still be queued
-            _synchronize()
-            self.times.append(time.perf_counter() - self.start)
+            self.times.append(phase_clock(device) - self.start)
 
     timer = StepTimer()
     config = DistillationConfig(
@@ -218,7 +208,8 @@ def main() -> None:
                "teacher": _teacher(args),
                "distill": {"seconds_per_step": median(ours, "seconds_per_step"), "parts_per_step": parts,
                            "completion_tokens_per_second": median(ours, "completion_tokens_per_second"),
-                           "peak_rss_mb": median(ours, "peak_rss_mb"), "peak_device_mb": ours[0].get("peak_device_mb")},
+                           "peak_rss_mb": median(ours, "peak_rss_mb"),
+                           "peak_device_mb": median(ours, "peak_device_mb") if device == "CUDA" else None},
                "runs": results}
     if args.vs_trl and results["trl"]:
         theirs = results["trl"]
@@ -230,7 +221,7 @@ def main() -> None:
         ratio_memory = median(ours, memory) / median(theirs, memory)
         print(f"ours / theirs: time {ratio_time:.2f}, peak {'GPU' if device == 'CUDA' else 'resident'} memory {ratio_memory:.2f}")
         summary["trl"] = {"seconds_per_step": median(theirs, "seconds_per_step"), "peak_rss_mb": median(theirs, "peak_rss_mb"),
-                          "peak_device_mb": theirs[0].get("peak_device_mb")}
+                          "peak_device_mb": median(theirs, "peak_device_mb") if device == "CUDA" else None}
         summary["ratios"] = {"time": ratio_time, "peak_memory": ratio_memory}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=2))
