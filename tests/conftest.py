@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+# The skip guard fails a run in which a test skipped for an undocumented reason; pytester runs it in its test.
+pytest_plugins = ["tests.skip_guard", "pytester"]
+
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"

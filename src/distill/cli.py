@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -224,8 +226,21 @@ COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "serve-teach
             "cache-teacher": cmd_cache_teacher, "recipes": cmd_recipes}
 
 
+def show_progress_notes() -> None:
+    """distill's info lines (the end-of-turn token, student_init's layers, a resumed checkpoint, the decode loop)
+    on stderr, from the main process of a launch only; other libraries keep their own levels."""
+    logger = logging.getLogger("distill")
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("distill: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO if os.environ.get("RANK", "0") == "0" else logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    show_progress_notes()
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0

@@ -111,6 +111,12 @@ class MicroBatch:
         return int(self.completion_mask.sum())
 
     @property
+    def num_distilled_tokens(self) -> int:
+        """Trained tokens of the rows that get a self-distillation loss (`Completion.distilled`; all rows but
+        sdpo's without a demonstration)."""
+        return sum(len(c.loss_span()) for c in self.completions if c.distilled)
+
+    @property
     def num_rows(self) -> int:
         """Rows with at least one trained token."""
         return int(self.completion_mask.any(dim=1).sum())

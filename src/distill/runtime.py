@@ -162,14 +162,20 @@ class StopRequest:
     Stopping only between steps keeps a checkpoint consistent (the optimizer state, the weights and the RNG
     all belong to the same completed step) and lets every process stop at the same step. A second Ctrl-C
     falls back to Python's default and interrupts at once.
+
+    A process started with SIGINT ignored (`nohup`, a shell's background job, some schedulers) was told not to
+    react to Ctrl-C, so the run leaves SIGINT ignored; SIGTERM (what schedulers and `kill` send) is caught
+    either way. The handlers found at the start are restored when the run ends.
     """
 
     def __init__(self) -> None:
         self.requested = False
+        self._catches_interrupt = False
 
     def _handle(self, signum, frame) -> None:
         self.requested = True
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if self._catches_interrupt:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
     @contextlib.contextmanager
     def installed(self):
@@ -177,8 +183,10 @@ class StopRequest:
             yield self
             return
         previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        self._catches_interrupt = previous[signal.SIGINT] is not signal.SIG_IGN
         for sig in previous:
-            signal.signal(sig, self._handle)
+            if sig != signal.SIGINT or self._catches_interrupt:
+                signal.signal(sig, self._handle)
         try:
             yield self
         finally:

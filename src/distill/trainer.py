@@ -54,6 +54,7 @@ from distill.models import (
     DEFAULT_TEACHER,
     check_context,
     check_rows_match,
+    describe_stop_tokens,
     eos_token_ids,
     make_student,
     prepare_student,
@@ -236,6 +237,9 @@ class Distiller:
         self.eos_ids = eos_token_ids(self.tokenizer, student_model)
         if not self.eos_ids:
             raise ValueError("the tokenizer has no EOS token; completions could never end")
+        if self.runtime.is_main_process:
+            logger.info("end of turn (appended to dataset and teacher completions): %s",
+                        describe_stop_tokens(self.tokenizer, self.eos_ids))
         self.pad_id = self.tokenizer.pad_token_id
         lora = dict(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                     target_modules=list(config.lora_target_modules)) if config.use_peft else None
@@ -446,11 +450,13 @@ class Distiller:
         if self.stage is not None:
             for name, (numerator, denominator) in self.rollout.take_stage_metrics().items():
                 window.add_mean(name, numerator, denominator)
-        step_tokens, step_rows = self.runtime.global_sums([sum(mb.num_completion_tokens for mb in micro_batches),
-                                                          sum(mb.num_rows for mb in micro_batches)])
+        step_tokens, step_rows, step_distilled_tokens = self.runtime.global_sums(
+            [sum(mb.num_completion_tokens for mb in micro_batches), sum(mb.num_rows for mb in micro_batches),
+             sum(mb.num_distilled_tokens for mb in micro_batches)])
         scale = self.runtime.num_processes / step_tokens if step_tokens else 0.0
-        sizes = dict(step_tokens=step_tokens, step_rows=step_rows,
-                     step_micro_batches=len(micro_batches) * self.runtime.num_processes)
+        sizes = dict(step_tokens=step_tokens, step_rows=step_rows, step_distilled_tokens=step_distilled_tokens,
+                     step_micro_batches=len(micro_batches) * self.runtime.num_processes,
+                     fresh_rollout=self.rollout.generation_step(step) == step)
         remote_signals = self._score_remotely(micro_batches, timings)
         for index, mb in enumerate(micro_batches):
             mb = mb.to(self.device)
@@ -472,9 +478,9 @@ class Distiller:
         max_norm = config.max_grad_norm or float("inf")
         grad_norm = (sharding.clip_grad_norm(self.wrapped, max_norm) if config.fsdp
                      else accelerator.clip_grad_norm_(self.wrapped.parameters(), max_norm))
-        if step_tokens:
+        if step_tokens:  # a step without a trained token (every completion empty) moves nothing, the schedule neither
             self.optimizer.step()
-        self.scheduler.step()
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         for hook in self.hooks:
             hook.after_optimizer_step(step)

@@ -5,6 +5,7 @@ import torch
 
 from distill.losses import generalized_jsd_loss
 from tests.losses import reference as ref
+from tests.skip_guard import needs_extra
 
 BETAS = [0.0, 0.25, 0.5, 1.0]
 
@@ -55,7 +56,7 @@ def test_ends_are_exactly_forward_and_reverse_kl():
 @pytest.mark.parametrize("reduction", ["batchmean", "sum", "mean", "none"])
 @pytest.mark.parametrize("masked", [False, True])
 def test_same_values_as_the_reference_library(beta, reduction, masked):
-    trl_gkd = pytest.importorskip("trl.experimental.gkd", reason="parity needs the optional extra: pip install -e .[trl]")
+    trl_gkd = needs_extra("trl.experimental.gkd", "trl")
     student, teacher, labels = make_logits(seed=3)
     labels = labels if masked else None
     ours = generalized_jsd_loss(student, teacher, labels, beta=beta, temperature=0.7, reduction=reduction)

@@ -62,11 +62,14 @@ def naive_loss(rows, head, loss_type: str, micro_batches, reused: bool, clip: Cl
     return sum(means) / len(means)
 
 
-def chunked_loss(rows, head, loss_type: str, micro_batches, reused: bool, clip: ClipSettings) -> torch.Tensor:
-    """The trainer's way: per micro-batch loss sums (float32 inputs), each divided by the step's tokens."""
+def chunked_loss(rows, head, loss_type: str, micro_batches, reused: bool, clip: ClipSettings,
+                 window_start: bool = False) -> torch.Tensor:
+    """The trainer's way: per micro-batch loss sums (float32 inputs), each divided by the step's tokens.
+    reused: num_iterations > 1, on a later step of the reuse window unless `window_start`."""
     settings = PolicySettings(loss_type, clip, 1.0, 4, MAX_NEW, reused)
     step_tokens = sum(len(r["targets"]) for r in rows)
-    context = StepContext("student", False, step_tokens, len(rows), len(micro_batches))
+    context = StepContext("student", False, step_tokens, len(rows), len(micro_batches),
+                          fresh_rollout=not reused or window_start)
     total = 0.0
     for mb in micro_batches:
         index = torch.cat([torch.full((len(r["targets"]),), i) for i, r in enumerate(mb)])
@@ -125,3 +128,26 @@ def test_a_fresh_rollout_has_ratio_one_and_no_clip_whatever_the_recorded_log_pro
     # ratio 1: the value is -sum A over tokens / tokens
     expected = -sum(r["advantage"] * len(r["targets"]) for r in rows) / sum(len(r["targets"]) for r in rows)
     assert float(fresh) == pytest.approx(expected, rel=1e-5)
+
+
+def test_the_first_step_of_a_reuse_window_has_ratio_one_whatever_the_precision_of_the_recorded_log_probs():
+    """num_iterations > 1: the rollout's first step trains the policy that sampled it. Log-probs recorded at
+    generation in another precision (simulated: off by up to 0.3 nats) must not make a ratio or a clip there;
+    the step equals a num_iterations 1 step exactly. On a later step of the window they are pi_old."""
+    rows, head, micro_batches = step_rows(seed=7)
+    generator = torch.Generator().manual_seed(3)
+    for row in rows:
+        row["old"] = row["old"] + 0.3 * (2 * torch.rand(row["old"].shape, generator=generator, dtype=torch.float64) - 1)
+    clip = ClipSettings(0.02, 0.02, dual_clip=None)  # tight: any precision noise in the ratio would clip
+
+    def loss_and_grads(reused: bool, window_start: bool):
+        leaves = [r["hidden"].detach().float().requires_grad_(True) for r in rows]
+        float_rows = [dict(r, hidden=leaf) for r, leaf in zip(rows, leaves)]
+        loss = chunked_loss(float_rows, head, "dapo", [float_rows[:3], float_rows[3:]], reused, clip, window_start)
+        return loss, torch.autograd.grad(loss, leaves)
+
+    plain, plain_grads = loss_and_grads(False, False)
+    first, first_grads = loss_and_grads(True, True)
+    later, _ = loss_and_grads(True, False)
+    assert torch.equal(first, plain) and all(torch.equal(a, b) for a, b in zip(first_grads, plain_grads))
+    assert not torch.isclose(later, plain, rtol=1e-4)

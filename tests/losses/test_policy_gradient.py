@@ -16,6 +16,7 @@ from distill.losses.policy_gradient import (
 )
 from distill.losses.token_log_probs import token_log_probs
 from tests.losses import reference
+from tests.skip_guard import needs_extra
 
 
 def problem(seed: int, n: int = 23, hidden: int = 8, vocab: int = 37):
@@ -139,7 +140,7 @@ def test_clip_settings_are_checked(settings, message):
 def test_weights_advantages_and_gradient_match_trl_iw_opd():
     """trl 1.16.0's `_compute_iw_opd_loss` (REINFORCE, no ratio): where the math coincides (fresh rollouts, no
     clip active) its advantages, weights and gradient w.r.t. the logits equal ours."""
-    iw_opd = pytest.importorskip("trl.experimental.iw_opd.iw_opd_trainer")
+    iw_opd = needs_extra("trl.experimental.iw_opd.iw_opd_trainer", "trl")
     generator = torch.Generator().manual_seed(6)
     batch, length, vocab = 3, 6, 11
     logits = torch.randn(batch, length, vocab, generator=generator)

@@ -22,6 +22,7 @@ from distill.objectives.self_distillation import (
 )
 from distill.signals import DenseSignal
 from tests.losses import reference
+from tests.skip_guard import needs_extra
 
 
 def problem(seed: int, n: int = 19, hidden: int = 8, vocab: int = 29, teacher_hidden: int = 6):
@@ -166,7 +167,7 @@ def test_reused_rollouts_weight_each_token_by_its_capped_importance_ratio(mode, 
     old = current - torch.randn(current.shape, generator=generator)  # pi_theta / pi_old = exp(N(0, 1))
     settings = SelfDistillationSettings(mode, beta, 1.0, 4, topk=6, is_clip=1.5, reused_rollouts=True)
     tokens, signal, student_leaves = tokens_and_signal(p, rollout=old)
-    out = SelfDistillationObjective(settings)(tokens, signal, StepContext("student"))
+    out = SelfDistillationObjective(settings)(tokens, signal, StepContext("student", fresh_rollout=False))
     expected_weights = (current - old).exp().clamp_max(1.5)
     assert float(out.metrics["self_distillation/is_capped"][0]) == float((expected_weights >= 1.5).sum()) > 0
     torch.testing.assert_close(out.metrics["self_distillation/is_weight"][0], expected_weights.sum(), rtol=1e-5, atol=1e-5)
@@ -196,21 +197,40 @@ def test_fresh_rollouts_and_teacher_samples_get_no_importance_weight():
         assert "self_distillation/is_weight" not in weighted.metrics
 
 
+@pytest.mark.parametrize("mode, beta", [("full_logits", 0.0), ("topk_logits", 1.0), ("sampled_token", 1.0)])
+def test_the_first_step_of_a_reuse_window_gets_no_importance_weight_whatever_the_recorded_precision(mode, beta):
+    """num_iterations > 1: log-probs recorded at generation in another precision (simulated: off by up to 0.3
+    nats) make no importance weight on the window's first step, which equals a num_iterations 1 step exactly."""
+    p = problem(12)
+    generator = torch.Generator().manual_seed(4)
+    current = reference.probs(reference.head_logits(p["student"], p["weight"], p["bias"])).gather(
+        1, p["targets"].unsqueeze(1)).squeeze(1).log().float()
+    recorded = current + 0.3 * (2 * torch.rand(current.shape, generator=generator) - 1)
+    results = {}
+    for name, reused, fresh in (("plain", False, True), ("first", True, True), ("later", True, False)):
+        tokens, signal, student_leaves = tokens_and_signal(p, rollout=recorded)
+        settings = SelfDistillationSettings(mode, beta, 1.0, 4, topk=6, is_clip=None, reused_rollouts=reused)
+        out = SelfDistillationObjective(settings)(tokens, signal, StepContext("student", fresh_rollout=fresh))
+        results[name] = (out, grads(out.loss_sum, list(student_leaves)))
+    (plain, plain_grads), (first, first_grads), (later, _) = results["plain"], results["first"], results["later"]
+    assert torch.equal(first.loss_sum, plain.loss_sum) and all(torch.equal(a, b) for a, b in zip(first_grads, plain_grads))
+    assert "self_distillation/is_weight" not in first.metrics and "self_distillation/is_weight" in later.metrics
+    assert not torch.isclose(later.loss_sum, plain.loss_sum, rtol=1e-4)
+
+
 def test_sampled_token_mode_refuses_beta_other_than_one():
     with pytest.raises(ValueError, match="sampled_token estimates reverse KL only: set beta: 1"):
         SelfDistillationSettings("sampled_token", 0.5)
 
 
 # ----------------------------------------------------------------------------------- TRL parity --
-trl_losses = pytest.importorskip("trl.experimental.sdft.loss_utils")
-
-
 @pytest.mark.parametrize("mode, beta", [("full_logits", 0.0), ("full_logits", 0.5), ("full_logits", 1.0),
                                         ("topk_logits", 0.0), ("topk_logits", 0.5), ("sampled_token", 1.0)])
 def test_the_objective_matches_trl_sdft_losses(mode, beta):
     """TRL 1.16.0's per-token SDFT losses (`compute_*_self_distillation_loss`, with add_tail for top-k) summed,
     on logits built from the same hidden states: values, and gradients w.r.t. the student's hidden states.
     (TRL's sampled-token value is sg[log_ratio] * log p; only its gradient is comparable.)"""
+    trl_losses = needs_extra("trl.experimental.sdft.loss_utils", "trl")
     p, k = problem(9), 7
     tokens, signal, (hidden, weight, bias) = tokens_and_signal(p)
     out = SelfDistillationObjective(SelfDistillationSettings(mode, beta, 1.0, 5, topk=k))(tokens, signal, StepContext("student"))

@@ -20,7 +20,7 @@ def test_bundled_prompt_set_has_a_fixed_heldout_split():
 @pytest.mark.parametrize("bad, fix", [([{"prompt": "hi"}], "from_list"), (None, "from_pandas")])
 def test_wrong_dataset_types_say_how_to_fix(bad, fix):
     if bad is None:
-        pandas = pytest.importorskip("pandas")
+        import pandas  # a dependency of datasets
         bad = pandas.DataFrame({"prompt": ["hi"]})
     with pytest.raises(TypeError, match=fix):
         load_dataset_spec(bad, "train", "dataset")

@@ -58,7 +58,7 @@ def distiller(tokenizer, tmp_path, rows=None, resume=False, config=None, **overr
     ({"beta": 0.9}, "beta is not read by method iw_opd"),
     ({"teacher_cache": "some/cache", "student": "s"}, "teacher_cache: iw_opd learns from the student's own samples"),
     ({"sampling_temperature": 0.7}, r"sampling_temperature \(0.7\) and temperature \(1.0\) must be equal"),
-    ({"top_p": 0.9}, "top_p / top_k: iw_opd needs the student's full sampling distribution"),
+    ({"top_p": 0.9}, r"top_p \(0.9\) and top_k \(0\): iw_opd .* needs samples from the student.s whole distribution"),
     ({"teacher_warmup_steps": 2, "teacher_url": "http://127.0.0.1:9", "student": "s"}, "teacher_warmup_steps needs a teacher model"),
 ])
 def test_bad_iw_opd_settings_fail_before_any_model_loads(tmp_path, overrides, message):
@@ -123,8 +123,10 @@ def test_trains_with_a_server_teacher(tokenizer, tmp_path, model_dirs):
 
 
 def test_fresh_rollouts_have_ratio_one_whatever_the_recorded_log_probs():
-    """Generation may run in another precision than training (fp32 vs bf16 autocast): with num_iterations 1
-    the ratio is 1 by definition and no clip engages; the recorded log-probs still set the advantage."""
+    """Generation may run in another precision than training (fp32 vs bf16 autocast): on a fresh rollout (with
+    num_iterations 1, and on the first step of each reuse window with num_iterations > 1) the ratio is 1 by
+    definition and no clip engages; the recorded log-probs still set the advantage. Only a later step of a
+    reuse window compares with them."""
     from distill.objectives.base import StepContext
     from distill.objectives.iw_opd import IWOPDObjective, IWOPDSettings
 
@@ -132,11 +134,11 @@ def test_fresh_rollouts_have_ratio_one_whatever_the_recorded_log_probs():
     recorded = torch.full((9,), -1.0)
     tokens.rollout_log_probs = recorded + torch.linspace(-0.5, 0.5, 9)  # off by up to 0.5 nats: would be clipped
     teacher = SparseSignal(torch.zeros(9, 2, dtype=torch.long), torch.zeros(9, 2), torch.full((9,), -2.0), None, 1.0)
-    for reused, expect_clipped in ((False, False), (True, True)):
-        out = IWOPDObjective(IWOPDSettings(reused_rollouts=reused))(tokens, teacher, StepContext("student"))
+    for reused, fresh, expect_clipped in ((False, True, False), (True, True, False), (True, False, True)):
+        out = IWOPDObjective(IWOPDSettings(reused_rollouts=reused))(tokens, teacher, StepContext("student", fresh_rollout=fresh))
         ratio_sum, count = out.metrics["iw_opd/ratio"]
         clipped_sum, _ = out.metrics["iw_opd/clip_fraction"]
-        assert (float(ratio_sum) == float(count)) is not reused
+        assert (float(ratio_sum) == float(count)) is not expect_clipped
         assert (float(clipped_sum) > 0) is expect_clipped
         advantage_sum, _ = out.metrics["iw_opd/advantage"]
         assert float(advantage_sum) == pytest.approx(float((-2.0 - tokens.rollout_log_probs).sum()), rel=1e-6)

@@ -222,3 +222,36 @@ def test_retired_and_unknown_method_names():
         get_method("gdk")
     with pytest.raises(ValueError, match="already registered"):
         register(get_method("gkd"))
+
+
+# -------------------------------------------------------------------- sampling for sampled-token estimators --
+ESTIMATORS = [
+    ("iw_opd", {}),
+    ("sdpo", {}),  # its default loss: sampled-token reverse KL
+    ("sdpo", {"distillation_weight": 0.0}),  # GRPO: the policy loss alone
+    ("sdpo", {"distillation_weight": 1.0, "distillation_mode": "full_logits", "beta": 0.0, "num_iterations": 2}),
+    ("sdft", {"distillation_mode": "sampled_token", "beta": 1.0}),
+    ("sdft", {"num_iterations": 2}),  # the importance ratio of reused rollouts
+]
+BIASED_SAMPLING = [
+    ({"sampling_temperature": 0.7}, r"sampling_temperature \(0.7\) and temperature \(1.0\) must be equal"),
+    ({"top_p": 0.9}, r"top_p \(0.9\) and top_k \(0\)"),
+    ({"top_k": 5}, r"top_p \(1.0\) and top_k \(5\)"),
+]
+
+
+@pytest.mark.parametrize("method, fields", ESTIMATORS)
+@pytest.mark.parametrize("sampling, message", BIASED_SAMPLING)
+def test_every_sampled_token_estimator_refuses_sampling_it_does_not_differentiate(method, fields, sampling, message):
+    """REINFORCE and importance ratios are unbiased only on samples from softmax(z / temperature), untruncated:
+    one rule (`distill.methods.sampling_rules`) for every method that has such an estimator."""
+    with pytest.raises(ValueError, match=message):
+        DistillConfig(method=method, **fields, **sampling).validate()
+    DistillConfig(method=method, **fields).validate()
+
+
+@pytest.mark.parametrize("sampling, _", BIASED_SAMPLING)
+def test_a_full_distribution_loss_on_fresh_samples_may_sample_as_it_likes(sampling, _):
+    """A divergence over the whole vocabulary on fresh samples estimates nothing from the sampling: allowed."""
+    DistillConfig(method="sdft", **sampling).validate()
+    DistillConfig(method="sdpo", distillation_weight=1.0, distillation_mode="full_logits", beta=0.0, **sampling).validate()

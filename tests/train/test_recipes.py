@@ -91,6 +91,15 @@ def test_distill_recipes_command(capsys):
     assert "distill recipes" in capsys.readouterr().out
 
 
+def running_site_packages() -> list[str]:
+    """The site-packages directories this interpreter imports from (venv, system, user), in its order."""
+    import site
+
+    candidates = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+    candidates += site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
+    return list(dict.fromkeys(str(Path(p).resolve()) for p in candidates if Path(p).is_dir()))
+
+
 def test_the_wheel_ships_the_recipes(tmp_path):
     """Build the wheel offline, install it into a fresh venv, and use the recipes from outside the repository."""
     source = tmp_path / "source"  # a copy, so building writes no build/ or egg-info into the working tree
@@ -114,12 +123,17 @@ def test_the_wheel_ships_the_recipes(tmp_path):
         assert f"distill/recipes/{name}.yaml" in names
     assert {"distill/recipes/__init__.py", "distill/recipes/data/prompts.jsonl"} <= names
 
-    # Torch and the rest come from this interpreter's site-packages; the venv's own holds only the wheel, which
-    # shadows the editable install of the repository. The system's pip installs into the venv (sys.prefix).
+    # Torch and the rest come from the site-packages of the interpreter running the tests, wherever it is (the
+    # system's, a venv's, a user site), put after the venv's own by a .pth file: `venv --system-site-packages`
+    # would give the *base* interpreter's instead when this one is itself a venv. Directories named in a .pth
+    # file are not scanned for .pth files of their own, so the repository's editable install stays invisible
+    # and the venv's copy of the wheel is the only distill. That interpreter's pip installs into the venv.
     venv = tmp_path / "venv"
-    run(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv))
+    run(sys.executable, "-m", "venv", "--without-pip", str(venv))
     bindir = venv / ("Scripts" if os.name == "nt" else "bin")
     python = bindir / "python"
+    venv_site = Path(run(str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
+    (venv_site / "running_interpreter.pth").write_text("\n".join(running_site_packages()) + "\n")
     run(str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", "--no-warn-script-location", str(wheel))
 
     outside = tmp_path / "elsewhere"

@@ -10,6 +10,7 @@ from distill.objectives import StepContext
 from distill.rollout import draw_sources
 from distill.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
+from tests.skip_guard import needs_extra
 from tests.train.helpers import make_config, make_distiller
 
 
@@ -69,6 +70,36 @@ def test_loss_denominator_is_the_completion_tokens_of_the_whole_step(tokenizer, 
             out = fresh.wrapped(mb, signal, fresh.objective, StepContext(mb.source))
             assert int(out.num_tokens) == int(mb.completion_mask.sum())
             assert recorded == pytest.approx(out.loss_sum.item() / trained_tokens, rel=1e-5)
+
+
+def test_a_step_without_trained_tokens_moves_neither_the_weights_nor_the_schedule(tokenizer, tmp_path):
+    """Every completion empty (all masked): the optimizer is skipped, and so is the schedule (stepping it alone
+    would desynchronise them: torch's 'lr_scheduler.step() before optimizer.step()'); the next step uses the
+    learning rate the skipped one would have."""
+    import warnings
+
+    distiller = make_distiller(tokenizer, tmp_path, lmbda=0.0, lr_scheduler_type="linear", max_steps=4)
+    distiller.setup()
+    original_rollout = distiller.rollout
+
+    def empty_rollout(step, timings):
+        micro_batches = original_rollout(step, timings)
+        for mb in micro_batches:
+            mb.completion_mask[:] = False
+        return micro_batches
+
+    distiller.rollout = empty_rollout
+    weights = {n: p.detach().clone() for n, p in distiller.student_model.named_parameters()}
+    first_lr = distiller.scheduler.get_last_lr()[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's scheduler warning would fail the test
+        distiller.train_step(0, distiller._new_window(), {}, log_step=False)
+        assert distiller.scheduler.last_epoch == 0 and distiller.scheduler.get_last_lr()[0] == first_lr
+        assert all(torch.equal(p.detach(), weights[n]) for n, p in distiller.student_model.named_parameters())
+        distiller.rollout = original_rollout
+        distiller.train_step(1, distiller._new_window(), {}, log_step=False)
+    assert distiller.scheduler.last_epoch == 1
+    assert any(not torch.equal(p.detach(), weights[n]) for n, p in distiller.student_model.named_parameters())
 
 
 def _record_generate(distiller, log):
@@ -208,11 +239,17 @@ def test_ctrl_c_finishes_the_step_saves_a_checkpoint_and_resumes(tokenizer, tmp_
         return original(step, *args, **kwargs)
 
     distiller.train_step = interrupted_during_third
-    with pytest.raises(KeyboardInterrupt):
-        distiller.train()
+    before = signal.getsignal(signal.SIGINT)  # SIG_IGN when the tests were started with SIGINT ignored (nohup)
+    if before is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # this test is about a run that catches Ctrl-C
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            distiller.train()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored to what it was before the run
+    finally:
+        signal.signal(signal.SIGINT, before)
     checkpoints = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
     assert checkpoints == ["step-000003"]  # the interrupted step was completed, then saved
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
     from distill.run import resume_config
 
@@ -220,6 +257,38 @@ def test_ctrl_c_finishes_the_step_saves_a_checkpoint_and_resumes(tokenizer, tmp_
                         teacher=tiny_lm(len(tokenizer), layers=3, seed=1, eos_token_id=tokenizer.eos_token_id), tokenizer=tokenizer,
                         train_dataset=datasets.Dataset.from_list(chat_rows(16)), resume=True)
     assert resumed.train()["steps"] == 5
+
+
+def test_a_run_started_with_sigint_ignored_keeps_ignoring_it_and_still_stops_on_sigterm(tokenizer, tmp_path):
+    """nohup / a background job: Ctrl-C was ignored before the run and stays ignored during it (the run does
+    not stop); SIGTERM still finishes the step, checkpoints and stops; both handlers are restored after."""
+    import os
+    import signal
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        distiller = make_distiller(tokenizer, tmp_path, max_steps=5)
+        original, seen = distiller.train_step, []
+
+        def signalled(step, *args, **kwargs):
+            seen.append(signal.getsignal(signal.SIGINT))
+            if step == 1:
+                os.kill(os.getpid(), signal.SIGINT)  # ignored: the run goes on
+            if step == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return original(step, *args, **kwargs)
+
+        distiller.train_step = signalled
+        with pytest.raises(KeyboardInterrupt):
+            distiller.train()
+        assert seen == [signal.SIG_IGN] * 4
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is before[signal.SIGTERM]
+        assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-000004"]
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def test_models_loaded_from_disk_train_in_training_mode(tokenizer, tmp_path, model_dirs):
@@ -243,7 +312,7 @@ def test_truncated_prompts_are_counted(tokenizer, tmp_path):
 
 
 def test_lora_student_trains_its_adapters(tokenizer, tmp_path):
-    pytest.importorskip("peft", reason="LoRA needs the optional extra: pip install -e .[peft]")
+    needs_extra("peft", "peft")
     distiller = make_distiller(tokenizer, tmp_path, use_peft=True, lora_r=4, lora_alpha=8, lmbda=0.0)
     before = {n: p.detach().clone() for n, p in distiller.student_model.named_parameters() if p.requires_grad}
     distiller.train()
@@ -286,7 +355,7 @@ def no_model_loading(monkeypatch):
 )
 def test_bad_input_fails_before_any_model_is_loaded(tmp_path, no_model_loading, dataset, overrides, error, match):
     if isinstance(dataset, str):
-        pandas = pytest.importorskip("pandas")
+        import pandas  # a dependency of datasets
         dataset = pandas.DataFrame({"prompt": ["hi"]})
     dataset = datasets.Dataset.from_list(chat_rows(16)) if dataset is None else dataset
     values = {"teacher": "/no/such/teacher" if "teacher" in overrides else "smollm2-135m-instruct", **overrides}

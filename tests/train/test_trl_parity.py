@@ -21,9 +21,13 @@ import torch
 import yaml
 
 from tests.conftest import chat_rows, tiny_lm
+from tests.skip_guard import needs_extra
 from tests.train.helpers import make_distiller
 
-trl_gkd = pytest.importorskip("trl.experimental.gkd", reason="parity needs the optional extra: pip install -e .[trl]")
+
+def trl_gkd():
+    """TRL's GKD module; the calling test skips without the optional extra."""
+    return needs_extra("trl.experimental.gkd", "trl")
 
 # The recipe's loss fields; its sampling fields (sampling_temperature, top_p, top_k) are only read on-policy.
 LOSS_FIELDS = ("method", "beta", "off_policy_beta", "temperature", "seq_kd", "lmbda_schedule")
@@ -56,14 +60,14 @@ def models(tokenizer):
 
 def trl_step(tokenizer, tmp_path, teacher, student, beta: float, temperature: float):
     """TRL's loss and student gradients for one off-policy micro-batch of every row, through GKDTrainer.training_step."""
-    args = trl_gkd.GKDConfig(output_dir=str(tmp_path / "trl"), report_to="none", use_cpu=True, bf16=False,
+    args = trl_gkd().GKDConfig(output_dir=str(tmp_path / "trl"), report_to="none", use_cpu=True, bf16=False,
                              lmbda=0.0, beta=beta, temperature=temperature, seq_kd=False, per_device_train_batch_size=ROWS,
                              gradient_accumulation_steps=1)
     # Pre-tokenized rows: the collator takes the prompt/completion boundary from completion_mask (it still reads a
     # prompt text first, which is then unused).
     examples = [{"prompt": tokenizer.decode(p), "input_ids": p + c, "completion_mask": [0] * len(p) + [1] * len(c)}
                 for p, c in token_rows(tokenizer)]
-    trainer = trl_gkd.GKDTrainer(model=copy.deepcopy(student), teacher_model=copy.deepcopy(teacher), args=args,
+    trainer = trl_gkd().GKDTrainer(model=copy.deepcopy(student), teacher_model=copy.deepcopy(teacher), args=args,
                                  train_dataset=datasets.Dataset.from_list(examples), processing_class=tokenizer)
     batch = trainer.data_collator(examples)
     # What TRL trains: labels on the completion tokens, EOS included.
@@ -99,7 +103,7 @@ def distill_step(tokenizer, tmp_path, teacher, student, **overrides):
 
 def test_recipe_is_gkd_with_one_beta_for_every_source():
     recipe = gkd_recipe()
-    defaults = trl_gkd.GKDConfig.__dataclass_fields__
+    defaults = trl_gkd().GKDConfig.__dataclass_fields__
     assert recipe["lmbda"] == defaults["lmbda"].default == 0.5 and recipe["lmbda_schedule"] == "constant"
     assert recipe["beta"] == defaults["beta"].default == 0.5 and recipe["off_policy_beta"] is None
     assert recipe["seq_kd"] is defaults["seq_kd"].default is False

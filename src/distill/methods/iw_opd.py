@@ -16,6 +16,7 @@ import math
 from distill.losses.policy_gradient import ClipSettings
 from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
 from distill.methods.registry import Method, Paper, Reads, register
+from distill.methods.sampling_rules import check_sampling_matches_loss
 from distill.objectives.iw_opd import (
     MAXIMA,
     METRICS,
@@ -66,13 +67,7 @@ def validate(config) -> None:
     if config.teacher_cache is not None:
         raise ValueError("teacher_cache: iw_opd learns from the student's own samples, and a cache holds completions "
                          "written before the run, which it cannot score; use a teacher model or teacher_url")
-    if config.sampling_temperature != config.temperature:
-        raise ValueError(f"sampling_temperature ({config.sampling_temperature}) and temperature ({config.temperature}) "
-                         "must be equal for iw_opd: the advantage and the ratio compare the teacher's and the student's "
-                         "log-probs with the sampling policy's, at one temperature")
-    if config.top_p != 1.0 or config.top_k != 0:
-        raise ValueError("top_p / top_k: iw_opd needs the student's full sampling distribution (top_p 1, top_k 0); "
-                         "truncated sampling records log-probs of a renormalised distribution the loss cannot match")
+    check_sampling_matches_loss(config, ["iw_opd (a policy gradient on the student's samples)"])
     if config.teacher_warmup_steps and config.teacher_url is not None:
         raise ValueError("teacher_warmup_steps needs a teacher model that samples; a teacher_url server only scores. "
                          "Set teacher_warmup_steps: 0")

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
 from distill.methods.registry import Method, Paper, Reads, register
+from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
 from distill.methods.self_teacher_rules import (
     check_distillation,
-    check_reused_sampling,
+    check_num_iterations,
     check_self_teacher,
+    sampled_token_loss,
 )
 from distill.objectives.self_distillation import (
     METRICS,
@@ -61,7 +63,9 @@ def validate(config) -> None:
         raise ValueError(f"num_loss_tokens_to_skip must be >= 0, got {config.num_loss_tokens_to_skip!r}")
     if config.generate_from_teacher and config.seq_kd_generation_steps < 1:
         raise ValueError(f"seq_kd_generation_steps must be >= 1, got {config.seq_kd_generation_steps!r}")
-    check_reused_sampling(config, student_samples=not config.generate_from_teacher)
+    check_num_iterations(config)
+    if not config.generate_from_teacher:  # the self-teacher's samples train by a divergence, never a policy gradient
+        check_sampling_matches_loss(config, sampled_token_loss(config) + reused_rollouts(config))
 
 
 def check_examples(config, examples, field: str) -> None:

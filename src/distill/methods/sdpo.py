@@ -21,10 +21,12 @@ from distill.data import PromptEncoder
 from distill.losses.policy_gradient import ClipSettings
 from distill.methods.mixing import ALWAYS_ON_POLICY
 from distill.methods.registry import Method, Paper, Reads, register
+from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
 from distill.methods.self_teacher_rules import (
     check_distillation,
-    check_reused_sampling,
+    check_num_iterations,
     check_self_teacher,
+    sampled_token_loss,
 )
 from distill.objectives.group_policy import LOSS_TYPES, PolicySettings
 from distill.objectives.sdpo import METRICS, SDPOObjective, SDPOSettings
@@ -102,17 +104,15 @@ def validate(config) -> None:
                          f"of reward_funcs {list(configured.names)} with weights {configured.weights}: "
                          + ("no rollout could succeed" if threshold > span[1] else "every rollout would succeed")
                          + "; set it within the range")
-    if config.distillation_weight < 1.0 and config.sampling_temperature != config.temperature:
-        raise ValueError(f"sampling_temperature ({config.sampling_temperature}) and temperature ({config.temperature}) must "
-                         "be equal when distillation_weight < 1: the policy gradient is of the distribution the "
-                         "completions were sampled from")
-    check_reused_sampling(config)
+    check_num_iterations(config)
     if distils(config):
         check_self_teacher(config)
         check_distillation(config)
         check_reprompt_templates(config.reprompt_template, config.solution_template, config.feedback_template)
         if config.max_reprompt_length < 1:
             raise ValueError(f"max_reprompt_length must be a positive integer, got {config.max_reprompt_length!r}")
+    policy = ["the policy loss (distillation_weight < 1)"] if config.distillation_weight < 1.0 else []
+    check_sampling_matches_loss(config, policy + (sampled_token_loss(config) if distils(config) else []) + reused_rollouts(config))
 
 
 def check_examples(config, examples, field: str) -> None:

@@ -1,5 +1,5 @@
 """Config rules shared by the methods whose teacher is the student itself (sdft, sdpo): the self-teacher's
-kind and EMA, the self-distillation loss, and sampling when rollouts are reused. Each raises ValueError
+kind and EMA, the self-distillation loss, num_iterations. Each raises ValueError
 naming the field and the fix, before any model loads."""
 
 from __future__ import annotations
@@ -20,6 +20,11 @@ def check_self_teacher(config) -> None:
         raise ValueError(f"teacher_sync_steps must be >= 1 (optimizer steps between EMA updates), got {config.teacher_sync_steps!r}")
 
 
+def sampled_token_loss(config) -> list[str]:
+    """The sampled-token loss's claim on sampling (`distill.methods.sampling_rules`), when it is the loss."""
+    return ["distillation_mode sampled_token (REINFORCE on the student's samples)"] if config.distillation_mode == "sampled_token" else []
+
+
 def check_distillation(config) -> None:
     if config.distillation_mode not in MODES:
         raise ValueError(f"distillation_mode must be one of {MODES}, got {config.distillation_mode!r}")
@@ -32,16 +37,6 @@ def check_distillation(config) -> None:
         raise ValueError(f"distillation_is_clip must be a finite number > 0 (None: no cap), got {config.distillation_is_clip!r}")
 
 
-def check_reused_sampling(config, student_samples: bool = True) -> None:
-    """num_iterations, and with num_iterations > 1 on the student's samples the sampling the importance
-    ratio needs."""
+def check_num_iterations(config) -> None:
     if config.num_iterations < 1:
         raise ValueError(f"num_iterations must be >= 1 (optimizer steps per generation batch), got {config.num_iterations!r}")
-    if not student_samples:
-        return
-    if config.num_iterations > 1 and (config.top_p != 1.0 or config.top_k != 0):
-        raise ValueError("top_p / top_k: with num_iterations > 1 the importance ratio needs the student's full sampling "
-                         "distribution (top_p 1, top_k 0)")
-    if config.num_iterations > 1 and config.sampling_temperature != config.temperature:
-        raise ValueError(f"sampling_temperature ({config.sampling_temperature}) and temperature ({config.temperature}) must "
-                         "be equal with num_iterations > 1: the importance ratio compares log-probs at one temperature")

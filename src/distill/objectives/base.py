@@ -49,13 +49,22 @@ class StepContext:
     step_tokens / its own denominator, since the trainer divides every loss sum by step_tokens.
 
     step_tokens: trained completion tokens of the step, all micro-batches and processes; step_rows: rows
-    with a trained token, likewise; step_micro_batches: micro-batches of the step over all processes."""
+    with a trained token, likewise; step_micro_batches: micro-batches of the step over all processes;
+    step_distilled_tokens: the trained tokens of rows with a self-distillation loss (`Completion.distilled`),
+    likewise (sdpo's distillation term is a mean over those).
+
+    fresh_rollout: this step trains on a rollout generated for it (always with num_iterations 1; the first
+    step of each reuse window otherwise). Its sampling policy is the current one, so pi_theta / pi_old is 1 by
+    definition: an objective takes pi_old from its own forward (detached) instead of the log-probs recorded
+    at generation, which a reduced-precision training forward (bf16 autocast) would not reproduce exactly."""
 
     source: str
     return_stats: bool = False
     step_tokens: int = 0
     step_rows: int = 0
     step_micro_batches: int = 1
+    step_distilled_tokens: int = 0
+    fresh_rollout: bool = True
 
 
 class Objective(Protocol):

@@ -1,8 +1,8 @@
 """The group policy-gradient loss of GRPO-style RL (the policy part of sdpo), chunked from hidden states.
 
 Per completion token t of row i, with the row's advantage A_i (`distill.reward_stage`) and the ratio
-rho_t = pi_theta(y_t) / pi_old(y_t) (1 on a fresh rollout; against the recorded sampling log-probs when
-rollouts are reused), the PPO clipped surrogate l_t = -min(rho_t A_i, clip(rho_t, 1 - eps_low,
+rho_t = pi_theta(y_t) / pi_old(y_t) (1 on a fresh rollout, the first step of a reuse window included;
+against the recorded sampling log-probs on the window's later steps), the PPO clipped surrogate l_t = -min(rho_t A_i, clip(rho_t, 1 - eps_low,
 1 + eps_high) A_i) (`distill.losses.policy_gradient`). `loss_type` says how the l_t are normalised, each as
 its paper defines it, over the whole optimizer step (G rows of a group may sit in other micro-batches or
 processes):
@@ -63,7 +63,7 @@ def group_policy_loss(tokens: StudentTokens, context: StepContext, settings: Pol
     if tokens.advantages is None:
         raise ValueError("the group policy loss needs each row's advantage (a reward stage sets them)")
     weights = normaliser_weights(settings.loss_type, tokens.rows, context, settings.max_new_tokens)
-    old = tokens.rollout_log_probs if settings.reused_rollouts else None
+    old = tokens.rollout_log_probs if settings.reused_rollouts and not context.fresh_rollout else None
     loss, facts = chunked_policy_gradient(tokens.hidden, tokens.head, tokens.targets, tokens.advantages, weights, old,
                                           settings.clip, temperature=settings.temperature, chunk_size=settings.chunk_size)
     return loss, facts["clipped"]

@@ -58,10 +58,12 @@ class IWOPDObjective:
         old = sampling_log_probs(tokens, s.temperature, s.chunk_size)
         advantages = teacher - old
         weights = prefix_decayed_weights(advantages, tokens.rows, s.gamma, s.epsilon)
-        # A fresh rollout is the current policy's: rho = 1 by definition, not by the (bf16 vs fp32) numerics of
-        # generation and training; the advantage still uses the recorded sampling log-probs.
+        # A fresh rollout (every step's with num_iterations 1, a reuse window's first step's otherwise) is the
+        # current policy's: rho = 1 by definition, not by the (bf16 vs fp32) numerics of generation and
+        # training; the advantage still uses the recorded sampling log-probs.
+        reused = s.reused_rollouts and not context.fresh_rollout
         loss, facts = chunked_policy_gradient(tokens.hidden, tokens.head, tokens.targets, advantages, weights,
-                                              old if s.reused_rollouts else None, s.clip,
+                                              old if reused else None, s.clip,
                                               temperature=s.temperature, chunk_size=s.chunk_size)
         n = torch.tensor(float(advantages.numel()))
         metrics = {"iw_opd/advantage": (advantages.sum(), n), "iw_opd/abs_advantage": (advantages.abs().sum(), n),

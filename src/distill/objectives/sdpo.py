@@ -5,7 +5,15 @@ rewards plus self-distillation toward the model re-prompted with a successful si
 
 policy: `distill.objectives.group_policy` (normalised by loss_type); distillation: the SDFT losses
 (`distill.objectives.self_distillation`: full / top-k + tail / sampled-token) on the rows the reward stage
-gave a teacher prompt, divided like every method by the step's token count (rows without one add zero).
+gave a teacher prompt, as a mean over those rows' tokens, as the SDPO reference normalises it (its loss mask
+is the response mask times the self-distillation mask):
+
+    distillation = sum over distilled tokens of l_t / (distilled tokens of the step, all micro-batches and processes)
+
+Dividing by all the step's tokens instead would weaken the term by the fraction of rows distilled (5x at
+20%) and make its weight drift with the success rate from step to step. Like every count here the
+denominator is step-wide, so the loss does not depend on how the step is split. The trainer divides every
+loss sum by the step's token count T, so the distillation sum carries the factor T / T_distilled.
 w = 0 is GRPO: no self-teacher is built and no teacher pass runs (the signal is None).
 """
 
@@ -25,7 +33,9 @@ from distill.objectives.self_distillation import (
 )
 from distill.signals import DENSE
 
-METRICS = ("sdpo/policy_loss", "sdpo/distillation_loss", "sdpo/clip_fraction", *DISTILLATION_METRICS)
+# The token counts are per-step means: each micro-batch adds its own count over 1 / (the step's micro-batches).
+METRICS = ("sdpo/policy_loss", "sdpo/distillation_loss", "sdpo/clip_fraction", "sdpo/completion_tokens",
+           "sdpo/distilled_tokens", *DISTILLATION_METRICS)
 
 
 @dataclass(frozen=True)
@@ -50,17 +60,25 @@ class SDPOObjective:
         w = self.settings.distillation_weight
         n = torch.tensor(float(tokens.targets.numel()))
         zero = torch.zeros((), device=tokens.hidden.device)
-        metrics: dict = {}
+        share = torch.tensor(1.0 / context.step_micro_batches)
+        metrics: dict = {"sdpo/completion_tokens": (n, share)}
         policy_sum, distillation_sum, stats, covered = zero, zero, None, None
         if w < 1.0:
             policy, clipped = group_policy_loss(tokens, context, self.settings.policy)
             policy_sum = policy.loss_sum
             metrics["sdpo/clip_fraction"] = (clipped.float().sum(), n)
+        metrics["sdpo/policy_loss"] = (policy_sum.detach(), n)
+        metrics["sdpo/distillation_loss"] = (zero, n)  # GRPO's; a distilled run's is its mean over distilled tokens
+        loss_sum = (1.0 - w) * policy_sum
         if w > 0.0:
             distillation = self.distillation(tokens, signal, context)
             distillation_sum, stats, covered = distillation.loss_sum, distillation.stats, distillation.stats_tokens
             metrics.update(distillation.metrics or {})
-        metrics["sdpo/policy_loss"] = (policy_sum.detach(), n)
-        metrics["sdpo/distillation_loss"] = (distillation_sum.detach(), n)
-        loss_sum = (1.0 - w) * policy_sum + w * distillation_sum
+            distilled = getattr(signal, "distilled", None)
+            n_distilled = n if distilled is None else distilled.float().sum().cpu()
+            metrics["sdpo/distillation_loss"] = (distillation_sum.detach(), n_distilled)
+            metrics["sdpo/distilled_tokens"] = (n_distilled, share)
+            # No distilled row in the step: the sum is zero, and stays in the graph (backward needs one).
+            factor = context.step_tokens / context.step_distilled_tokens if context.step_distilled_tokens else 0.0
+            loss_sum = loss_sum + w * distillation_sum * factor
         return DistillLoss(loss_sum, torch.tensor(tokens.targets.numel()), stats, metrics=metrics, stats_tokens=covered)

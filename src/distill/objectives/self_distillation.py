@@ -12,7 +12,8 @@ The teacher signal is dense (the self-teacher's hidden states and lm_head); thre
 
 When rollouts are reused (num_iterations > 1), a student-sampled token's loss is weighted by the importance
 ratio w_t = min(pi_theta(y_t) / pi_old(y_t), distillation_is_clip) (a constant; log-ratio clamped to
-[-20, 20]); on a fresh rollout the ratio is 1 by definition. Teacher-sampled completions
+[-20, 20]) on the later steps of a reuse window; on a fresh rollout (the window's first step) the ratio is
+1 by definition and no weight is applied. Teacher-sampled completions
 (generate_from_teacher) get no ratio.
 """
 
@@ -119,7 +120,8 @@ class SelfDistillationObjective:
 
     # ------------------------------------------------------------------------------ importance weights --
     def _reweights(self, tokens: StudentTokens, context: StepContext) -> bool:
-        return self.settings.reused_rollouts and context.source == "student" and tokens.rollout_log_probs is not None
+        return (self.settings.reused_rollouts and not context.fresh_rollout and context.source == "student"
+                and tokens.rollout_log_probs is not None)
 
     def _importance_weights(self, tokens: StudentTokens, current: torch.Tensor) -> torch.Tensor:
         """(N,) min(pi_theta / pi_old, distillation_is_clip) of each sampled token, a constant."""
