@@ -55,7 +55,9 @@ def train(run_dir: Path, flags: list[str], steps: int) -> dict:
     start = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    curve = [{"step": r["step"], "reward": r["reward/mean"], "reprompt_fraction": r.get("sdpo/reprompt_sample_fraction")}
+    curve = [{"step": r["step"], "reward": r["reward/mean"], "reprompt_fraction": r.get("sdpo/reprompt_sample_fraction"),
+              "completion_tokens": r.get("sdpo/completion_tokens"), "distilled_tokens": r.get("sdpo/distilled_tokens"),
+              "distillation_loss": r.get("sdpo/distillation_loss")}
              for r in records if "reward/mean" in r]
     return {"seconds": time.perf_counter() - start, "steps": records[-1]["step"], "curve": curve,
             "completions": steps * 8 * 4}

@@ -3,7 +3,7 @@
     distill train                                  the bundled default (SmolLM2-135M-Instruct teaches a smaller student)
     distill train gold                             a bundled recipe by name (`distill recipes` lists them)
     distill train RECIPE.yaml --beta 0 --max-steps 50
-    distill train --resume RUN_DIR                 continue from the last checkpoint
+    distill train --resume RUN_DIR [--break-lock]  continue from the last checkpoint
     distill recipes                                the bundled recipes, with one line each
     distill eval MODEL_OR_RUN_DIR [--teacher T] [--dataset D]
     distill plot RUN_DIR
@@ -63,7 +63,9 @@ def fields_help() -> str:
 
 def cmd_train(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
-        print("usage: distill train [RECIPE.yaml | RECIPE_NAME] [--resume RUN_DIR] [--field value ...]\n")
+        print("usage: distill train [RECIPE.yaml | RECIPE_NAME] [--resume RUN_DIR] [--break-lock] [--field value ...]\n")
+        print("--break-lock: take over the run directory's lock left by a run on another host that is gone (a lock of a "
+              "run gone on this host is taken over without it)\n")
         print("RECIPE_NAME: a bundled recipe (`distill recipes` lists them), e.g. `distill train gold`\n")
         print(fields_help())
         return 0
@@ -76,6 +78,8 @@ def cmd_train(argv: list[str]) -> int:
         if at + 1 >= len(argv):
             raise ValueError("--resume needs a run directory")
         resume, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
+    break_lock = any(a in ("--break-lock", "--break_lock") for a in argv)
+    argv = [a for a in argv if a not in ("--break-lock", "--break_lock")]
     overrides = parse_field_flags(argv)
 
     from distill.run import check_inputs_outside, resume_config
@@ -85,7 +89,7 @@ def cmd_train(argv: list[str]) -> int:
         if recipe is not None:
             raise ValueError("--resume continues a run with its own config; drop the recipe (flags may still override fields)")
         config = resume_config(Path(resume), overrides)
-        distiller = Distiller(config, resume=True)
+        distiller = Distiller(config, resume=True, break_lock=break_lock)
     else:
         if recipe:
             from distill.recipes import recipe_path
@@ -95,7 +99,7 @@ def cmd_train(argv: list[str]) -> int:
             check_inputs_outside(Path(config.output_dir), {"recipe": str(path)})
         else:
             config = DistillConfig.from_dict(overrides, "command line")
-        distiller = Distiller(config)
+        distiller = Distiller(config, break_lock=break_lock)
     result = distiller.train()
     print(f"run directory: {result['run_dir']}")
     return 0

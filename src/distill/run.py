@@ -5,7 +5,7 @@
     plots/*.png       curves                         eval/                      before/after report
 distill deletes only these, and only when told to (`overwrite_output_dir`), never anything else in the
 directory; it refuses an output directory that holds any of the run's inputs (models, datasets, cache,
-recipe), and one that another run holds (`run.lock`, see `distill.run_lock`).
+recipe), and one that another live run holds (`run.lock`, see `distill.run_lock`).
 """
 
 from __future__ import annotations
@@ -39,15 +39,17 @@ API_NAMES = {"dataset": "train_dataset"}  # Distiller's keyword for a config fie
 WRITTEN = ("config.yaml", "metrics.jsonl", ckpt.CHECKPOINTS, "model", "plots", "eval")
 
 
-def check_output_dir(run_dir: Path, overwrite: bool, inputs: dict[str, str], resuming: bool = False) -> None:
+def check_output_dir(run_dir: Path, overwrite: bool, inputs: dict[str, str], resuming: bool = False,
+                     break_lock: bool = False) -> None:
     """Before any model loads: the directory can be written, holds none of `inputs` (field -> path), is not
-    locked by another run, and (for a new run) is empty or `overwrite` replaces a previous run's files."""
+    locked by another run (`distill.run_lock`: a stale lock is taken over, another host's only with
+    `break_lock`), and (for a new run) is empty or `overwrite` replaces a previous run's files."""
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"output_dir {run_dir} is a file, not a directory; choose another --output_dir")
     check_writable(run_dir)
     check_inputs_outside(run_dir, inputs)
-    check_unlocked(run_dir)
+    check_unlocked(run_dir, break_lock)
     if resuming:
         return
     if overwrite and run_dir.is_dir():
@@ -202,8 +204,9 @@ def clear_previous_run(run_dir: Path) -> list[Path]:
 class RunDirectory:
     """Writes the run directory on the main process; every method here is called on every process."""
 
-    def __init__(self, path: Path, runtime, config, config_record: dict[str, Any]):
+    def __init__(self, path: Path, runtime, config, config_record: dict[str, Any], break_lock: bool = False):
         self.path, self.runtime, self.config, self.record = Path(path), runtime, config, config_record
+        self.break_lock = break_lock  # take over a lock another host left (`distill.run_lock`)
         self._saved_step: int | None = None
         self.lock: RunLock | None = None
 
@@ -213,7 +216,7 @@ class RunDirectory:
         error = None
         if accelerator.is_main_process:
             try:  # any failure must reach the agreement below, or the other processes would wait forever
-                self.lock = RunLock(self.path).acquire()
+                self.lock = RunLock(self.path).acquire(self.break_lock)
                 if not resuming:
                     if self.config.overwrite_output_dir:
                         for path in clear_previous_run(self.path):

@@ -1,45 +1,61 @@
 """The run directory's lock: one run writes to a directory at a time.
 
-`run.lock` holds the writer's pid, host and start time. It is created atomically (O_EXCL) before the run
-writes anything and removed when the run ends, however it ends. A second `distill train` on the same
-directory (a `--resume` while the first still trains, two shells, two nodes) stops at once with the
-holder's pid and host. A lock left by a process that died without removing it (SIGKILL, power loss) is
-detected on the same host and reported with the command that clears it; distill never breaks a lock
-itself, since a pid it cannot see (another host, another container) may still be writing.
+`run.lock` holds the writer's pid, host, the lock's time and the process's start time. It is created
+atomically (O_EXCL) before the run writes anything and removed when the run ends, however it ends. A second
+`distill train` on the same directory (a `--resume` while the first still trains, two shells, two nodes)
+stops at once with the holder's pid and host.
+
+A lock left by a process that died without removing it (SIGKILL from the OOM killer, a preempted or requeued
+job, power loss) is *stale* when it names this host and its pid is gone, or is now another process (the pid
+was reused: its start time differs from the one recorded). A stale lock is taken over with a one-line
+notice, so a scheduler that requeues `distill train --resume DIR` needs no hand. A lock naming another host
+cannot be judged from here (that process may still be writing to a shared file system): it stops the run
+unless `break_lock` (`distill train --break-lock`) says its run is known to be gone. A live process on this
+host always stops the run.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
 from pathlib import Path
 
+import psutil
+
+logger = logging.getLogger(__name__)
+
 LOCK = "run.lock"
+START_TIME_TOLERANCE = 1.0  # seconds: psutil's start times are exact to the clock tick
 
 
 class RunLocked(ValueError):
-    """The run directory is locked by another run (or by a dead one, reported as stale)."""
+    """The run directory is locked by another run (or by one this process cannot judge)."""
 
 
 def lock_path(run_dir: Path) -> Path:
     return Path(run_dir) / LOCK
 
 
-def pid_alive(pid: int) -> bool:
+def process_start_time(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch), or None when there is no such process."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by another user
-        return True
-    return True
+        return psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.Error:  # exists, but its details are not ours to read
+        return float("nan")
 
 
 def holder(run_dir: Path) -> dict | None:
-    """The lock's content (pid, host, started), {} when it is unreadable, None when there is no lock."""
-    path = lock_path(run_dir)
+    """The lock's content (pid, host, started, process_started), {} when it is unreadable, None when there is
+    no lock."""
+    return read_lock(lock_path(run_dir))
+
+
+def read_lock(path: Path) -> dict | None:
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -51,26 +67,43 @@ def holder(run_dir: Path) -> dict | None:
         return {}
 
 
-def check_unlocked(run_dir: Path) -> None:
-    """Raise RunLocked when `run_dir` is locked (by a live run, or stale); called before models load."""
-    found = holder(run_dir)
-    if found is None:
-        return
-    path = lock_path(run_dir)
+def is_stale(found: dict) -> bool:
+    """The lock names this host, and its process is gone (or its pid now belongs to a later process)."""
+    pid = found.get("pid")
+    if not isinstance(pid, int) or found.get("host") != socket.gethostname():
+        return False
+    started = process_start_time(pid)
+    if started is None:
+        return True
+    recorded = found.get("process_started")
+    return isinstance(recorded, (int, float)) and abs(started - recorded) > START_TIME_TOLERANCE
+
+
+def describe(found: dict) -> str:
     pid, host, started = found.get("pid"), found.get("host"), found.get("started")
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if isinstance(started, (int, float)) else "an unknown time"
-    if isinstance(pid, int) and host == socket.gethostname() and not pid_alive(pid):
-        raise RunLocked(
-            f"output_dir {run_dir} has a stale lock: {path} names pid {pid} on this host ({host}), started {when}, and "
-            f"that process is gone (killed or crashed). If no other run uses {run_dir}, remove the lock "
-            f"(rm {path}) and run again; with --resume the run continues from its last checkpoint"
-        )
-    who = f"pid {pid} on host {host}, started {when}" if pid is not None else "a process whose lock file is unreadable"
-    raise RunLocked(
-        f"output_dir {run_dir} is locked by another run ({who}): two runs writing one directory corrupt its "
-        f"checkpoints and metrics. Wait for it to finish, stop it (Ctrl-C saves a checkpoint), or choose another "
-        f"--output_dir. If that process is gone, remove {path}"
-    )
+    return f"pid {pid} on host {host}, started {when}" if pid is not None else "a process whose lock file is unreadable"
+
+
+def check_unlocked(run_dir: Path, break_lock: bool = False) -> None:
+    """Raise RunLocked unless `run_dir` is unlocked or its lock may be taken over (stale; or from another
+    host, or unreadable, with `break_lock`); called before models load."""
+    check_lock(run_dir, holder(run_dir), break_lock)
+
+
+def check_lock(run_dir: Path, found: dict | None, break_lock: bool) -> None:
+    if found is None or is_stale(found):
+        return
+    path = lock_path(run_dir)
+    local_and_live = isinstance(found.get("pid"), int) and found.get("host") == socket.gethostname()
+    if break_lock and not local_and_live:
+        return
+    advice = ("Wait for it to finish, stop it (Ctrl-C saves a checkpoint), or choose another --output_dir"
+              if local_and_live else
+              f"If that run is gone (its node was preempted, its job killed), pass --break-lock (Python: "
+              f"Distiller(..., break_lock=True)) to take {path} over; otherwise choose another --output_dir")
+    raise RunLocked(f"output_dir {run_dir} is locked by another run ({describe(found)}): two runs writing one directory "
+                    f"corrupt its checkpoints and metrics. {advice}")
 
 
 class RunLock:
@@ -78,17 +111,22 @@ class RunLock:
 
     def __init__(self, run_dir: Path):
         self.path = lock_path(run_dir)
-        self.record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+        self.record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+                       "process_started": process_start_time(os.getpid())}
         self.held = False
 
-    def acquire(self) -> "RunLock":
+    def acquire(self, break_lock: bool = False) -> "RunLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            check_unlocked(self.path.parent)
-            raise RunLocked(f"output_dir {self.path.parent}: another run took {self.path} and released it while this one "
-                            "started; run again once it has finished") from None
+        for attempt in range(2):
+            try:
+                descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                break
+            except FileExistsError:
+                judged = holder(self.path.parent)
+                check_lock(self.path.parent, judged, break_lock)  # a live holder raises here
+                if attempt or not self._take_over(judged):
+                    raise RunLocked(f"output_dir {self.path.parent}: another run took {self.path} while this one "
+                                    "started; run again once it has finished") from None
         try:
             with os.fdopen(descriptor, "w") as file:
                 file.write(json.dumps(self.record))
@@ -98,7 +136,28 @@ class RunLock:
         self.held = True
         return self
 
+    def _take_over(self, judged: dict | None) -> bool:
+        """Remove the lock `judged` stale (or broken on purpose), unless another process replaced it meanwhile:
+        it is moved aside under a name of this process's, read back, and put back if it is not the one judged.
+        True when it is gone."""
+        aside = self.path.with_name(f".{LOCK}.taken-by-{os.getpid()}")
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:  # its holder released it meanwhile
+            return True
+        moved = read_lock(aside)
+        if moved != judged:  # a new holder's lock: give it back (link fails if yet another appeared)
+            try:
+                os.link(aside, self.path)
+            finally:
+                aside.unlink(missing_ok=True)
+            return False
+        aside.unlink()
+        logger.warning("run.lock: took over the lock of %s, which is gone", describe(judged or {}))
+        return True
+
     def release(self) -> None:
         if self.held and holder(self.path.parent) == self.record:
             self.path.unlink(missing_ok=True)
         self.held = False
+

@@ -92,19 +92,21 @@ class Distiller:
     """Distil `teacher` into `student` as `config` says; models, tokenizer and datasets may be objects.
 
     Everything that can be checked without loading a model (config, datasets, output directory and its
-    lock, model paths and files) is checked in the constructor before any model is loaded. A teacher model
+    lock, model paths and files) is checked in the constructor before any model is loaded. A lock left by a
+    run that is gone on this host is taken over; `break_lock` takes over one another host left too. A teacher model
     object passed without `teacher_tokenizer` is taken to share `tokenizer`, which holds only if its lm_head
     has the student's rows (otherwise an error asks for `teacher_tokenizer`).
     """
 
     def __init__(self, config: DistillConfig, *, student: nn.Module | str | None = None, teacher: nn.Module | str | None = None,
                  tokenizer: Any = None, teacher_tokenizer: Any = None, train_dataset: Any = None, eval_dataset: Any = None,
-                 resume: bool = False):
+                 resume: bool = False, break_lock: bool = False):
         self.config = config.validate()
         self.method = get_method(config.method)
         self.plan = self.method.sources(config)
         self.location = placement.teacher_location(config)
         self.resuming = resume
+        self.break_lock = break_lock  # take over a run.lock another host left (`distill.run_lock`)
         self.objects_given = {name: type(value).__name__ for name, value in
                               (("student", student), ("teacher", teacher), ("dataset", train_dataset), ("eval_dataset", eval_dataset))
                               if value is not None and not isinstance(value, str)}
@@ -119,7 +121,8 @@ class Distiller:
         self.method.check_examples(config, self.train_examples, "dataset")
         self.eval_examples = self._load_eval_examples(train_dataset, eval_dataset)
         self._check_completions_present()
-        check_output_dir(self.run_dir, config.overwrite_output_dir, run_inputs(config, self.location), resuming=resume)
+        check_output_dir(self.run_dir, config.overwrite_output_dir, run_inputs(config, self.location), resuming=resume,
+                         break_lock=break_lock)
         teacher_spec = None if self.location != placement.MODEL else (teacher if teacher is not None else config.teacher)
         if isinstance(teacher_spec, str):
             resolve_model_source(teacher_spec, "teacher")
@@ -360,7 +363,7 @@ class Distiller:
             self.hooks.append(self.rollout)
         if hasattr(self, "run"):  # setup called again (train after a manual setup): this Distiller's own lock
             self.run.release()
-        self.run = RunDirectory(self.run_dir, self.runtime, config, self.config_record())
+        self.run = RunDirectory(self.run_dir, self.runtime, config, self.config_record(), self.break_lock)
         self.metrics_log = self.run.prepare(self.resuming)
         start_step = 0
         if self.resuming:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import shutil
 import socket
@@ -168,25 +169,61 @@ def test_resume_of_a_directory_another_live_run_holds_is_refused(run_copy, token
     assert (run_copy / LOCK).is_file()
 
 
-def test_a_stale_lock_is_reported_and_left_in_place(run_copy, tokenizer):
+def test_a_stale_lock_on_this_host_is_taken_over_with_a_notice(run_copy, tokenizer, caplog):
+    """A run killed with SIGKILL leaves its lock; its pid is gone, so --resume takes the lock over (a requeued
+    job needs no hand), says so in one line, and removes its own lock at the end."""
     pid = dead_pid()
     write_lock(run_copy, pid=pid, host=socket.gethostname(), started=time.time())
-    with pytest.raises(RunLocked, match=rf"has a stale lock: .* names pid {pid} on this host .*\(rm "):
+    run = resumed(tokenizer, run_copy)
+    with caplog.at_level(logging.WARNING, logger="distill.run_lock"):
+        run.train()
+    notices = [r.getMessage() for r in caplog.records if r.name == "distill.run_lock"]
+    assert len(notices) == 1 and notices[0].startswith(f"run.lock: took over the lock of pid {pid} on host {socket.gethostname()}")
+    assert not (run_copy / LOCK).exists()
+
+
+def test_a_reused_pid_does_not_keep_a_dead_runs_lock(run_copy, tokenizer):
+    """The lock's pid now belongs to a live process that started after the lock's (pid reuse): stale. With the
+    holder's own start time recorded, the same pid is a live run and stops this one."""
+    alive = os.getppid()
+    import psutil
+
+    write_lock(run_copy, pid=alive, host=socket.gethostname(), started=time.time(),
+               process_started=psutil.Process(alive).create_time() + 100.0)
+    resumed(tokenizer, run_copy).train()
+    write_lock(run_copy, pid=alive, host=socket.gethostname(), started=time.time(),
+               process_started=psutil.Process(alive).create_time())
+    with pytest.raises(RunLocked, match=rf"is locked by another run \(pid {alive} on host"):
         resumed(tokenizer, run_copy)
-    assert json.loads((run_copy / LOCK).read_text())["pid"] == pid  # never broken silently
+    assert json.loads((run_copy / LOCK).read_text())["pid"] == alive
 
 
-def test_a_lock_from_another_host_is_never_taken_for_stale(tmp_path):
-    write_lock(tmp_path / "run", pid=dead_pid(), host="another-node", started=time.time())
+def test_a_lock_from_another_host_stops_the_run_unless_broken_on_purpose(run_copy, tokenizer):
+    write_lock(run_copy, pid=dead_pid(), host="another-node", started=time.time())
+    with pytest.raises(RunLocked, match="on host another-node.*pass --break-lock"):
+        check_output_dir(run_copy, True, {})
     with pytest.raises(RunLocked, match="on host another-node"):
-        check_output_dir(tmp_path / "run", True, {})
+        resumed(tokenizer, run_copy)
+    assert json.loads((run_copy / LOCK).read_text())["host"] == "another-node"  # never broken silently
+    run = Distiller(resume_config(run_copy), tokenizer=tokenizer, train_dataset=datasets.Dataset.from_list(chat_rows(16)),
+                    resume=True, break_lock=True, **models(tokenizer))
+    run.train()
+    assert not (run_copy / LOCK).exists()
+
+
+def test_a_live_run_on_this_host_is_never_broken_even_on_purpose(run_copy, tokenizer):
+    write_lock(run_copy, pid=os.getppid(), host=socket.gethostname(), started=time.time())
+    with pytest.raises(RunLocked, match="Wait for it to finish"):
+        Distiller(resume_config(run_copy), tokenizer=tokenizer, train_dataset=datasets.Dataset.from_list(chat_rows(16)),
+                  resume=True, break_lock=True, **models(tokenizer))
 
 
 def test_an_unreadable_lock_still_locks(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / LOCK).write_text("{torn")
-    with pytest.raises(RunLocked, match="a process whose lock file is unreadable"):
+    with pytest.raises(RunLocked, match="a process whose lock file is unreadable.*--break-lock"):
         check_output_dir(tmp_path / "run", True, {})
+    check_output_dir(tmp_path / "run", True, {}, break_lock=True)
 
 
 def test_the_lock_is_held_while_training_and_removed_after(tokenizer, tmp_path):
