@@ -29,6 +29,7 @@ from distill.models import (
     check_context,
     eos_token_ids,
     make_student,
+    resolve_model_source,
     student_vocab_size,
 )
 from distill.run import OBJECT_RECORD
@@ -39,14 +40,15 @@ from distill.teachers.build import (
     comparison_vocab_size,
     load_model,
     model_teacher,
+    server_settings,
     server_teacher,
 )
 from distill.teachers.self_teacher import SelfTeacher
-from distill.teachers.server import ServerSettings
 
 
 def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
     target = Path(args.model)
+    check_target(target)  # the first argument's problem first, before the flags' (dataset, split, teacher)
     is_run = (target / "config.yaml").is_file() and (target / "model").is_dir()
     record = yaml.safe_load((target / "config.yaml").read_text()) if is_run else {}
     model_dir = target / "model" if is_run else target
@@ -70,8 +72,7 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
         teacher = initial_model_teacher(config, tokenizer, vocab, eos_ids, device, settings.max_new_tokens)
     elif placement.teacher_location(config) == placement.SERVER:  # scores the student's own samples; it does not sample
         vocab = student_vocab_size(tokenizer, student)
-        server = ServerSettings(placement.parse_routes(config.teacher_url, "teacher_url")[""], config.teacher_logprobs,
-                                config.teacher_model_name)
+        server = server_settings(config, placement.parse_routes(config.teacher_url, "teacher_url")[""])
         probe = encoder.prompt_ids(examples[0].prompt)[0]
         teacher = server_teacher(server, tokenizer, vocab, 1.0, probe)
     else:
@@ -88,6 +89,17 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
     finally:
         close_teacher(teacher)
     return report, write_report(report, Path(args.out) if args.out else target / "eval-cli")
+
+
+def check_target(target: Path) -> None:
+    """`target` is a run directory (config.yaml and model/) or a student model (a directory, a .gguf file, a
+    hub id), checked without loading anything."""
+    if (target / "config.yaml").is_file():
+        if not (target / "model").is_dir():
+            raise ValueError(f"{target} is a run directory without model/: the run has not finished; finish it with "
+                             f"`distill train --resume {target}`, or evaluate one of its checkpoints' student directories")
+        return
+    resolve_model_source(str(target), "model")
 
 
 def initial_model_teacher(config: DistillConfig, tokenizer, vocab: int, eos_ids: list[int], device: torch.device,

@@ -1,8 +1,9 @@
 """Teacher prompts for a self-teacher: the student's prompt with privileged context the student does not see.
 
 A template with `{prompt}` and `{privileged_context}` (and no other field) says how the two combine. A text
-prompt is the template filled in; a chat prompt keeps every turn and has its last user turn's content
-replaced by the filled-in template (system prompts and earlier turns stay as they are). The teacher prompt
+prompt is the template filled in; a chat prompt, which must end with a user turn (the question), keeps every
+turn and has that turn's content replaced by the filled-in template (system prompts and earlier turns stay
+as they are). The teacher prompt
 is tokenized like any prompt and has its own length budget, truncated keeping its end (where the question
 and the assistant header are).
 """
@@ -52,12 +53,43 @@ def fill_fields(template: str, prompt: str | list[dict[str, str]], **values: str
     `values`."""
     if isinstance(prompt, str):
         return template.format(prompt=prompt, **values)
-    last_user = max((i for i, turn in enumerate(prompt) if turn["role"] == "user"), default=None)
-    if last_user is None:
-        raise ValueError("a chat prompt without a user turn has no question to show the privileged context with")
+    problem = chat_prompt_problem(prompt)
+    if problem is not None:
+        raise ValueError(problem)
     turns = [dict(turn) for turn in prompt]
-    turns[last_user]["content"] = template.format(prompt=prompt[last_user]["content"], **values)
+    turns[-1]["content"] = template.format(prompt=prompt[-1]["content"], **values)
     return turns
+
+
+def chat_prompt_problem(prompt: list[dict[str, str]]) -> str | None:
+    """Why a chat prompt cannot carry a teacher prompt, or None. Its last turn must be the user's question:
+    turns after it (an assistant's answer, say) would come after the privileged context and the teacher would
+    continue them instead of answering the question."""
+    roles = [turn["role"] for turn in prompt]
+    if "user" not in roles:
+        return "a chat prompt without a user turn has no question to show the privileged context with"
+    if roles[-1] != "user":
+        return (f"the chat prompt ends with a {roles[-1]!r} turn after its last user turn (roles {roles}); a teacher prompt "
+                "replaces the last user turn, so the prompt must end with it: drop the turns after it or move them "
+                "into the completion")
+    return None
+
+
+def check_chat_prompts(examples: list[Example], field: str) -> None:
+    """Every chat prompt of `examples` can carry a teacher prompt (`chat_prompt_problem`); the first that
+    cannot is named. Called before any model loads."""
+    for example in examples:
+        problem = None if isinstance(example.prompt, str) else chat_prompt_problem(example.prompt)
+        if problem is not None:
+            raise ValueError(f"{field} row {example.index}: {problem}")
+
+
+def _for_row(example: Example, make):
+    """make(), with a ValueError naming `example`'s row."""
+    try:
+        return make()
+    except ValueError as error:
+        raise ValueError(f"row {example.index}: {error}") from None
 
 
 class TeacherPrompts:
@@ -74,7 +106,7 @@ class TeacherPrompts:
         """(token ids, whether they were truncated) of `example`'s teacher prompt; `context` replaces the
         example's own privileged context when given."""
         context = context if context is not None else example.privileged_context
-        prompt = example.prompt if context is None else fill(self.template, example.prompt, context)
+        prompt = example.prompt if context is None else _for_row(example, lambda: fill(self.template, example.prompt, context))
         return self.encoder.prompt_ids(prompt)
 
 
@@ -105,7 +137,7 @@ class Reprompts:
     def text(self, example: Example, demonstration: str | None, feedback: str | None) -> str | list[dict[str, str]]:
         solution = "" if demonstration is None else self.solution_template.format(demonstration=demonstration)
         shown = "" if feedback is None else self.feedback_template.format(feedback=feedback)
-        return fill_fields(self.template, example.prompt, solution=solution, feedback=shown)
+        return _for_row(example, lambda: fill_fields(self.template, example.prompt, solution=solution, feedback=shown))
 
     def ids(self, example: Example, demonstration: str | None, feedback: str | None) -> tuple[list[int], bool]:
         """(token ids, whether they were truncated)."""

@@ -334,3 +334,35 @@ def test_a_teacher_failing_on_one_process_stops_every_process_with_a_checkpoint(
     assert "another process" in first and "checkpointed at step 0" in first
     assert "rank 1's teacher is down" in second and "checkpointed at step 0" in second
     assert latest_checkpoint(out) is not None
+
+
+@pytest.mark.parametrize("state", ["missing", "empty", "manifest deleted", "manifest deleted, a foreign shard-named file"])
+def test_every_fix_a_missing_manifest_error_suggests_works_when_followed(cache_dir, model_dirs, data_file, tmp_path, state):
+    """The training-side error names the cache-teacher command that then succeeds, --overwrite included when
+    the directory holds files; following it (with the flags filled in) writes a cache the run accepts."""
+    import shlex
+    import shutil
+
+    from distill.cli import main
+
+    out = tmp_path / "cache"
+    if state == "empty":
+        out.mkdir()
+    elif state.startswith("manifest deleted"):
+        shutil.copytree(cache_dir, out)
+        (out / "manifest.json").unlink()
+        if "foreign" in state:
+            (out / "shard-00099.safetensors").write_text("my notes")
+    with pytest.raises(ValueError, match="teacher_cache") as refused:
+        TeacherCache(out)
+    message = str(refused.value)
+    command = shlex.split(message[message.index("`") + 1 : message.rindex("`")])
+    assert ("--overwrite" in command) == state.startswith("manifest deleted")
+    if "foreign" in state:
+        assert "shard-00099.safetensors" in message and "move them away" in message
+        (out / "shard-00099.safetensors").rename(tmp_path / "my-notes.txt")
+    filled = {"MODEL": str(model_dirs["teacher"]), "DATASET": str(data_file), "K": str(K)}
+    command = [filled.get(word, word) for word in command]
+    assert command[:2] == ["distill", "cache-teacher"]
+    assert main(command[1:] + ["--max-prompt-length", "48", "--max-new-tokens", "12", "--no-progress", "--device", "cpu"]) == 0
+    assert TeacherCache(out).top_k == K

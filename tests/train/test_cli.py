@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from distill.cli import main
 from tests.conftest import chat_rows
 
@@ -45,3 +47,52 @@ def test_train_eval_plot_commands(tmp_path, model_dirs, capsys):
 
     assert main(["train", str(recipe), "--output-dir", str(run)]) == 2
     assert "--resume" in capsys.readouterr().err
+
+
+def test_eval_reports_a_missing_model_before_any_flag(tmp_path, capsys):
+    """The first argument's problem comes first: a dataset whose split is wrong is not reported instead."""
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in chat_rows(4)))
+    missing = tmp_path / "no-such-run"
+    assert main(["eval", str(missing), "--teacher", str(tmp_path / "t"), "--dataset", str(data), "--split", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert f"model: model path {missing} does not exist" in err and "split" not in err
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    (unfinished / "config.yaml").write_text("method: gkd\n")
+    assert main(["eval", str(unfinished), "--dataset", str(data), "--split", "nope"]) == 2
+    assert "run directory without model/" in capsys.readouterr().err
+
+
+def test_eval_of_a_server_run_talks_to_the_server_as_training_did(tmp_path, model_dirs, monkeypatch):
+    """distill eval builds the server teacher from the run's own settings: concurrency, request size,
+    timeout and retries (not the defaults)."""
+    import shutil
+
+    import yaml
+
+    import distill.standalone_eval
+    from distill.config import DistillConfig
+    from distill.teachers.server import ServerSettings
+
+    run = tmp_path / "run"
+    shutil.copytree(model_dirs["student"], run / "model")
+    config = DistillConfig(student=str(model_dirs["student"]), teacher_url="http://127.0.0.1:9", teacher_concurrency=3,
+                           teacher_request_size=5, teacher_timeout=7.5, teacher_retries=9, teacher_logprobs=11,
+                           teacher_model_name="t", seq_kd=False, lmbda=1.0, lmbda_schedule="constant")
+    (run / "config.yaml").write_text(yaml.safe_dump(config.to_dict()))
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"prompt": row["prompt"]}) + "\n" for row in chat_rows(3)))
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(settings, *args, **kwargs):
+        seen.append(settings)
+        raise Stop
+
+    monkeypatch.setattr(distill.standalone_eval, "server_teacher", capture)
+    with pytest.raises(Stop):
+        main(["eval", str(run), "--dataset", str(data), "--split", "train"])
+    assert seen == [ServerSettings("http://127.0.0.1:9", 11, "t", 3, 5, 7.5, 9)]

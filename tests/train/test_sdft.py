@@ -12,6 +12,7 @@ import torch
 
 from distill import DistillConfig
 from distill.cli import main
+from distill.data import Example
 from distill.rollout import Completion, collate
 from distill.run import resume_config
 from distill.teacher_prompts import (
@@ -115,6 +116,22 @@ def test_the_dataset_type_is_checked_when_the_run_is_built(tmp_path, base, given
 
 
 # ------------------------------------------------------------------------------- teacher prompts --
+def test_a_conversation_ending_after_its_last_user_turn_is_refused_with_its_row(tmp_path):
+    """The teacher prompt replaces the last user turn; an assistant turn after it would follow the privileged
+    context (the teacher would continue that turn). Refused, naming the row, before any model loads."""
+    from distill.teacher_prompts import TeacherPrompts
+
+    rows = context_rows(6)
+    rows[4]["prompt"] = rows[4]["prompt"] + [{"role": "assistant", "content": "An earlier answer."}]
+    with pytest.raises(ValueError, match=r"dataset row 4: the chat prompt ends with a 'assistant' turn after its last user turn"):
+        Distiller(config_for(tmp_path, student="/no/such/model"), train_dataset=datasets.Dataset.from_list(rows))
+    with pytest.raises(ValueError, match="ends with a 'assistant' turn"):
+        fill(DEFAULT_TEACHER_PROMPT_TEMPLATE, rows[4]["prompt"], "ctx")
+    example = Example(7, rows[4]["prompt"], None, privileged_context="ctx")
+    with pytest.raises(ValueError, match="^row 7: the chat prompt ends with"):
+        TeacherPrompts(None, DEFAULT_TEACHER_PROMPT_TEMPLATE).ids(example)
+
+
 def test_the_template_edits_the_last_user_turn_and_keeps_the_others():
     chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
             {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Capital of Veltoria?"}]

@@ -199,6 +199,9 @@ def test_bad_sdpo_settings_fail_before_any_model_loads(tmp_path, overrides, mess
     (answer_rows(8), {"include_feedback": True}, "include_feedback: no dataset row has a 'feedback'"),
     (answer_rows(8), {"per_device_train_batch_size": 3, "gradient_accumulation_steps": 1, "num_generations": 2},
      r"= 3 completions per step is not a multiple of num_generations \(2\)"),
+    ([{**row, "prompt": row["prompt"] + [{"role": "assistant", "content": "7"}]} if i == 5 else row
+      for i, row in enumerate(answer_rows(8))], {},
+     r"dataset row 5: the chat prompt ends with a 'assistant' turn after its last user turn"),
 ])
 def test_dataset_and_batch_problems_fail_before_any_model_loads(tmp_path, model_dirs, monkeypatch, rows, overrides, message):
     import distill.trainer

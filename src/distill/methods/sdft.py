@@ -25,7 +25,7 @@ from distill.objectives.self_distillation import (
     SelfDistillationObjective,
     SelfDistillationSettings,
 )
-from distill.teacher_prompts import check_template
+from distill.teacher_prompts import check_chat_prompts, check_template
 from distill.teachers.self_teacher import EMAUpdate
 
 SDFT_PAPER = Paper(
@@ -70,6 +70,7 @@ def validate(config) -> None:
 
 def check_examples(config, examples, field: str) -> None:
     """Every training row has a privileged context, unless missing_privileged_context: skip."""
+    check_chat_prompts([e for e in examples if e.privileged_context is not None], field)
     missing = [e.index for e in examples if e.privileged_context is None]
     if len(missing) == len(examples):
         raise ValueError(f"{field}: no row has a 'privileged_context' (text the self-teacher sees and the student does "

@@ -38,7 +38,11 @@ from distill.rewards import (
     load_reward_function,
     weighted_range,
 )
-from distill.teacher_prompts import Reprompts, check_reprompt_templates
+from distill.teacher_prompts import (
+    Reprompts,
+    check_chat_prompts,
+    check_reprompt_templates,
+)
 from distill.teachers.self_teacher import EMAUpdate
 
 SDPO_PAPER = Paper(
@@ -124,6 +128,8 @@ def check_examples(config, examples, field: str) -> None:
         raise ValueError(f"{field} row {missing[0]} has no 'answer' ({len(missing)} of {len(examples)} rows lack one), "
                          f"which reward function {needing[0]} checks completions against; add the column or choose "
                          "other reward_funcs")
+    if distils(config):
+        check_chat_prompts(examples, field)
     if distils(config) and config.include_feedback and not any(e.feedback or e.privileged_context for e in examples):
         raise ValueError(f"include_feedback: no {field} row has a 'feedback' (or 'privileged_context') column to show "
                          "the self-teacher; add one or set include_feedback: false")

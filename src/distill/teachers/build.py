@@ -63,6 +63,12 @@ def server_teacher(settings: ServerSettings, tokenizer, vocab_size: int, tempera
     return teacher
 
 
+def server_settings(config, url: str) -> ServerSettings:
+    """How to talk to the teacher server at `url`, as the run's config says (training and `distill eval` alike)."""
+    return ServerSettings(url, config.teacher_logprobs, config.teacher_model_name, config.teacher_concurrency,
+                          config.teacher_request_size, config.teacher_timeout, config.teacher_retries)
+
+
 def remote_teacher(config, tokenizer, vocab_size: int, pad_id: int, probe_ids: list[int]):
     """The run's server / cache teacher (routed by teacher_id when several), checked against the run."""
     teachers = {}
@@ -74,9 +80,7 @@ def remote_teacher(config, tokenizer, vocab_size: int, pad_id: int, probe_ids: l
             teachers[tid] = OfflineTeacher(cache)
     else:
         for tid, url in parse_routes(config.teacher_url, "teacher_url").items():
-            settings = ServerSettings(url, config.teacher_logprobs, config.teacher_model_name, config.teacher_concurrency,
-                                      config.teacher_request_size, config.teacher_timeout, config.teacher_retries)
-            teachers[tid] = server_teacher(settings, tokenizer, vocab_size, config.temperature, probe_ids)
+            teachers[tid] = server_teacher(server_settings(config, url), tokenizer, vocab_size, config.temperature, probe_ids)
     if list(teachers) == [""]:
         return teachers[""]
     return RoutedTeacher(teachers, pad_id)

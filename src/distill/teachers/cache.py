@@ -230,10 +230,30 @@ def write_manifest(directory: Path, manifest: dict) -> None:
     os.replace(temporary, directory / MANIFEST)
 
 
+WRITE_COMMAND = "distill cache-teacher --teacher MODEL --dataset DATASET --top-k K --out {directory}"
+
+
+def missing_manifest_advice(directory: Path) -> str:
+    """What to run for a `directory` without a manifest, which `cache-teacher` then accepts (`_check_out`):
+    plain when it is absent or empty, with --overwrite when it holds cache files or others (never deleted),
+    and moving the files named like the cache's that are not its."""
+    command = WRITE_COMMAND.format(directory=directory)
+    if not directory.is_dir() or not any(directory.iterdir()):
+        return f"write it with `{command}`"
+    foreign = cache_files(directory)[1]
+    if foreign:
+        return (f"it holds {', '.join(p.name for p in foreign)}, named like a cache's files but not written by cache-teacher: "
+                f"move them away (or choose another directory), then write the cache with `{command} --overwrite`")
+    return (f"rebuild it with `{command} --overwrite` (which deletes only the cache's own files: manifest.json, "
+            "shard-NNNNN.safetensors and their temporary files)")
+
+
 def read_manifest(directory: Path) -> dict:
-    path = Path(directory) / MANIFEST
+    directory = Path(directory)
+    path = directory / MANIFEST
     if not path.is_file():
-        raise ValueError(f"teacher_cache: {directory} has no {MANIFEST}; write one with `distill cache-teacher --out {directory}`")
+        state = "does not exist" if not directory.exists() else f"has no {MANIFEST} (deleted, or not a cache)"
+        raise ValueError(f"teacher_cache: {directory} {state}; {missing_manifest_advice(directory)}")
     manifest = json.loads(path.read_text())
     if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise ValueError(f"teacher_cache: {directory} is not a {FORMAT} v{VERSION} directory")
