@@ -53,11 +53,13 @@ def parse_field_flags(tokens: list[str]) -> dict[str, Any]:
 
 
 def fields_help() -> str:
+    from distill.field_help import field_help
+
     lines = ["config fields (--name value; YAML recipes use the same names):", ""]
     for f in dataclasses.fields(DistillConfig):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         lines.append(f"  --{f.name} (default: {default!r})")
-        lines += ["      " + line for line in textwrap.wrap(f.metadata.get("help", ""), 94)]
+        lines += ["      " + line for line in textwrap.wrap(field_help(f.name), 94)]
     return "\n".join(lines)
 
 

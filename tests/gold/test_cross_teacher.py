@@ -199,3 +199,22 @@ def test_teacher_sampling_stops_at_the_students_byte_budget_and_padding_is_not_a
     assert len(outputs) == 3 and len(widths) == 2 and max(widths) < 6  # stopped long before 6 teacher tokens
     for ids, clipped in outputs:
         assert len(ids) == 6 and student_tokenizer.eos_token_id not in ids and clipped
+
+
+def test_with_one_tokenizer_on_both_sides_ids_pass_through_unchanged(tokenizer):
+    """Seed 003: with the same tokenizer the raw ids pass through both ways, EOS kept, no drift at BPE
+    boundaries (a text round trip merges split pieces back into one token), and every group is one token."""
+    teacher = CrossTokenizerTeacher(tiny_lm(len(tokenizer), seed=5, eos_token_id=tokenizer.eos_token_id), tokenizer,
+                                    tokenizer, [tokenizer.eos_token_id], 64, ULDSettings(), torch.device("cpu"))
+    eos = tokenizer.eos_token_id
+    # A merged token spelled in single characters: re-encoding that text through the tokenizer merges it back.
+    merged = next(t for t in sorted(tokenizer.get_vocab(), key=len, reverse=True) if t.isalpha() and len(t) >= 4)
+    split = [tokenizer.convert_tokens_to_ids(c) for c in merged] + tokenizer("answer", add_special_tokens=False)["input_ids"]
+    assert None not in split
+    assert tokenizer(tokenizer.decode(split), add_special_tokens=False)["input_ids"] != split  # the drift avoided
+    ids, hit_max = teacher.to_student(split + [eos], False, 30)
+    assert ids == split + [eos] and not hit_max
+    assert teacher.to_student(split + [eos], False, 2) == (split[:2], True)
+    mapped = teacher.map_completion(Example(0, CHAT, None), split + [eos])
+    assert mapped.completion_ids == split + [eos]
+    assert mapped.groups == [([k], [k]) for k in range(len(split) + 1)]

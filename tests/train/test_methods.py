@@ -255,3 +255,37 @@ def test_a_full_distribution_loss_on_fresh_samples_may_sample_as_it_likes(sampli
     """A divergence over the whole vocabulary on fresh samples estimates nothing from the sampling: allowed."""
     DistillConfig(method="sdft", **sampling).validate()
     DistillConfig(method="sdpo", distillation_weight=1.0, distillation_mode="full_logits", beta=0.0, **sampling).validate()
+
+
+# ---------------------------------------------------------------------------------------- help texts --
+def test_per_method_facts_in_field_help_are_generated_from_the_registry(toy_method):
+    """Which methods read a field, their defaults, which can learn from a server or a cache: written by the
+    registry, so a method added (here a test's toy) or changed shows up without editing any help text."""
+    from distill.cli import fields_help
+    from distill.field_help import field_help
+
+    url = field_help("teacher_url")
+    assert "Methods that can learn from it: gkd, iw_opd, on_policy" in url  # iw_opd's was missing by hand
+    assert TOY not in url  # its objective takes dense signals only
+    assert f"; {TOY} (" in field_help("temperature")  # it declares reading temperature
+    assert "Methods that can learn from it: gkd." in field_help("teacher_cache")
+    assert f"'{TOY}': a toy for tests." in field_help("method")
+    assert "Method defaults: gkd 0.5, gold 0.5, on_policy 0.5, sdft 0.0, sdpo 1.0." in field_help("beta")
+    assert field_help("num_iterations").endswith("Read by iw_opd (always); sdft (always); sdpo (always).")
+    assert "Read by" not in field_help("learning_rate")  # every run reads it
+    assert field_help("epsilon_low") in fields_help().replace("\n      ", " ")
+
+
+def test_no_help_text_names_a_method_that_does_not_read_its_field():
+    """Hand-written per-method facts go stale (teacher_url's said gkd and on_policy, leaving iw_opd out): a
+    field's own help may name only methods that read it."""
+    import re
+
+    from distill.field_help import method_readers
+
+    for f in dataclasses.fields(DistillConfig):
+        if f.name == "method":
+            continue
+        named = [m for m in method_names() if re.search(rf"\b{m}\b", f.metadata.get("help", ""))]
+        readers = [m for m, _ in method_readers(f.name)]
+        assert set(named) <= set(readers), (f.name, named, readers)

@@ -11,6 +11,8 @@ ids: text through the teacher's token bytes (never a skip_special_tokens decode,
 EOS), re-encoded by the student tokenizer, the student's EOS appended exactly when the teacher's sample
 ended with the teacher's EOS (also when pad == eos on either side), cut to max_new_tokens student tokens.
 A teacher without an EOS id samples up to max_new_tokens, and no substitute stop token is invented.
+When both sides have the same vocabulary, ids pass through unchanged both ways (one token per group): a text
+round trip could re-tokenize differently at BPE boundaries.
 """
 
 from __future__ import annotations
@@ -103,6 +105,9 @@ class CrossTokenizerTeacher:
         self.encoder = PromptEncoder(tokenizer, max_prompt_length, 1, self.eos_ids)
         self.settings = settings
         self.device = device
+        # The same vocabulary on both sides (method gold with one tokenizer): ids pass through as they are, which
+        # keeps every EOS and avoids the drift of a text round trip at BPE boundaries ("th" + "e" -> "the").
+        self.same_vocabulary = tokenizer.get_vocab() == student_tokenizer.get_vocab()
 
     # ------------------------------------------------------------------------------------ mapping --
     def prompt_ids(self, example: Example) -> list[int]:
@@ -113,6 +118,9 @@ class CrossTokenizerTeacher:
         """The student's completion on the teacher's side, with the aligned groups of both tokenizations."""
         ended = bool(student_ids) and student_ids[-1] in self.student_eos_ids
         body = student_ids[:-1] if ended else student_ids
+        if self.same_vocabulary:
+            completion = list(body) + ([self.eos_ids[0]] if ended and self.eos_ids else [])
+            return MappedCompletion(self.prompt_ids(example), completion, [([k], [k]) for k in range(len(completion))])
         text, student_ends = drop_prefix_space(self.student_bytes, *text_and_ends(self.student_bytes, body))
         teacher_body, teacher_ends = encode_with_ends(self.tokenizer, self.teacher_bytes, text)
         student_groups, teacher_groups, count = align_groups(student_ends, teacher_ends)
@@ -127,10 +135,16 @@ class CrossTokenizerTeacher:
         """A teacher sample as student ids (EOS rules in the module docstring); (ids, stopped at max_new_tokens)."""
         ended = bool(teacher_ids) and teacher_ids[-1] in self.eos_ids
         body = teacher_ids[:-1] if ended else teacher_ids
+        if self.same_vocabulary:
+            return self._student_ids(list(body), ended, hit_max, max_new_tokens)
         # final=False holds back a character cut in half by max_new_tokens: it is not text yet.
         text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(self.teacher_bytes.join(body), final=False)
         text = drop_prefix_space(self.teacher_bytes, text, [])[0]
         ids = self.student_tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+        return self._student_ids(ids, ended, hit_max, max_new_tokens)
+
+    def _student_ids(self, ids: list[int], ended: bool, hit_max: bool, max_new_tokens: int) -> tuple[list[int], bool]:
+        """A completion body in student ids, ended as the teacher's sample was (module docstring)."""
         first_eos = next((k for k, token in enumerate(ids) if token in self.student_eos_ids), None)
         if first_eos is not None:  # the text spells the student's EOS: it ends there, as a sampled EOS would
             ids = ids[: first_eos + 1]

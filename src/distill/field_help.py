@@ -1,0 +1,71 @@
+"""A config field's help: its own text, then what the registry says of it, generated when asked so that it
+cannot go stale when a method is added or changes what it reads.
+
+- `method`: every registered method with its summary;
+- a field some methods read: which, and when (`Method.reads`);
+- a field whose default is None and which a method fills in: each method's value (`Method.defaults`);
+- a teacher location (`teacher_url`, `teacher_cache`): the methods a run with it validates for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from distill.config import DistillConfig
+from distill.methods.registry import get_method, method_names
+from distill.run_parts import run_reads
+
+# A run with the teacher at this location: the field's value, and the settings the location needs
+# (a server or a cache cannot sample, and a cache scores only its own completions).
+LOCATIONS = {
+    "teacher_url": ("http://127.0.0.1:8000", ({}, {"seq_kd": False})),
+    "teacher_cache": ("cache-directory", ({"lmbda": 0.0, "lmbda_schedule": "constant", "seq_kd": False,
+                                          "eval_before_after": False},)),
+}
+
+
+def field_help(name: str) -> str:
+    """The help text of config field `name`, with the generated facts appended."""
+    field = {f.name: f for f in dataclasses.fields(DistillConfig)}[name]
+    parts = [field.metadata.get("help", "")]
+    if name == "method":
+        parts += [f"'{m}': {get_method(m).summary}." for m in method_names()]
+    if name in LOCATIONS:
+        methods = location_methods(name)
+        parts.append(f"Methods that can learn from it: {', '.join(methods) if methods else 'none'}.")
+    readers = method_readers(name)
+    if readers:
+        parts.append("Read by " + "; ".join(f"{m} ({needs})" for m, needs in readers) + ".")
+    defaults = [(m, get_method(m).defaults[name]) for m in method_names() if name in get_method(m).defaults]
+    if defaults:
+        parts.append("Method defaults: " + ", ".join(f"{m} {value!r}" for m, value in defaults) + ".")
+    return " ".join(p for p in parts if p)
+
+
+def method_readers(name: str) -> list[tuple[str, str]]:
+    """(method, when) for each method that declares reading `name` itself; nothing for a field every run's
+    shared parts read (`distill.run_parts`)."""
+    shared = {n for part in run_reads(frozenset({"student", "dataset", "teacher"})) for n in part.names}
+    if name in shared:
+        return []
+    found = []
+    for method in method_names():
+        needs = [part.needs for part in get_method(method).reads if name in part.names]
+        if needs:
+            found.append((method, needs[0].removeprefix(f"method {method}") or "always"))
+    return [(m, needs.strip(" ,") or "always") for m, needs in found]
+
+
+def location_methods(name: str) -> list[str]:
+    """The registered methods that validate with the teacher at location `name` (some settings for it)."""
+    value, settings = LOCATIONS[name]
+    accepted = []
+    for method in method_names():
+        for extra in settings:
+            try:
+                DistillConfig(method=method, student="a-student", **{name: value}, **extra).validate()
+            except ValueError:
+                continue
+            accepted.append(method)
+            break
+    return accepted
