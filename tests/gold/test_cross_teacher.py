@@ -89,6 +89,9 @@ def test_teacher_without_eos_runs_to_max_new_tokens(smol_tokenizer, tokenizer):
     no_eos = deepcopy(smol_tokenizer)
     no_eos.eos_token = None
     no_eos.pad_token = None
+    # No stop token at all: the chat template's end of turn (<|im_end|>) would be one (`end_of_turn_id`).
+    no_eos.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                            "{% if add_generation_prompt %}assistant: {% endif %}")
     model = tiny_lm(len(smol_tokenizer), layers=1, seed=3, eos_token_id=None)
     model.generation_config.eos_token_id = None
     teacher = make_teacher(model, no_eos, tokenizer)
