@@ -33,7 +33,7 @@ from distill.models import (
     student_vocab_size,
 )
 from distill.run import OBJECT_RECORD
-from distill.runtime import eval_device
+from distill.runtime import check_device, eval_device
 from distill.teacher_prompts import TeacherPrompts
 from distill.teachers.build import (
     close_teacher,
@@ -48,15 +48,19 @@ from distill.teachers.self_teacher import SelfTeacher
 
 def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
     target = Path(args.model)
-    check_target(target)  # the first argument's problem first, before the flags' (dataset, split, teacher)
-    is_run = (target / "config.yaml").is_file() and (target / "model").is_dir()
+    problems: list[str] = []  # every problem of the arguments at once, the first argument's first, before anything loads
+    target_ok = collect(problems, lambda: check_target(target)) is not FAILED
+    is_run = target_ok and (target / "config.yaml").is_file()  # check_target: a run directory has its model/
     record = yaml.safe_load((target / "config.yaml").read_text()) if is_run else {}
     model_dir = target / "model" if is_run else target
-    config = eval_config(record, args)
+    config = collect(problems, lambda: eval_config(record, args)) if target_ok else DistillConfig()
+    config = DistillConfig() if config is FAILED else config
     method = get_method(config.method)
-
-    examples = examples_from_dataset(load_dataset_spec(args.dataset or config.eval_dataset or BUNDLED_DATASET,
-                                                       args.split or config.eval_split, "dataset"), "dataset")
+    examples = collect(problems, lambda: examples_from_dataset(load_dataset_spec(
+        args.dataset or config.eval_dataset or BUNDLED_DATASET, args.split or config.eval_split, "dataset"), "dataset"))
+    collect(problems, lambda: check_device(args.device))
+    if problems:
+        raise ValueError(problems[0] if len(problems) == 1 else "\n  - ".join(["several problems:", *problems]))
     max_prompts = args.max_prompts if args.max_prompts is not None else (config.eval_max_prompts if is_run else 0)
     examples = examples[:max_prompts] if max_prompts else examples
     device = eval_device(args.device)
@@ -89,6 +93,18 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
     finally:
         close_teacher(teacher)
     return report, write_report(report, Path(args.out) if args.out else target / "eval-cli")
+
+
+FAILED = object()
+
+
+def collect(problems: list[str], check):
+    """check()'s result, or FAILED with its ValueError's message added to `problems`."""
+    try:
+        return check()
+    except ValueError as error:
+        problems.append(str(error))
+        return FAILED
 
 
 def check_target(target: Path) -> None:

@@ -56,7 +56,9 @@ def test_eval_reports_a_missing_model_before_any_flag(tmp_path, capsys):
     missing = tmp_path / "no-such-run"
     assert main(["eval", str(missing), "--teacher", str(tmp_path / "t"), "--dataset", str(data), "--split", "nope"]) == 2
     err = capsys.readouterr().err
-    assert f"model: model path {missing} does not exist" in err and "split" not in err
+    err = err[err.index("distill eval: error"):]  # after datasets' progress lines
+    assert f"model: model path {missing} does not exist" in err and "split" in err
+    assert err.index(f"model path {missing} does not exist") < err.index("split")  # every problem, the model's first
     unfinished = tmp_path / "unfinished"
     unfinished.mkdir()
     (unfinished / "config.yaml").write_text("method: gkd\n")
