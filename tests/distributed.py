@@ -52,9 +52,17 @@ def run_in_processes(fn, world_size: int = 2, args: tuple = (), kwargs: dict | N
     return results
 
 
+def capture_at_optimizer_step(distiller, capture) -> None:
+    """Call `capture()` each time `distiller`'s optimizer steps, before its update (a step pre-hook on the torch
+    optimizer inside accelerate's wrapper). Replacing `optimizer.step` instead would hide the step from the
+    learning-rate schedule, which then warns that it stepped first."""
+    torch_optimizer = getattr(distiller.optimizer, "optimizer", distiller.optimizer)
+    torch_optimizer.register_step_pre_hook(lambda optimizer, args, kwargs: capture())
+
+
 def first_step_gradient(distiller) -> dict:
-    """Set up `distiller` and run optimizer step 0 with the optimizer's update replaced by a capture: this
-    process's gradient (what the update would use) and the step's logged metrics, reduced over processes."""
+    """Set up `distiller` and run optimizer step 0, capturing before the update this process's gradient (what
+    the update uses) and the step's logged metrics, reduced over processes."""
     distiller.setup()
     captured = {}
 
@@ -64,7 +72,7 @@ def first_step_gradient(distiller) -> dict:
         captured.update({n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).detach().clone()
                          for n, p in distiller.student_model.named_parameters()})  # under FSDP: the full gradient
 
-    distiller.optimizer.step = capture
+    capture_at_optimizer_step(distiller, capture)
     window = distiller._new_window()
     distiller.train_step(0, window, {}, log_step=True)
     return {"grads": captured, "metrics": window.reduce()}

@@ -459,7 +459,7 @@ class Distiller:
         scale = self.runtime.num_processes / step_tokens if step_tokens else 0.0
         sizes = dict(step_tokens=step_tokens, step_rows=step_rows, step_distilled_tokens=step_distilled_tokens,
                      step_micro_batches=len(micro_batches) * self.runtime.num_processes,
-                     fresh_rollout=self.rollout.generation_step(step) == step)
+                     fresh_rollout=step % config.num_iterations == 0)  # a rollout's first step (`StepRollout`)
         remote_signals = self._score_remotely(micro_batches, timings)
         for index, mb in enumerate(micro_batches):
             mb = mb.to(self.device)

@@ -14,7 +14,7 @@ import torch
 
 from distill import DistillConfig
 from tests.conftest import chat_rows, train_tiny_tokenizer
-from tests.distributed import accelerate_launch_distill, run_in_processes
+from tests.distributed import accelerate_launch_distill, capture_at_optimizer_step, run_in_processes
 from tests.train.helpers import make_distiller
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
@@ -27,7 +27,7 @@ def _full(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _gradient_of_step_zero(rank, world_size, out, method, fsdp, batch, **overrides):
-    """One optimizer step's gradient (full tensors) and logged metrics, the update replaced by a capture."""
+    """One optimizer step's gradient (full tensors, captured before the update) and logged metrics."""
     torch.manual_seed(0)
     tokenizer = train_tiny_tokenizer()
     rows = chat_rows(8)
@@ -42,7 +42,7 @@ def _gradient_of_step_zero(rank, world_size, out, method, fsdp, batch, **overrid
     def capture():
         captured.update({n: _full(p.grad).detach().clone() for n, p in distiller.student_model.named_parameters()})
 
-    distiller.optimizer.step = capture
+    capture_at_optimizer_step(distiller, capture)
     window = distiller._new_window()
     distiller.train_step(0, window, {}, log_step=True)
     return {"grads": captured, "metrics": window.reduce(), "sharded": type(distiller.wrapped).__name__}

@@ -23,7 +23,7 @@ from distill.teacher_prompts import (
 )
 from distill.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
-from tests.distributed import first_step_gradient, run_in_processes
+from tests.distributed import capture_at_optimizer_step, first_step_gradient, run_in_processes
 from tests.train.helpers import FAST
 
 ODD = "tests.train.sdpo_rewards:odd_length"
@@ -272,7 +272,7 @@ def test_rows_without_a_demonstration_get_no_distillation_gradient(tokenizer, tm
     run.setup()
     window = run._new_window()
     captured = {}
-    run.optimizer.step = lambda: captured.update({n: p.grad for n, p in run.student_model.named_parameters()})
+    capture_at_optimizer_step(run, lambda: captured.update({n: p.grad for n, p in run.student_model.named_parameters()}))
     run.train_step(0, window, {}, log_step=True)
     assert all(g is None or g.abs().sum() == 0 for g in captured.values())
     metrics = window.reduce()
