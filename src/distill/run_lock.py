@@ -146,9 +146,11 @@ class RunLock:
         except FileNotFoundError:  # its holder released it meanwhile
             return True
         moved = read_lock(aside)
-        if moved != judged:  # a new holder's lock: give it back (link fails if yet another appeared)
+        if moved != judged:  # a new holder's lock: give it back (unless yet another appeared meanwhile)
             try:
                 os.link(aside, self.path)
+            except FileExistsError:
+                pass
             finally:
                 aside.unlink(missing_ok=True)
             return False

@@ -182,6 +182,18 @@ def test_a_stale_lock_on_this_host_is_taken_over_with_a_notice(run_copy, tokeniz
     assert not (run_copy / LOCK).exists()
 
 
+def test_a_lock_replaced_after_it_was_judged_stale_is_put_back(tmp_path):
+    """Two requeued jobs judge the same stale lock: the one that moves it aside second finds the first's new
+    lock instead, puts it back untouched and stops."""
+    from distill.run_lock import RunLock
+
+    write_lock(tmp_path, pid=os.getpid(), host=socket.gethostname(), started=1.0)  # the first job's, live
+    live = (tmp_path / LOCK).read_text()
+    judged = {"pid": dead_pid(), "host": socket.gethostname(), "started": 0.5}  # what the second job had read
+    assert RunLock(tmp_path)._take_over(judged) is False
+    assert (tmp_path / LOCK).read_text() == live and sorted(p.name for p in tmp_path.iterdir()) == [LOCK]
+
+
 def test_a_reused_pid_does_not_keep_a_dead_runs_lock(run_copy, tokenizer):
     """The lock's pid now belongs to a live process that started after the lock's (pid reuse): stale. With the
     holder's own start time recorded, the same pid is a live run and stops this one."""
