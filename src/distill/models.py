@@ -348,9 +348,11 @@ def end_of_turn_id(tokenizer) -> int | None:
     if getattr(tokenizer, "chat_template", None) is None:
         return None
     conversation = [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": TURN_PROBE}]
+    from jinja2 import TemplateError
+
     try:
         text = tokenizer.apply_chat_template(conversation, tokenize=False)
-    except Exception:  # a template that refuses this conversation (roles, alternation): no turn token known
+    except (TemplateError, ValueError, TypeError, KeyError, IndexError):  # a template refusing this conversation
         return None
     if not isinstance(text, str) or TURN_PROBE not in text:
         return None

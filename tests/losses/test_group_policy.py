@@ -134,7 +134,7 @@ def test_the_first_step_of_a_reuse_window_has_ratio_one_whatever_the_precision_o
     """num_iterations > 1: the rollout's first step trains the policy that sampled it. Log-probs recorded at
     generation in another precision (simulated: off by up to 0.3 nats) must not make a ratio or a clip there;
     the step equals a num_iterations 1 step exactly. On a later step of the window they are pi_old."""
-    rows, head, micro_batches = step_rows(seed=7)
+    rows, head, _ = step_rows(seed=7)
     generator = torch.Generator().manual_seed(3)
     for row in rows:
         row["old"] = row["old"] + 0.3 * (2 * torch.rand(row["old"].shape, generator=generator, dtype=torch.float64) - 1)

@@ -32,8 +32,8 @@ def step_loss(p, weight: float, splits: list[list[int]], distilled_rows: list[bo
     rows = torch.repeat_interleave(torch.arange(len(LENGTHS)), torch.tensor(LENGTHS))
     distilled = torch.tensor(distilled_rows)[rows]
     advantages = torch.tensor([0.5, -1.0, 1.5, -0.25])[rows]
-    sizes = dict(step_tokens=len(rows), step_rows=len(LENGTHS), step_micro_batches=len(splits),
-                 step_distilled_tokens=int(distilled.sum()))
+    sizes = {"step_tokens": len(rows), "step_rows": len(LENGTHS), "step_micro_batches": len(splits),
+             "step_distilled_tokens": int(distilled.sum())}
     total = torch.zeros(())
     for split in splits:
         index = torch.cat([(rows == r).nonzero().squeeze(1) for r in split])

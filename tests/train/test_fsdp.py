@@ -14,7 +14,11 @@ import torch
 
 from distill import DistillConfig
 from tests.conftest import chat_rows, train_tiny_tokenizer
-from tests.distributed import accelerate_launch_distill, capture_at_optimizer_step, run_in_processes
+from tests.distributed import (
+    accelerate_launch_distill,
+    capture_at_optimizer_step,
+    run_in_processes,
+)
 from tests.train.helpers import make_distiller
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")

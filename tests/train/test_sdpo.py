@@ -23,7 +23,11 @@ from distill.teacher_prompts import (
 )
 from distill.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
-from tests.distributed import capture_at_optimizer_step, first_step_gradient, run_in_processes
+from tests.distributed import (
+    capture_at_optimizer_step,
+    first_step_gradient,
+    run_in_processes,
+)
 from tests.train.helpers import FAST
 
 ODD = "tests.train.sdpo_rewards:odd_length"
