@@ -76,7 +76,7 @@ def main() -> None:
                              top_k=0, top_p=1.0, eos_ids=eos, pad_id=pad)[0]
 
     def generated_tokens(new: torch.Tensor) -> int:
-        from distill.rollout import first_eos_mask
+        from distill.generation import first_eos_mask
 
         return int(first_eos_mask(new, eos).sum())
 

@@ -35,8 +35,8 @@ from distill.answers import contains_answer
 from distill.data import PromptEncoder, examples_from_dataset
 from distill.data_files import BUNDLED_DATASET, load_dataset_spec
 from distill.evaluate import EvalSettings, Evaluator
+from distill.generation import SamplingParams, generate_completions
 from distill.models import DEFAULT_TEACHER, eos_token_ids, student_vocab_size
-from distill.rollout import SamplingParams, generate_completions
 from distill.teacher_prompts import DEFAULT_TEACHER_PROMPT_TEMPLATE, TeacherPrompts
 from distill.teachers.build import load_model
 from distill.teachers.self_teacher import SelfTeacher

@@ -32,8 +32,8 @@ from arms import run_arms  # noqa: E402  (a sibling script)
 from distill.answers import contains_answer
 from distill.data import PromptEncoder, examples_from_dataset
 from distill.data_files import load_dataset_spec
+from distill.generation import SamplingParams, generate_completions
 from distill.models import DEFAULT_TEACHER, eos_token_ids, student_vocab_size
-from distill.rollout import SamplingParams, generate_completions
 from distill.teachers.build import load_model
 
 TASK = "bundled:arithmetic"

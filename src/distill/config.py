@@ -18,7 +18,7 @@ import difflib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from distill import config_io, placement
 from distill.data_files import BUNDLED_DATASET
@@ -48,6 +48,13 @@ def _f(default: Any, help: str, **kwargs: Any) -> Any:
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata={"help": help, **kwargs})
     return field(default=default, metadata={"help": help, **kwargs})
+
+
+# Fields that are gone, with what to write instead (recipes, flags and an older run's config.yaml say so).
+RETIRED_FIELDS = {
+    "lean_decode": "lean_decode is gone: write generation_engine: hf (for lean_decode: false) or generation_engine: auto "
+                   "(for true, the default)",
+}
 
 
 @dataclass
@@ -244,9 +251,11 @@ class DistillConfig:
     teacher_sampling_temperature: float = _f(1.0, "Teacher sampling temperature for seq_kd completions.")
     teacher_top_p: float = _f(1.0, "Teacher nucleus sampling for seq_kd completions.")
     teacher_top_k: int = _f(0, "Teacher top-k sampling for seq_kd completions (0 = off).")
-    lean_decode: bool = _f(True, "Sample with distill's own decode loop where it applies (a Llama-family model in "
-                           "float32 on CPU: packed weights, preallocated cache; same distribution as HF generate, "
-                           "about 0.6x its time); false, or any other model: HF generate. Training and evaluation.")
+    generation_engine: str = _f("auto", "How completions are sampled, in training and evaluation (`distill.generation`): "
+                                 "'auto' takes distill's lean decode loop where it applies (a Llama-family model in "
+                                 "float32 on CPU: packed weights, preallocated cache; the same distribution as HF "
+                                 "generate in about 0.6x its time) and HF generate for any other model; 'lean' or "
+                                 "'hf' (or a registered engine's name) forces one.")
 
     # --- optimisation ----------------------------------------------------------------------------------
     learning_rate: float = _f(3e-4, "AdamW peak learning rate (3e-4: the bundled default run, chosen by measurement).")
@@ -298,6 +307,8 @@ class DistillConfig:
     eval_examples: int = _f(3, "Side-by-side answers (teacher, student before, student after) in the report.")
 
     # ----------------------------------------------------------------------------------------------------
+    RETIRED_FIELDS: ClassVar[dict[str, str]] = RETIRED_FIELDS
+
     @classmethod
     def field_names(cls) -> list[str]:
         return [f.name for f in dataclasses.fields(cls)]
@@ -324,6 +335,10 @@ class DistillConfig:
             if getattr(self, name) is None:
                 setattr(self, name, value)
         _one_of("lr_scheduler_type", self.lr_scheduler_type, SCHEDULERS)
+        from distill.generation import AUTO, get_engine
+
+        if self.generation_engine != AUTO:
+            get_engine(self.generation_engine)
         _one_of("dtype", self.dtype, DTYPES)
         for name in ("beta", "warmup_ratio", "top_p", "teacher_top_p"):
             if getattr(self, name) is not None and not 0.0 <= getattr(self, name) <= 1.0:

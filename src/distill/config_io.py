@@ -43,6 +43,9 @@ def field_names(config_class) -> list[str]:
 
 
 def unknown_field_message(config_class, name: str, where: str) -> str:
+    retired = getattr(config_class, "RETIRED_FIELDS", {}).get(name.replace("-", "_"))
+    if retired is not None:
+        return f"{where}: {retired}"
     close = difflib.get_close_matches(name.replace("-", "_"), field_names(config_class), n=1, cutoff=0.5)
     hint = f"; did you mean '{close[0]}'?" if close else "; `distill train --help` lists the fields"
     return f"{where}: unknown config field '{name}'{hint}"

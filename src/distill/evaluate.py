@@ -17,9 +17,10 @@ import torch
 
 from distill.answers import contains_answer
 from distill.data import Example, PromptEncoder
+from distill.generation import AUTO, SamplingParams, generate_completions
 from distill.objectives import DivergenceObjective, StepContext
 from distill.objectives.student import student_loss
-from distill.rollout import Completion, SamplingParams, collate, generate_completions
+from distill.rollout import Completion, collate
 from distill.teachers import Teacher
 
 
@@ -30,7 +31,7 @@ class EvalSettings:
     num_examples: int
     seed: int
     chunk_size: int = 256
-    lean_decode: bool = True
+    generation_engine: str = AUTO
 
 
 def divergence_objective(chunk_size: int) -> DivergenceObjective:
@@ -91,7 +92,7 @@ def headline(metrics: dict) -> tuple[str, str, str]:
 
 def _sample(generate, prompts, settings: EvalSettings, device, greedy: bool) -> list[list[int]]:
     """`generate(prompts, sampling, batch_size)` in a forked RNG seeded by `settings.seed`."""
-    sampling = SamplingParams(1.0, 1.0, 0, settings.max_new_tokens, do_sample=not greedy, lean=settings.lean_decode)
+    sampling = SamplingParams(1.0, 1.0, 0, settings.max_new_tokens, do_sample=not greedy, engine=settings.generation_engine)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(settings.seed)
         outputs = generate(prompts, sampling, settings.batch_size)

@@ -28,7 +28,7 @@ from typing import Callable, Protocol
 import torch
 
 from distill.data import EncodedExample, Example, StepSampler
-from distill.lean_decode import lean_generate, refusal
+from distill.generation import SamplingParams, generate_completions
 from distill.runtime import phase_clock
 
 logger = logging.getLogger(__name__)
@@ -47,16 +47,6 @@ class SourcePlan(Protocol):
 
     def possible(self) -> frozenset[str]:
         """Every source some step can draw."""
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float
-    top_p: float
-    top_k: int
-    max_new_tokens: int
-    do_sample: bool = True
-    lean: bool = True  # distill's own decode loop where it applies (`distill.lean_decode`); False: HF generate
 
 
 @dataclass
@@ -137,123 +127,6 @@ def draw_sources(lmbda: float, seq_kd: bool, seed: int, step: int, num_micro_bat
     draws = torch.rand(num_micro_batches, generator=generator, dtype=torch.float64)
     off_policy = "teacher" if seq_kd else "dataset"
     return ["student" if float(u) < lmbda else off_policy for u in draws]
-
-
-def first_eos_mask(tokens: torch.Tensor, eos_ids: list[int]) -> torch.Tensor:
-    """(B, L) bool: True up to and including each row's first EOS, False after it (pad == eos is safe)."""
-    if not eos_ids:
-        return torch.ones_like(tokens, dtype=torch.bool)
-    is_eos = torch.isin(tokens, torch.tensor(eos_ids, device=tokens.device))
-    eos_seen_before = (is_eos.long().cumsum(dim=1) - is_eos.long()) > 0
-    return ~eos_seen_before
-
-
-@torch.no_grad()
-def generate_completions(
-    model,
-    prompts: list[list[int]],
-    sampling: SamplingParams,
-    eos_ids: list[int],
-    pad_id: int,
-    device: torch.device,
-    batch_size: int | None = None,
-    stopping_criteria=None,
-    vocab_size: int | None = None,
-    with_log_probs: bool = False,
-) -> list[tuple]:
-    """Sample a completion for each prompt (KV cache, left padding): with distill's lean decode loop where it
-    applies and `sampling.lean` (`distill.lean_decode`: same distribution, less time), else HF generate.
-
-    Returns, per prompt, (completion ids ending at the first EOS, whether it stopped at max_new_tokens), and
-    with `with_log_probs` a third item: each token's log-prob under the sampling distribution (module docstring).
-    `stopping_criteria` (a transformers StoppingCriteriaList) may end rows early; the caller then cuts them.
-    `vocab_size`: the tokenizer's size; rows of an output embedding padded past it (e.g. to a multiple of 64)
-    are never sampled, since those ids mean nothing to the tokenizer or the loss.
-    """
-    results: list[tuple[list[int], bool]] = []
-    batch_size = batch_size or max(len(prompts), 1)
-    lean = sampling.lean and _lean_decode_applies(model, device)
-    was_training = model.training
-    model.eval()
-    try:
-        for start in range(0, len(prompts), batch_size):
-            chunk = prompts[start : start + batch_size]
-            width = max(len(p) for p in chunk)
-            input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-            attention_mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            for row, ids in enumerate(chunk):
-                input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-                attention_mask[row, width - len(ids) :] = 1
-            padded_rows = _output_rows(model) - vocab_size if vocab_size is not None else 0
-            suppress = list(range(vocab_size, vocab_size + padded_rows)) if padded_rows > 0 else []
-            if lean:
-                generated, log_probs = lean_generate(
-                    model, input_ids, attention_mask, max_new_tokens=sampling.max_new_tokens, do_sample=sampling.do_sample,
-                    temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, eos_ids=eos_ids,
-                    pad_id=pad_id, suppress_tokens=suppress, stopping_criteria=stopping_criteria, with_log_probs=with_log_probs)
-            else:
-                generated, log_probs = _hf_generate(model, input_ids.to(device), attention_mask.to(device), sampling, eos_ids,
-                                                    pad_id, suppress, stopping_criteria, with_log_probs)
-            keep = first_eos_mask(generated, eos_ids)
-            for row in range(len(chunk)):
-                ids = generated[row][keep[row]].tolist()
-                ended = bool(ids) and ids[-1] in eos_ids
-                result = (ids, not ended and len(ids) >= sampling.max_new_tokens)
-                results.append(result + (log_probs[row][: len(ids)].tolist(),) if with_log_probs else result)
-    finally:
-        model.train(was_training)
-    return results
-
-
-def _hf_generate(model, input_ids, attention_mask, sampling: SamplingParams, eos_ids, pad_id, suppress, stopping_criteria,
-                 with_log_probs: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """HF generate on one left-padded batch: (B, L) new tokens on CPU and, with `with_log_probs`, their log-probs."""
-    kwargs = dict(
-        max_new_tokens=sampling.max_new_tokens,
-        do_sample=sampling.do_sample,
-        eos_token_id=eos_ids or None,
-        pad_token_id=pad_id,
-        # transformers turns synced_gpus on for an FSDP-managed model (every process steps until all are
-        # done); distill generates on a gathered student (`distill.sharding.gathered`), which needs no sync.
-        synced_gpus=False,
-    )
-    if sampling.do_sample:
-        kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
-    if stopping_criteria is not None:
-        kwargs["stopping_criteria"] = stopping_criteria
-    if suppress:
-        kwargs["suppress_tokens"] = suppress
-    if with_log_probs:
-        kwargs.update(output_scores=True, return_dict_in_generate=True)
-    output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-    sequences = output.sequences if with_log_probs else output
-    generated = sequences[:, input_ids.shape[1]:].cpu()
-    return generated, (_sampled_log_probs(output.scores, generated) if with_log_probs else None)
-
-
-_decode_loop_logged: set[str] = set()
-
-
-def _lean_decode_applies(model, device: torch.device) -> bool:
-    """Whether `lean_generate` can decode `model`; the loop chosen is logged once per reason."""
-    reason = refusal(model, device)
-    message = "decoding with distill's lean loop" if reason is None else f"decoding with HF generate: {reason}"
-    if message not in _decode_loop_logged:
-        _decode_loop_logged.add(message)
-        logger.info(message)
-    return reason is None
-
-
-def _sampled_log_probs(scores: tuple[torch.Tensor, ...], generated: torch.Tensor) -> torch.Tensor:
-    """(B, L) float32: log softmax of each step's processed scores (B, V) at the token sampled there."""
-    columns = [torch.log_softmax(step.float(), dim=-1).gather(1, generated[:, t : t + 1].to(step.device)).squeeze(1).cpu()
-               for t, step in enumerate(scores)]
-    return torch.stack(columns, dim=1) if columns else torch.zeros(generated.shape[0], 0)
-
-
-def _output_rows(model) -> int:
-    head = model.get_output_embeddings()
-    return head.weight.shape[0] if head is not None else 0
 
 
 def collate(completions: list[Completion], source: str, pad_id: int) -> MicroBatch:

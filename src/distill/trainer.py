@@ -41,6 +41,7 @@ from distill.data import (
 from distill.data_files import BUNDLED_DATASET, load_dataset_spec
 from distill.errors import StepFailure, TeacherServerError
 from distill.evaluate import EvalSettings, Evaluator
+from distill.generation import SamplingParams
 from distill.methods import get_method
 from distill.methods.registry import StageParts
 from distill.metrics import (
@@ -62,7 +63,7 @@ from distill.models import (
 )
 from distill.objectives import StepContext
 from distill.objectives.student import StudentObjective
-from distill.rollout import MicroBatch, RolloutSettings, SamplingParams, StepRollout
+from distill.rollout import MicroBatch, RolloutSettings, StepRollout
 from distill.run import (
     RunDirectory,
     check_objects_given,
@@ -309,9 +310,9 @@ class Distiller:
         # A teacher whose weights move (a live or EMA self-teacher) samples step by step, never ahead.
         window = c.seq_kd_generation_steps if getattr(self.teacher, "frozen", True) else 1
         trains_row = (lambda example: method.trains_row(c, example)) if method.trains_row is not None else None
-        return RolloutSettings(SamplingParams(c.sampling_temperature, c.top_p, c.top_k, c.max_new_tokens, lean=c.lean_decode),
+        return RolloutSettings(SamplingParams(c.sampling_temperature, c.top_p, c.top_k, c.max_new_tokens, engine=c.generation_engine),
                                SamplingParams(c.teacher_sampling_temperature, c.teacher_top_p, c.teacher_top_k, c.max_new_tokens,
-                                              lean=c.lean_decode),
+                                              engine=c.generation_engine),
                                window, c.max_steps, c.seed, method.records_log_probs(c), c.num_iterations,
                                c.num_loss_tokens_to_skip, trains_row)
 
@@ -555,7 +556,7 @@ class Distiller:
             return None
         c = self.config
         settings = EvalSettings(c.eval_max_new_tokens, c.eval_batch_size, c.eval_examples, c.seed, c.loss_chunk_size,
-                                c.lean_decode)
+                                c.generation_engine)
         teacher = self.eval_teacher if self.location in (placement.SELF, placement.NONE) else self.teacher
         return Evaluator(teacher, self.tokenizer, self.encoder, self.eval_examples, self.vocab_size, self.eos_ids,
                          self.pad_id, self.device, settings)

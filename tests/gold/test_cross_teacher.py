@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from distill.data import Example
+from distill.generation import SamplingParams
 from distill.losses import LogitHead
 from distill.losses.uld import ULDSettings
 from distill.objectives import (
@@ -17,7 +18,7 @@ from distill.objectives import (
     divergence,
 )
 from distill.objectives.student import student_loss
-from distill.rollout import Completion, SamplingParams, collate
+from distill.rollout import Completion, collate
 from distill.teachers.cross_tokenizer import CrossTokenizerTeacher
 from tests.conftest import tiny_lm
 from tests.gold.conftest import TEXT
@@ -75,7 +76,7 @@ def test_generation_uses_the_teachers_own_prompt_with_special_tokens_budgeted_at
 
     monkeypatch.setattr(smol_teacher, "generate", spy)
     torch.manual_seed(0)
-    [(ids, _)] = teacher.generate([[5, 6, 7]], SamplingParams(1.0, 1.0, 0, 8, lean=False), examples=[Example(0, CHAT, None)])
+    [(ids, _)] = teacher.generate([[5, 6, 7]], SamplingParams(1.0, 1.0, 0, 8, engine="hf"), examples=[Example(0, CHAT, None)])
     full = smol_tokenizer(smol_tokenizer.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True), add_special_tokens=False)["input_ids"]
     assert len(full) > 12 and seen["prompt"] == full[-12:]  # keep-end budget, in teacher tokens
     im_start = smol_tokenizer.convert_tokens_to_ids("<|im_start|>")
@@ -169,15 +170,15 @@ def test_score_refuses_another_temperature(smol_teacher, smol_tokenizer, tokeniz
                    LossSettings(0.5, 1.0, 4))
 
 
-@pytest.mark.parametrize("lean", [False, True])
-def test_teacher_sampling_stops_at_the_students_byte_budget_and_padding_is_not_an_eos(smol_teacher, smol_tokenizer, monkeypatch, lean):
+@pytest.mark.parametrize("engine", ["hf", "lean"])
+def test_teacher_sampling_stops_at_the_students_byte_budget_and_padding_is_not_an_eos(smol_teacher, smol_tokenizer, monkeypatch, engine):
     from distill.byte_student import byte_tokenizer
 
     student_tokenizer = byte_tokenizer()  # one byte per token: 6 student tokens are 6 bytes
     teacher = make_teacher(smol_teacher, smol_tokenizer, student_tokenizer)
     widths = []
-    if lean:  # the budget criterion ends the lean loop as it ends HF generate
-        import distill.rollout as rollout
+    if engine == "lean":  # the budget criterion ends the lean loop as it ends HF generate
+        import distill.generation.lean as rollout
 
         original = rollout.lean_generate
 
@@ -198,7 +199,7 @@ def test_teacher_sampling_stops_at_the_students_byte_budget_and_padding_is_not_a
         monkeypatch.setattr(smol_teacher, "generate", spy)
     torch.manual_seed(1)
     examples = [Example(i, CHAT, None) for i in range(3)]
-    outputs = teacher.generate([[1]] * 3, SamplingParams(1.0, 1.0, 0, 6, lean=lean), batch_size=2, examples=examples)
+    outputs = teacher.generate([[1]] * 3, SamplingParams(1.0, 1.0, 0, 6, engine=engine), batch_size=2, examples=examples)
     assert len(outputs) == 3 and len(widths) == 2 and max(widths) < 6  # stopped long before 6 teacher tokens
     for ids, clipped in outputs:
         assert len(ids) == 6 and student_tokenizer.eos_token_id not in ids and clipped

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from distill.data import Example, PromptEncoder
+from distill.generation import first_eos_mask
 from distill.models import end_of_turn_id, eos_token_ids
-from distill.rollout import first_eos_mask
 from distill.teachers.cross_tokenizer import CrossTokenizerTeacher
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
 from tests.train.helpers import make_distiller

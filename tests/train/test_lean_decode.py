@@ -10,6 +10,7 @@ from transformers import (
     StoppingCriteriaList,
 )
 
+from distill.generation import SamplingParams, generate_completions
 from distill.lean_decode import (
     LlamaDecoder,
     _rms_norm,
@@ -19,7 +20,6 @@ from distill.lean_decode import (
     refusal,
     sample_from_logits,
 )
-from distill.rollout import SamplingParams, generate_completions
 
 CPU = torch.device("cpu")
 PAD = 2
@@ -164,7 +164,7 @@ def test_stopping_criteria_end_rows_as_in_generate():
 
 
 def test_generate_completions_uses_the_lean_loop_unless_told_not_to(monkeypatch):
-    import distill.rollout as rollout
+    import distill.generation.lean as rollout
 
     model = tiny_llama(seed=6)
     calls = []
@@ -173,7 +173,7 @@ def test_generate_completions_uses_the_lean_loop_unless_told_not_to(monkeypatch)
     greedy = SamplingParams(1.0, 1.0, 0, 10, do_sample=False)
     ours = generate_completions(model, PROMPTS, greedy, [1], PAD, CPU)
     assert calls == [1]
-    theirs = generate_completions(model, PROMPTS, SamplingParams(1.0, 1.0, 0, 10, do_sample=False, lean=False), [1], PAD, CPU)
+    theirs = generate_completions(model, PROMPTS, SamplingParams(1.0, 1.0, 0, 10, do_sample=False, engine="hf"), [1], PAD, CPU)
     assert calls == [1] and ours == theirs
 
 
@@ -193,9 +193,9 @@ def test_models_the_lean_loop_cannot_decode_are_named():
 def test_config_turns_the_lean_loop_off_for_training_and_evaluation(tokenizer, tmp_path):
     from tests.train.helpers import make_distiller
 
-    distiller = make_distiller(tokenizer, tmp_path, lean_decode=False)
+    distiller = make_distiller(tokenizer, tmp_path, generation_engine="hf")
     settings = distiller._rollout_settings()
-    assert settings.student_sampling.lean is False and settings.teacher_sampling.lean is False
+    assert settings.student_sampling.engine == settings.teacher_sampling.engine == "hf"
 
 
 def test_norm_and_rotary_are_bit_identical_to_hf_modules():

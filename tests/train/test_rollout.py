@@ -3,14 +3,8 @@
 import pytest
 import torch
 
-from distill.rollout import (
-    Completion,
-    SamplingParams,
-    collate,
-    draw_sources,
-    first_eos_mask,
-    generate_completions,
-)
+from distill.generation import SamplingParams, first_eos_mask, generate_completions
+from distill.rollout import Completion, collate, draw_sources
 from tests.distributed import run_in_processes
 
 EOS = 1
@@ -86,7 +80,7 @@ def test_padded_embedding_rows_are_never_sampled(tokenizer):
     """An output embedding padded past the tokenizer (pad_rows) must not yield ids the tokenizer lacks."""
     import torch
 
-    from distill.rollout import SamplingParams, generate_completions
+    from distill.generation import SamplingParams, generate_completions
     from tests.conftest import tiny_lm
 
     vocab = len(tokenizer)

@@ -185,7 +185,7 @@ def test_pad_equal_to_eos_keeps_the_terminating_eos_in_the_loss(tokenizer, tmp_p
     assert tokenizer.pad_token_id == eos
     lmbda, seq_kd = {"student": (1.0, False), "teacher": (0.0, True), "dataset": (0.0, False)}[source]
     rows = [{**row, "completion": "ok"} for row in chat_rows(16)]
-    distiller = make_distiller(tokenizer, tmp_path, rows=rows, lmbda=lmbda, seq_kd=seq_kd, max_new_tokens=8, lean_decode=False)
+    distiller = make_distiller(tokenizer, tmp_path, rows=rows, lmbda=lmbda, seq_kd=seq_kd, max_new_tokens=8, generation_engine="hf")
     distiller.student_model.generate = Scripted([5, 6, eos])
     distiller.teacher.model.generate = Scripted([7, eos])
     for mb in distiller.rollout(0, {}):

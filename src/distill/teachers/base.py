@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from distill.data import Example
-from distill.rollout import MicroBatch, SamplingParams
+from distill.generation import SamplingParams
+from distill.rollout import MicroBatch
 
 
 class Teacher(Protocol):

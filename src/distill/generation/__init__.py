@@ -1,0 +1,26 @@
+"""Generation engines: how completions are sampled, one part behind one interface.
+
+- `engine.py`: `SamplingParams`, the `Engine` protocol and the engine registry (`register_engine`).
+- `complete.py`: `generate_completions`, the one entry every sampler calls (the student's rollouts, a
+  teacher's seq_kd samples, a self-teacher's, the evaluation's): batching, left padding, padded vocabulary
+  rows, the cut at the first EOS, and the engine chosen by `SamplingParams.engine`.
+- `hf.py`: transformers' `generate` (any model). `lean.py`: distill's lean decode loop (`distill.lean_decode`;
+  Llama-family float32 models on CPU: the same distribution in less time).
+
+`generation_engine: auto` (the default) takes the lean loop where it applies and `generate` otherwise.
+"""
+
+from distill.generation import hf, lean  # noqa: F401  (they register the built-in engines)
+from distill.generation.complete import first_eos_mask, generate_completions
+from distill.generation.engine import (
+           AUTO,
+           Engine,
+           SamplingParams,
+           engine_names,
+           get_engine,
+           register_engine,
+           unregister_engine,
+)
+
+__all__ = ["AUTO", "Engine", "SamplingParams", "engine_names", "first_eos_mask", "generate_completions", "get_engine",
+           "register_engine", "unregister_engine"]

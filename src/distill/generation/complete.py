@@ -1,0 +1,113 @@
+"""`generate_completions`: the one entry every sampler calls, whatever the engine.
+
+Shared by every engine: prompts cut into batches and left-padded, output-embedding rows past the
+tokenizer's vocabulary suppressed, each completion cut at its first EOS (kept; pad == eos is safe), and
+whether it stopped at max_new_tokens. The engine (`SamplingParams.engine`) decodes each batch.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from distill.generation.engine import (
+    AUTO,
+    Engine,
+    SamplingParams,
+    engine_names,
+    get_engine,
+)
+
+logger = logging.getLogger("distill.rollout")  # the name users saw for the decode-loop line before engines
+
+_logged: set[str] = set()
+
+
+def first_eos_mask(tokens: torch.Tensor, eos_ids: list[int]) -> torch.Tensor:
+    """(B, L) bool: True up to and including each row's first EOS, False after it (pad == eos is safe)."""
+    if not eos_ids:
+        return torch.ones_like(tokens, dtype=torch.bool)
+    is_eos = torch.isin(tokens, torch.tensor(eos_ids, device=tokens.device))
+    eos_seen_before = (is_eos.long().cumsum(dim=1) - is_eos.long()) > 0
+    return ~eos_seen_before
+
+
+def choose_engine(name: str, model, device: torch.device) -> Engine:
+    """The engine `name` (refusing `model` is an error), or under `auto` the first taking part in auto
+    choice (`auto_order` not None) that does not refuse it; the choice is logged once per reason."""
+    if name != AUTO:
+        engine = get_engine(name)
+        reason = engine.refusal(model, device)
+        if reason is not None:
+            raise ValueError(f"generation_engine {name}: {reason}; set generation_engine: {AUTO} to fall back")
+        return engine
+    refused = []
+    for candidate in engine_names():
+        engine = get_engine(candidate)
+        if engine.auto_order is None:
+            continue
+        reason = engine.refusal(model, device)
+        if reason is None:
+            message = f"decoding with {engine.label}" + (f": {'; '.join(refused)}" if refused else "")
+            if message not in _logged:
+                _logged.add(message)
+                logger.info(message)
+            return engine
+        refused.append(reason)
+    raise ValueError(f"no generation engine can decode this model ({'; '.join(refused)})")
+
+
+@torch.no_grad()
+def generate_completions(
+    model,
+    prompts: list[list[int]],
+    sampling: SamplingParams,
+    eos_ids: list[int],
+    pad_id: int,
+    device: torch.device,
+    batch_size: int | None = None,
+    stopping_criteria=None,
+    vocab_size: int | None = None,
+    with_log_probs: bool = False,
+) -> list[tuple]:
+    """Sample a completion for each prompt with the engine `sampling.engine` names (module docstring).
+
+    Returns, per prompt, (completion ids ending at the first EOS, whether it stopped at max_new_tokens), and
+    with `with_log_probs` a third item: each token's log-prob under the sampling distribution.
+    `stopping_criteria` (a transformers StoppingCriteriaList) may end rows early; the caller then cuts them.
+    `vocab_size`: the tokenizer's size; rows of an output embedding padded past it (e.g. to a multiple of 64)
+    are never sampled, since those ids mean nothing to the tokenizer or the loss.
+    """
+    results: list[tuple] = []
+    batch_size = batch_size or max(len(prompts), 1)
+    engine = choose_engine(sampling.engine, model, device)
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(prompts), batch_size):
+            chunk = prompts[start : start + batch_size]
+            width = max(len(p) for p in chunk)
+            input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+            attention_mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            for row, ids in enumerate(chunk):
+                input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+                attention_mask[row, width - len(ids) :] = 1
+            padded_rows = _output_rows(model) - vocab_size if vocab_size is not None else 0
+            suppress = list(range(vocab_size, vocab_size + padded_rows)) if padded_rows > 0 else []
+            generated, log_probs = engine.decode(model, input_ids, attention_mask, sampling, eos_ids, pad_id, suppress,
+                                                 stopping_criteria, with_log_probs, device)
+            keep = first_eos_mask(generated, eos_ids)
+            for row in range(len(chunk)):
+                ids = generated[row][keep[row]].tolist()
+                ended = bool(ids) and ids[-1] in eos_ids
+                result = (ids, not ended and len(ids) >= sampling.max_new_tokens)
+                results.append(result + (log_probs[row][: len(ids)].tolist(),) if with_log_probs else result)
+    finally:
+        model.train(was_training)
+    return results
+
+
+def _output_rows(model) -> int:
+    head = model.get_output_embeddings()
+    return head.weight.shape[0] if head is not None else 0

@@ -1,0 +1,51 @@
+"""transformers' `generate` as an engine: any model, KV cache, left padding."""
+
+from __future__ import annotations
+
+import torch
+
+from distill.generation.engine import SamplingParams, register_engine
+
+
+class HFGenerate:
+    name = "hf"
+    label = "HF generate"
+    auto_order = 1  # after the lean loop, which decodes the models it takes faster
+
+    def refusal(self, model, device: torch.device) -> str | None:
+        return None
+
+    def decode(self, model, input_ids, attention_mask, sampling: SamplingParams, eos_ids, pad_id, suppress_tokens,
+               stopping_criteria, with_log_probs: bool, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        kwargs = dict(
+            max_new_tokens=sampling.max_new_tokens,
+            do_sample=sampling.do_sample,
+            eos_token_id=eos_ids or None,
+            pad_token_id=pad_id,
+            # transformers turns synced_gpus on for an FSDP-managed model (every process steps until all are
+            # done); distill generates on a gathered student (`distill.sharding.gathered`), which needs no sync.
+            synced_gpus=False,
+        )
+        if sampling.do_sample:
+            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
+        if stopping_criteria is not None:
+            kwargs["stopping_criteria"] = stopping_criteria
+        if suppress_tokens:
+            kwargs["suppress_tokens"] = suppress_tokens
+        if with_log_probs:
+            kwargs.update(output_scores=True, return_dict_in_generate=True)
+        output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        sequences = output.sequences if with_log_probs else output
+        generated = sequences[:, input_ids.shape[1]:].cpu()
+        return generated, (sampled_log_probs(output.scores, generated) if with_log_probs else None)
+
+
+def sampled_log_probs(scores: tuple[torch.Tensor, ...], generated: torch.Tensor) -> torch.Tensor:
+    """(B, L) float32: log softmax of each step's processed scores (B, V) at the token sampled there."""
+    columns = [torch.log_softmax(step.float(), dim=-1).gather(1, generated[:, t : t + 1].to(step.device)).squeeze(1).cpu()
+               for t, step in enumerate(scores)]
+    return torch.stack(columns, dim=1) if columns else torch.zeros(generated.shape[0], 0)
+
+
+register_engine(HFGenerate())

@@ -1,0 +1,28 @@
+"""distill's lean decode loop as an engine (`distill.lean_decode`): Llama-family float32 models on CPU, the
+same distribution as `generate` in less time; it refuses every other model (`refusal` says why)."""
+
+from __future__ import annotations
+
+import torch
+
+from distill.generation.engine import SamplingParams, register_engine
+from distill.lean_decode import lean_generate, refusal
+
+
+class LeanDecode:
+    name = "lean"
+    label = "distill's lean loop"
+    auto_order = 0
+
+    def refusal(self, model, device: torch.device) -> str | None:
+        return refusal(model, device)
+
+    def decode(self, model, input_ids, attention_mask, sampling: SamplingParams, eos_ids, pad_id, suppress_tokens,
+               stopping_criteria, with_log_probs: bool, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return lean_generate(model, input_ids, attention_mask, max_new_tokens=sampling.max_new_tokens,
+                             do_sample=sampling.do_sample, temperature=sampling.temperature, top_k=sampling.top_k,
+                             top_p=sampling.top_p, eos_ids=eos_ids, pad_id=pad_id, suppress_tokens=suppress_tokens,
+                             stopping_criteria=stopping_criteria, with_log_probs=with_log_probs)
+
+
+register_engine(LeanDecode())

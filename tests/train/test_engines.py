@@ -1,0 +1,124 @@
+"""Generation engines are parts (`distill.generation`): HF generate and the lean loop behind one interface,
+chosen by `generation_engine`; an engine defined in this file trains end to end with no edit elsewhere."""
+
+from __future__ import annotations
+
+import datasets
+import pytest
+import torch
+
+from distill import DistillConfig
+from distill.generation import (
+    AUTO,
+    SamplingParams,
+    engine_names,
+    generate_completions,
+    get_engine,
+    register_engine,
+    unregister_engine,
+)
+from distill.trainer import Distiller
+from tests.conftest import chat_rows, tiny_lm
+from tests.train.helpers import FAST
+
+TOY = "toy_argmax"
+CPU = torch.device("cpu")
+
+
+class ArgmaxLoop:
+    """A toy engine: greedy decoding by a full forward pass per token (no KV cache), counting its calls."""
+
+    name = TOY
+    label = "a toy argmax loop"
+    auto_order = None  # used only when named
+
+    def __init__(self):
+        self.calls = 0
+
+    def refusal(self, model, device):
+        return None
+
+    def decode(self, model, input_ids, attention_mask, sampling, eos_ids, pad_id, suppress_tokens, stopping_criteria,
+               with_log_probs, device):
+        self.calls += 1
+        ids, mask = input_ids.clone(), attention_mask.clone()
+        new, log_probs = [], []
+        done = torch.zeros(ids.shape[0], dtype=torch.bool)
+        for _ in range(sampling.max_new_tokens):
+            position_ids = (mask.cumsum(1) - 1).clamp_min(0)
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits[:, -1].float()
+            if suppress_tokens:
+                logits[:, suppress_tokens] = float("-inf")
+            token = logits.argmax(-1)
+            token = torch.where(done, torch.full_like(token, pad_id), token)
+            new.append(token)
+            log_probs.append(torch.log_softmax(logits, -1).gather(1, token.unsqueeze(1)).squeeze(1))
+            done |= torch.isin(token, torch.tensor(eos_ids))
+            ids = torch.cat([ids, token.unsqueeze(1)], 1)
+            mask = torch.cat([mask, torch.ones_like(token).unsqueeze(1)], 1)
+            if done.all():
+                break
+        return torch.stack(new, 1), (torch.stack(log_probs, 1) if with_log_probs else None)
+
+
+@pytest.fixture
+def toy_engine():
+    engine = register_engine(ArgmaxLoop())
+    yield engine
+    unregister_engine(TOY)
+
+
+def test_the_built_in_engines_are_registered_in_order_of_preference():
+    assert engine_names()[:2] == ("lean", "hf")
+    assert get_engine("lean").auto_order < get_engine("hf").auto_order
+    with pytest.raises(ValueError, match=r"generation_engine must be 'auto' or one of .* got 'hff' \(did you mean 'hf'\?\)"):
+        get_engine("hff")
+
+
+def test_auto_takes_the_lean_loop_where_it_applies_and_the_same_greedy_tokens_as_generate(tokenizer):
+    model = tiny_lm(len(tokenizer), seed=3, eos_token_id=tokenizer.eos_token_id)
+    prompts = [[5, 6, 7, 8], [9, 10]]
+    greedy = {name: generate_completions(model, prompts, SamplingParams(1.0, 1.0, 0, 8, do_sample=False, engine=name),
+                                         [tokenizer.eos_token_id], tokenizer.pad_token_id, CPU)
+              for name in (AUTO, "lean", "hf")}
+    assert greedy[AUTO] == greedy["lean"] == greedy["hf"]
+
+
+def test_a_named_engine_that_refuses_the_model_is_an_error(tokenizer):
+    model = tiny_lm(len(tokenizer), seed=3, eos_token_id=tokenizer.eos_token_id).double()  # the lean loop is float32 only
+    with pytest.raises(ValueError, match="generation_engine lean: .*set generation_engine: auto to fall back"):
+        generate_completions(model, [[5, 6]], SamplingParams(1.0, 1.0, 0, 4, engine="lean"), [1], 1, CPU)
+    outputs = generate_completions(model, [[5, 6]], SamplingParams(1.0, 1.0, 0, 4, engine=AUTO), [1], 1, CPU)
+    assert len(outputs) == 1  # auto falls back to generate
+
+
+def test_an_engine_defined_in_a_test_file_trains_end_to_end(tokenizer, tmp_path, toy_engine):
+    """The student's rollouts (on-policy micro-batches) and the evaluation's samples come from the toy, chosen
+    by generation_engine alone; the sampled tokens are its greedy ones."""
+    values = {**FAST, "lmbda": 1.0, "output_dir": str(tmp_path / "run"), "generation_engine": TOY, "max_steps": 2}
+    student = tiny_lm(len(tokenizer), layers=2, seed=2, eos_token_id=tokenizer.eos_token_id)
+    distiller = Distiller(DistillConfig(**values), student=student,
+                          teacher=tiny_lm(len(tokenizer), layers=3, seed=1, eos_token_id=tokenizer.eos_token_id),
+                          tokenizer=tokenizer, train_dataset=datasets.Dataset.from_list(chat_rows(16)))
+    distiller.setup()
+    before = {n: p.detach().clone() for n, p in distiller.student_model.named_parameters()}
+    micro_batches = distiller.rollout(0, {})
+    assert toy_engine.calls == 1 and all(mb.source == "student" for mb in micro_batches)
+    completion = micro_batches[0].completions[0]
+    expected = toy_engine.decode(student, torch.tensor([completion.prompt_ids]), torch.ones(1, len(completion.prompt_ids),
+                                 dtype=torch.long), SamplingParams(1.0, 1.0, 0, 6), distiller.eos_ids, distiller.pad_id, [],
+                                 None, False, CPU)[0][0].tolist()
+    assert completion.completion_ids == expected[: len(completion.completion_ids)]
+    result = distiller.train()
+    assert result["steps"] == 2 and toy_engine.calls >= 2
+    assert any(not torch.equal(before[n], p.detach()) for n, p in distiller.student_model.named_parameters())
+
+
+def test_an_unknown_engine_fails_before_any_model_loads(tmp_path):
+    with pytest.raises(ValueError, match="generation_engine must be 'auto' or one of"):
+        DistillConfig(**{**FAST, "output_dir": str(tmp_path / "run"), "generation_engine": "vllm-someday"}).validate()
+
+
+def test_the_retired_lean_decode_field_says_what_to_write():
+    with pytest.raises(ValueError, match="lean_decode is gone: write generation_engine: hf"):
+        DistillConfig.from_dict({"lean_decode": False}, "recipe")
