@@ -49,7 +49,8 @@ def check_output_dir(run_dir: Path, overwrite: bool, inputs: dict[str, str], res
         raise ValueError(f"output_dir {run_dir} is a file, not a directory; choose another --output_dir")
     check_writable(run_dir)
     check_inputs_outside(run_dir, inputs)
-    check_unlocked(run_dir, break_lock)
+    if launch_rank() == 0:  # another rank would see its own main process's lock (the main process acquires it)
+        check_unlocked(run_dir, break_lock)
     if resuming:
         return
     if overwrite and run_dir.is_dir():
@@ -59,6 +60,15 @@ def check_output_dir(run_dir: Path, overwrite: bool, inputs: dict[str, str], res
             f"output_dir {run_dir} already exists and is not empty: choose another --output_dir, continue it with "
             f"`distill train --resume {run_dir}`, or replace the previous run's files with --overwrite_output_dir true"
         )
+
+
+def launch_rank() -> int:
+    """This process's rank in a launch, known before the run's runtime starts (0 for a single process)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", "0"))
 
 
 def run_inputs(config, location: str) -> dict[str, str]:

@@ -40,9 +40,13 @@ def lock_path(run_dir: Path) -> Path:
 
 
 def process_start_time(pid: int) -> float | None:
-    """When process `pid` started (seconds since the epoch), or None when there is no such process."""
+    """When process `pid` started (seconds since the epoch), or None when there is no such process (or only its
+    zombie)."""
     try:
-        return psutil.Process(pid).create_time()
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:  # exited, not yet reaped by its parent: writes nothing
+            return None
+        return process.create_time()
     except psutil.NoSuchProcess:
         return None
     except psutil.Error:  # exists, but its details are not ours to read

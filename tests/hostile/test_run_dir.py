@@ -427,3 +427,31 @@ def test_a_lock_that_cannot_be_written_leaves_nothing_behind(tmp_path, monkeypat
     with pytest.raises(OSError, match="No space left"):
         distill.run_lock.RunLock(tmp_path).acquire()
     assert not (tmp_path / LOCK).exists()
+
+
+def test_the_lock_of_a_process_that_exited_unreaped_is_stale(tmp_path):
+    """A worker that exited (os._exit, a crash) but that its parent has not reaped yet is a zombie: it writes
+    nothing, so its lock is stale."""
+    from distill.run_lock import is_stale, process_start_time
+
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.time() + 30
+    import psutil
+
+    while psutil.Process(process.pid).status() != psutil.STATUS_ZOMBIE and time.time() < deadline:
+        time.sleep(0.01)
+    assert psutil.Process(process.pid).status() == psutil.STATUS_ZOMBIE
+    assert process_start_time(process.pid) is None
+    assert is_stale({"pid": process.pid, "host": socket.gethostname(), "started": time.time()})
+    process.wait()
+
+
+def test_another_rank_of_a_launch_does_not_check_its_main_process_lock(tmp_path, monkeypatch):
+    """Every rank builds a Distiller; only the main process takes the lock, so a rank > 0 that starts late must
+    not mistake its own main process's lock for another run's."""
+    write_lock(tmp_path / "run", pid=os.getppid(), host=socket.gethostname(), started=time.time())
+    monkeypatch.setenv("RANK", "1")
+    check_output_dir(tmp_path / "run", True, {}, resuming=True)
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(RunLocked):
+        check_output_dir(tmp_path / "run", True, {}, resuming=True)
