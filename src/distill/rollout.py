@@ -121,14 +121,6 @@ class MicroBatch:
         self.advantages = torch.tensor([c.advantage for c in self.completions], dtype=torch.float32)
 
 
-def draw_sources(lmbda: float, seq_kd: bool, seed: int, step: int, num_micro_batches: int) -> list[str]:
-    """The source of each micro-batch of optimizer step `step`; identical on every process."""
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    draws = torch.rand(num_micro_batches, generator=generator, dtype=torch.float64)
-    off_policy = "teacher" if seq_kd else "dataset"
-    return ["student" if float(u) < lmbda else off_policy for u in draws]
-
-
 def collate(completions: list[Completion], source: str, pad_id: int) -> MicroBatch:
     """Right-padded token tensors for one micro-batch; torch.long even when every completion is empty."""
     lengths = [len(c.prompt_ids) + len(c.completion_ids) for c in completions]

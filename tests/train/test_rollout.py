@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from distill.generation import SamplingParams, first_eos_mask, generate_completions
-from distill.rollout import Completion, collate, draw_sources
+from distill.methods.mixing import draw_sources
+from distill.rollout import Completion, collate
 from tests.distributed import run_in_processes
 
 EOS = 1

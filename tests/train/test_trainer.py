@@ -6,8 +6,8 @@ import datasets
 import pytest
 import torch
 
+from distill.methods.mixing import draw_sources
 from distill.objectives import StepContext
-from distill.rollout import draw_sources
 from distill.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
 from tests.skip_guard import needs_extra

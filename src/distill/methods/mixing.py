@@ -9,10 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from distill.methods.registry import Reads
-from distill.rollout import draw_sources
 
 LMBDA_SCHEDULES = ("constant", "linear", "step")
+
+
+def draw_sources(lmbda: float, seq_kd: bool, seed: int, step: int, num_micro_batches: int) -> list[str]:
+    """The source of each micro-batch of optimizer step `step`; identical on every process."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    draws = torch.rand(num_micro_batches, generator=generator, dtype=torch.float64)
+    off_policy = "teacher" if seq_kd else "dataset"
+    return ["student" if float(u) < lmbda else off_policy for u in draws]
 
 
 @dataclass(frozen=True)
