@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from distill.batch import Completion, collate
 from distill.data import PromptEncoder, examples_from_dataset
 from distill.data_files import load_dataset_spec
 from distill.generation import SamplingParams
 from distill.losses import DEFAULT_CHUNK_SIZE
 from distill.losses.sparse import DEFAULT_MIN_TAIL_MASS, teacher_cells
-from distill.rollout import Completion, collate
 from distill.runtime import eval_device
 from distill.signals import DenseSignal, SparseSignal
 from distill.teachers.cache import (

@@ -16,11 +16,11 @@ from pathlib import Path
 import torch
 
 from distill.answers import contains_answer
+from distill.batch import Completion, collate
 from distill.data import Example, PromptEncoder
 from distill.generation import AUTO, SamplingParams, generate_completions
 from distill.objectives import DivergenceObjective, StepContext
 from distill.objectives.student import student_loss
-from distill.rollout import Completion, collate
 from distill.teachers import Teacher
 
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import torch
 
+from distill.batch import Completion, MicroBatch
 from distill.errors import RewardFunctionError
 from distill.rewards import Rewards
-from distill.rollout import Completion, MicroBatch
 from distill.teacher_prompts import Reprompts
 
 logger = logging.getLogger(__name__)

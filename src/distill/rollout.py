@@ -22,11 +22,12 @@ is log softmax(logits / sampling_temperature). Dataset and teacher completions h
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 import torch
 
+from distill.batch import Completion, MicroBatch, collate
 from distill.data import EncodedExample, Example, StepSampler
 from distill.generation import SamplingParams, generate_completions
 from distill.runtime import phase_clock
@@ -47,97 +48,6 @@ class SourcePlan(Protocol):
 
     def possible(self) -> frozenset[str]:
         """Every source some step can draw."""
-
-
-@dataclass
-class Completion:
-    """One prompt with its completion, as token ids (completion ends at its first EOS, which is kept).
-
-    `example` is the dataset example it came from (its text and index), for teachers that need more than
-    the student's token ids: another tokenizer's rendering, a cache keyed by example id, a teacher route.
-    """
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    source: str
-    hit_max_new_tokens: bool = False
-    prompt_truncated: bool = False
-    example: Example | None = None
-    rollout_log_probs: list[float] | None = None  # per completion token, when the method records them
-    trained: bool = True  # False: the row gets no loss (a method's `trains_row`), its tokens leave the denominator
-    loss_skip: int = 0  # the first this many completion tokens get no loss (num_loss_tokens_to_skip)
-    # Set after the step's rollout by a method's step stage (`StepRollout.stage`; sdpo's rewards):
-    advantage: float | None = None  # the row's advantage (policy-gradient methods)
-    reprompt: tuple[list[int], bool] | None = None  # the self-teacher's prompt ids for this row, and whether cut
-    distilled: bool = True  # False: no self-distillation loss on this row (sdpo rows without a demonstration)
-
-    def loss_span(self) -> range:
-        """Indices into `completion_ids` of the tokens trained on."""
-        return range(min(self.loss_skip, len(self.completion_ids)) if self.trained else len(self.completion_ids),
-                     len(self.completion_ids))
-
-
-@dataclass
-class MicroBatch:
-    """Token tensors of one micro-batch, right-padded: [prompt | completion | pad].
-
-    input_ids, attention_mask: (B, T) torch.long.
-    completion_mask: (B, T) bool, True at the completion tokens trained on (`Completion.loss_span`: all of
-        them unless a method leaves rows or leading tokens out).
-    rollout_log_probs: (N,) float32 over the N trained tokens in row-major order, or None (module docstring).
-    advantages: (B,) float32, each row's advantage, or None (set with the completions' by a step stage).
-    """
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    completion_mask: torch.Tensor
-    source: str
-    completions: list[Completion] = field(repr=False)
-    rollout_log_probs: torch.Tensor | None = None
-    advantages: torch.Tensor | None = None
-
-    @property
-    def num_completion_tokens(self) -> int:
-        return int(self.completion_mask.sum())
-
-    @property
-    def num_distilled_tokens(self) -> int:
-        """Trained tokens of the rows that get a self-distillation loss (`Completion.distilled`; all rows but
-        sdpo's without a demonstration)."""
-        return sum(len(c.loss_span()) for c in self.completions if c.distilled)
-
-    @property
-    def num_rows(self) -> int:
-        """Rows with at least one trained token."""
-        return int(self.completion_mask.any(dim=1).sum())
-
-    def to(self, device: torch.device) -> "MicroBatch":
-        move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return MicroBatch(self.input_ids.to(device), self.attention_mask.to(device), self.completion_mask.to(device),
-                          self.source, self.completions, move(self.rollout_log_probs), move(self.advantages))
-
-    def set_advantages(self) -> None:
-        """`advantages` from the completions' (after a step stage set them)."""
-        self.advantages = torch.tensor([c.advantage for c in self.completions], dtype=torch.float32)
-
-
-def collate(completions: list[Completion], source: str, pad_id: int) -> MicroBatch:
-    """Right-padded token tensors for one micro-batch; torch.long even when every completion is empty."""
-    lengths = [len(c.prompt_ids) + len(c.completion_ids) for c in completions]
-    width = max(lengths)
-    input_ids = torch.full((len(completions), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(completions), width), dtype=torch.long)
-    completion_mask = torch.zeros((len(completions), width), dtype=torch.bool)
-    for row, c in enumerate(completions):
-        tokens = torch.tensor(c.prompt_ids + c.completion_ids, dtype=torch.long)
-        input_ids[row, : len(tokens)] = tokens
-        attention_mask[row, : len(tokens)] = 1
-        span = c.loss_span()
-        completion_mask[row, len(c.prompt_ids) + span.start : len(c.prompt_ids) + span.stop] = True
-    log_probs = None
-    if completions and all(c.rollout_log_probs is not None for c in completions):
-        log_probs = torch.tensor([c.rollout_log_probs[i] for c in completions for i in c.loss_span()], dtype=torch.float32)
-    return MicroBatch(input_ids, attention_mask, completion_mask, source, completions, log_probs)
 
 
 @dataclass

@@ -30,6 +30,7 @@ from torch import nn
 
 from distill import checkpoint as ckpt
 from distill import placement, sharding
+from distill.batch import MicroBatch
 from distill.config import DistillConfig
 from distill.data import (
     EncodedExample,
@@ -63,7 +64,7 @@ from distill.models import (
 )
 from distill.objectives import StepContext
 from distill.objectives.student import StudentObjective
-from distill.rollout import MicroBatch, RolloutSettings, StepRollout
+from distill.rollout import RolloutSettings, StepRollout
 from distill.run import (
     RunDirectory,
     check_objects_given,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from distill.batch import Completion, collate
 from distill.data import Example
 from distill.generation import SamplingParams
 from distill.losses import LogitHead
@@ -18,7 +19,6 @@ from distill.objectives import (
     divergence,
 )
 from distill.objectives.student import student_loss
-from distill.rollout import Completion, collate
 from distill.teachers.cross_tokenizer import CrossTokenizerTeacher
 from tests.conftest import tiny_lm
 from tests.gold.conftest import TEXT

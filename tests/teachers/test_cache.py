@@ -73,8 +73,8 @@ def test_cache_holds_the_teachers_top_k_within_the_byte_budget(cache_dir, model_
 
     from transformers import AutoModelForCausalLM
 
+    from distill.batch import Completion, collate
     from distill.data import PromptEncoder
-    from distill.rollout import Completion, collate
 
     model = AutoModelForCausalLM.from_pretrained(model_dirs["teacher"], dtype=torch.float32)
     encoder = PromptEncoder(tokenizer, 48, 12, [tokenizer.eos_token_id])

@@ -6,10 +6,10 @@ import datasets
 import pytest
 import torch
 
+from distill.batch import Completion, collate
 from distill.errors import TeacherServerError
 from distill.losses import LogitHead
 from distill.objectives import LossSettings, StudentTokens, divergence
-from distill.rollout import Completion, collate
 from distill.signals import DenseSignal
 from distill.teachers import LocalTeacher
 from distill.teachers.hidden import (

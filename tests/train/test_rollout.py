@@ -3,9 +3,9 @@
 import pytest
 import torch
 
+from distill.batch import Completion, collate
 from distill.generation import SamplingParams, first_eos_mask, generate_completions
 from distill.methods.mixing import draw_sources
-from distill.rollout import Completion, collate
 from tests.distributed import run_in_processes
 
 EOS = 1

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from distill import DistillConfig
+from distill.batch import Completion, collate
 from distill.cli import main
 from distill.data import Example
-from distill.rollout import Completion, collate
 from distill.run import resume_config
 from distill.teacher_prompts import (
     DEFAULT_TEACHER_PROMPT_TEMPLATE,

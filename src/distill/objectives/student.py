@@ -11,10 +11,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from distill.batch import MicroBatch
 from distill.losses import DistillLoss
 from distill.models import logit_head
 from distill.objectives.base import Objective, StepContext, StudentTokens
-from distill.rollout import MicroBatch
 from distill.teachers.hidden import (
     backbone_hidden,
     completion_targets,

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from distill.batch import MicroBatch
 from distill.data import Example
 from distill.generation import SamplingParams
-from distill.rollout import MicroBatch
 
 
 class Teacher(Protocol):

@@ -31,11 +31,11 @@ from distill.align import (
     paired_groups,
     text_and_ends,
 )
+from distill.batch import MicroBatch
 from distill.data import Example, PromptEncoder
 from distill.generation import SamplingParams, generate_completions
 from distill.losses.uld import Alignment, ULDSettings, VocabularyMatch
 from distill.models import eos_token_ids, logit_head
-from distill.rollout import MicroBatch
 from distill.signals import AlignedSignal
 from distill.teachers.hidden import backbone_hidden
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from distill.batch import MicroBatch
 from distill.generation import SamplingParams, generate_completions
 from distill.models import logit_head
-from distill.rollout import MicroBatch
 from distill.signals import DenseSignal
 from distill.teachers.hidden import backbone_hidden, predicting_positions
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from distill.rollout import MicroBatch
+from distill.batch import MicroBatch
 from distill.signals import SparseSignal
 from distill.teachers.cache import TeacherCache
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from distill.rollout import MicroBatch, collate
+from distill.batch import MicroBatch, collate
 from distill.signals import RoutedSignal
 
 

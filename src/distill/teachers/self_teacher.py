@@ -26,11 +26,11 @@ from typing import Callable
 import torch
 from torch import nn
 
+from distill.batch import Completion, MicroBatch, collate
 from distill.data import Example
 from distill.generation import SamplingParams, generate_completions
 from distill.losses import LogitHead
 from distill.models import logit_head
-from distill.rollout import Completion, MicroBatch, collate
 from distill.signals import SelfSignal
 from distill.teacher_prompts import TeacherPrompts
 from distill.teachers.hidden import backbone_hidden, predicting_positions

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
+from distill.batch import MicroBatch
 from distill.errors import TeacherServerError
-from distill.rollout import MicroBatch
 from distill.signals import SparseSignal
 
 
