@@ -10,11 +10,12 @@ decode the model they are given (the student as it is now, a teacher, a self-tea
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+
+from distill.registry import Registry
 
 AUTO = "auto"
 
@@ -42,32 +43,13 @@ class Engine(Protocol):
         """(B, L) long new tokens on the CPU and, with `with_log_probs`, (B, L) float32 log-probs, or None."""
 
 
-_ENGINES: dict[str, Engine] = {}
+_ENGINES: Registry[Engine] = Registry("generation_engine", "generation engine", also=(AUTO,),
+                                     order=lambda name, engine: (engine.auto_order is None, engine.auto_order or 0, name))
 
 
-def register_engine(engine: Engine) -> Engine:
-    if engine.name == AUTO or engine.name in _ENGINES:
-        raise ValueError(f"a generation engine named {engine.name!r} is already registered")
-    _ENGINES[engine.name] = engine
-    return engine
-
-
-def unregister_engine(name: str) -> None:
-    """Remove an engine (tests that register a toy engine clean up with this)."""
-    _ENGINES.pop(name, None)
-
-
-def engine_names() -> tuple[str, ...]:
-    return tuple(sorted(_ENGINES, key=lambda name: (_ENGINES[name].auto_order, name)))
-
-
-def get_engine(name: str) -> Engine:
-    """The registered engine `name`; an unknown name is a ValueError listing the others."""
-    if name not in _ENGINES:
-        close = difflib.get_close_matches(str(name), list(_ENGINES) + [AUTO], n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ValueError(f"generation_engine must be {AUTO!r} or one of {engine_names()}, got {name!r}{hint}")
-    return _ENGINES[name]
+# register_engine(engine), unregister_engine(name), engine_names() (those taking part in `auto` first, in order of
+# preference), get_engine(name) (an unknown name is a ValueError listing the others).
+register_engine, unregister_engine, engine_names, get_engine = _ENGINES.register, _ENGINES.unregister, _ENGINES.names, _ENGINES.get
 
 
 def check_engine_name(name: str) -> None:

@@ -1,6 +1,6 @@
 """The method registry: what a method declares, and the table of registered methods.
 
-A leaf module: it imports nothing from distill, and no method. A method module builds a `Method` and
+A leaf module: it imports nothing from distill but the generic table (`distill.registry`), and no method. A method module builds a `Method` and
 calls `register` once; `distill.methods` imports the built-in ones. A method is *what is learned*: its
 completion sources and its objective. Where the teacher lives (a model, a server, a cache) is a separate
 choice (`distill.placement`); any teacher whose signal kind the objective consumes works with it.
@@ -8,9 +8,10 @@ choice (`distill.placement`); any teacher whose signal kind the objective consum
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
+
+from distill.registry import Registry
 
 TEACHER_KINDS = ("external", "self", "none")
 
@@ -124,8 +125,6 @@ class Method:
         return bool(value(config) if callable(value) else value)
 
 
-_REGISTRY: dict[str, Method] = {}
-
 # Names that once were methods, with what to write instead.
 RETIRED = {
     "server": "method 'server' is gone: the teacher's location is its own choice now. Write `method: gkd` (or "
@@ -137,29 +136,9 @@ RETIRED = {
 }
 
 
-def register(method: Method) -> Method:
-    """Add `method` to the registry (a name may be registered once)."""
-    if method.name in _REGISTRY or method.name in RETIRED:
-        raise ValueError(f"a method named {method.name!r} is already registered")
-    _REGISTRY[method.name] = method
-    return method
+_METHODS: Registry[Method] = Registry("method", "method", RETIRED)
 
 
-def unregister(name: str) -> None:
-    """Remove a method (tests that register a toy method clean up with this)."""
-    _REGISTRY.pop(name, None)
-
-
-def method_names() -> tuple[str, ...]:
-    return tuple(_REGISTRY)
-
-
-def get_method(name: str) -> Method:
-    """The registered method `name`; a retired or unknown name is a ValueError that says what to write."""
-    if name in RETIRED:
-        raise ValueError(RETIRED[name])
-    if name not in _REGISTRY:
-        close = difflib.get_close_matches(str(name), list(_REGISTRY), n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ValueError(f"method must be one of {tuple(_REGISTRY)}, got {name!r}{hint}")
-    return _REGISTRY[name]
+# The registry's interface: register(method), unregister(name), method_names(), get_method(name) (a retired or
+# unknown name is a ValueError that says what to write).
+register, unregister, method_names, get_method = _METHODS.register, _METHODS.unregister, _METHODS.names, _METHODS.get

@@ -1,0 +1,52 @@
+"""A table of named parts (methods, generation engines): one way to register, list and look them up.
+
+A leaf module: it imports nothing from distill, so any part's own module (itself a leaf, like
+`distill.methods.registry`) can hold a table.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Callable, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Parts by their `name` attribute. `field`: the config field that names one (for messages); `kind`: what a part is called
+    ("method"); `retired`: names that once were parts, with what to write instead; `also`: names the field
+    accepts besides the parts (e.g. "auto"), which no part may take; `order`: a sort key for `names()`
+    (registration order when None)."""
+
+    def __init__(self, field: str, kind: str, retired: dict[str, str] | None = None, also: tuple[str, ...] = (),
+                 order: Callable[[str, T], object] | None = None):
+        self.field, self.kind, self.retired, self.also, self.order = field, kind, retired or {}, also, order
+        self._parts: dict[str, T] = {}
+
+    def register(self, part: T) -> T:
+        """Add `part` under its `name` (a name may be registered once)."""
+        name = part.name
+        if name in self._parts or name in self.retired or name in self.also:
+            raise ValueError(f"a {self.kind} named {name!r} is already registered")
+        self._parts[name] = part
+        return part
+
+    def unregister(self, name: str) -> None:
+        """Remove a part (tests that register a toy clean up with this)."""
+        self._parts.pop(name, None)
+
+    def names(self) -> tuple[str, ...]:
+        if self.order is None:
+            return tuple(self._parts)
+        return tuple(sorted(self._parts, key=lambda name: self.order(name, self._parts[name])))
+
+    def get(self, name: str) -> T:
+        """The part `name`; a retired or unknown name is a ValueError that says what to write."""
+        if name in self.retired:
+            raise ValueError(self.retired[name])
+        if name not in self._parts:
+            close = difflib.get_close_matches(str(name), list(self._parts) + list(self.also), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            accepted = "".join(f"{word!r} or " for word in self.also)
+            raise ValueError(f"{self.field} must be {accepted}one of {self.names()}, got {name!r}{hint}")
+        return self._parts[name]
