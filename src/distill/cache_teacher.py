@@ -27,6 +27,7 @@ from distill.signals import DenseSignal, SparseSignal
 from distill.teachers.cache import (
     FORMAT,
     MANIFEST,
+    ONLY_CACHE_FILES,
     SETTING_KEYS,
     VERSION,
     ShardRecords,
@@ -187,8 +188,6 @@ def run_cache_teacher(job: CacheJob) -> dict:
     return manifest
 
 
-ONLY_CACHE_FILES = ("it deletes only the cache's own files: manifest.json, shard-NNNNN.safetensors and their "
-                    "temporary files, never other files")
 
 
 def _check_out(out: Path, overwrite: bool) -> None:

@@ -50,10 +50,10 @@ def method_readers(name: str) -> list[tuple[str, str]]:
         return []
     found = []
     for method in method_names():
-        needs = [part.needs for part in get_method(method).reads if name in part.names]
-        if needs:
-            found.append((method, needs[0].removeprefix(f"method {method}") or "always"))
-    return [(m, needs.strip(" ,") or "always") for m, needs in found]
+        needs = next((part.needs for part in get_method(method).reads if name in part.names), None)
+        if needs is not None:
+            found.append((method, needs.removeprefix(f"method {method}").strip(" ,") or "always"))
+    return found
 
 
 def location_methods(name: str) -> list[str]:

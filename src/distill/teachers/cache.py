@@ -231,6 +231,8 @@ def write_manifest(directory: Path, manifest: dict) -> None:
 
 
 WRITE_COMMAND = "distill cache-teacher --teacher MODEL --dataset DATASET --top-k K --out {directory}"
+ONLY_CACHE_FILES = ("it deletes only the cache's own files: manifest.json, shard-NNNNN.safetensors and their "
+                    "temporary files, never other files")
 
 
 def missing_manifest_advice(directory: Path) -> str:
@@ -244,8 +246,7 @@ def missing_manifest_advice(directory: Path) -> str:
     if foreign:
         return (f"it holds {', '.join(p.name for p in foreign)}, named like a cache's files but not written by cache-teacher: "
                 f"move them away (or choose another directory), then write the cache with `{command} --overwrite`")
-    return (f"rebuild it with `{command} --overwrite` (which deletes only the cache's own files: manifest.json, "
-            "shard-NNNNN.safetensors and their temporary files)")
+    return f"rebuild it with `{command} --overwrite` ({ONLY_CACHE_FILES})"
 
 
 def read_manifest(directory: Path) -> dict:
