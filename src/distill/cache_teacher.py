@@ -81,32 +81,41 @@ def sparse_top_k(signal, batch, k: int, temperature: float) -> TopK:
 
 
 def _open_teacher(job: CacheJob, device: torch.device):
-    """(teacher, tokenizer, teacher name) for a local model or a server, built as training builds them."""
+    """(teacher, tokenizer, teacher name) for a local model or a server, built by their teacher locations as
+    training builds them (`distill.locations`, purpose CACHE), for a run whose tokenizer is the teacher's own
+    (a model) or `--tokenizer` (a server)."""
+    from distill.config import DistillConfig
+    from distill.locations import CACHE, TeacherRequest, location_of
+    from distill.methods import get_method
     from distill.models import (
+        DEFAULT_TEACHER,
         check_context,
         eos_token_ids,
         load_tokenizer,
         resolve_model_source,
     )
-    from distill.teachers.build import load_model, model_teacher, server_teacher
-    from distill.teachers.server import ServerSettings
 
-    if job.teacher_url:
-        if job.generate:
-            raise ValueError("--generate needs a local --teacher model: a server teacher only scores")
+    method = get_method("gkd")  # a same-tokenizer method: the cache holds the teacher's own top-k
+    config = DistillConfig(method=method.name, teacher=job.teacher or DEFAULT_TEACHER, teacher_url=job.teacher_url,
+                           teacher_logprobs=job.top_k, temperature=job.temperature,
+                           max_prompt_length=job.max_prompt_length, max_new_tokens=job.max_new_tokens)
+    location = location_of(config, method)
+    if job.generate and not location.samples:
+        raise ValueError(f"--generate needs a local --teacher model: a {location.name} teacher only scores")
+    source = location.model_source(config, None)
+    model, tokenizer = location.load_model(source, device, method) if source is not None else (None, None)
+    if model is None:
         if not job.tokenizer:
             raise ValueError("--tokenizer: with --teacher-url give the tokenizer the cache is for (a model directory or .gguf)")
         tokenizer = load_tokenizer(resolve_model_source(job.tokenizer, "tokenizer"))
-        # A server that ignores the temperature (stock vLLM) would fill a cache labelled with the wrong one.
-        probe = tokenizer("The quick brown fox jumps over the lazy dog.", add_special_tokens=False)["input_ids"]
-        teacher = server_teacher(ServerSettings(job.teacher_url, job.top_k), tokenizer, len(tokenizer), job.temperature, probe)
-        return teacher, tokenizer, job.teacher_url
-    model, tokenizer = load_model(job.teacher, "teacher", device)
-    check_context(model, "teacher", {"--max-prompt-length": job.max_prompt_length, "--max-new-tokens": job.max_new_tokens})
-    teacher = model_teacher(model, tokenizer, tokenizer, cross_tokenizer=False, vocab_size=len(tokenizer),
-                            student_eos_ids=eos_token_ids(tokenizer, model), device=device,
-                            max_prompt_length=job.max_prompt_length)
-    return teacher, tokenizer, job.teacher
+    else:
+        check_context(model, "teacher", {"--max-prompt-length": job.max_prompt_length, "--max-new-tokens": job.max_new_tokens})
+    # A server that ignores the temperature (stock vLLM) would fill a cache labelled with the wrong one.
+    probe = tokenizer("The quick brown fox jumps over the lazy dog.", add_special_tokens=False)["input_ids"]
+    teacher = location.build(TeacherRequest(
+        config, method, CACHE, tokenizer, len(tokenizer), eos_token_ids(tokenizer, model), tokenizer.pad_token_id, device,
+        probe_ids=probe, temperature=job.temperature, teacher_model=model, teacher_tokenizer=tokenizer)).train
+    return teacher, tokenizer, job.teacher_url or job.teacher
 
 
 def run_cache_teacher(job: CacheJob) -> dict:

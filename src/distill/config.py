@@ -8,7 +8,7 @@ temperature (`sampling_temperature`, `teacher_sampling_temperature`) is not the 
 Sources of values, later ones winning: the defaults below, a YAML recipe, command-line flags
 (`--field value` or `--field-name value`); parsing and coercion are in `config_io`. `validate()` checks
 what needs no model: each field's range here, the method's own rules (`distill.methods`), the teacher's
-location (`distill.placement`), and that every field set is read by the run (`distill.run_parts`).
+location (`distill.locations`), and that every field set is read by the run (`distill.run_parts`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from distill import config_io, placement
+from distill import config_io, locations
 from distill.data_files import BUNDLED_DATASET
 from distill.methods import get_method
 from distill.methods.mixing import LMBDA_SCHEDULES
@@ -373,7 +373,7 @@ class DistillConfig:
             parse_student_init(self.student_init)
         method.validate(self)
         sources = method.sources(self).possible()
-        placement.validate(self, method, sources)
+        locations.validate(self, method, sources)
         if self.fsdp and self.dtype == "float16":
             raise ValueError("fsdp: true with dtype float16 is not supported (its loss scaler would need unscaling "
                              "before distill clips the sharded gradients); use dtype bfloat16 or float32")

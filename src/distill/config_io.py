@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+OBJECT_RECORD = re.compile(r"<\w+ object>")  # how config.yaml records a model or dataset passed as an object
 
 
 def load_yaml_recipe(path: str | Path) -> dict[str, Any]:

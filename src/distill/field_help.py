@@ -12,16 +12,9 @@ from __future__ import annotations
 import dataclasses
 
 from distill.config import DistillConfig
+from distill.locations import locations
 from distill.methods.registry import get_method, method_names
 from distill.run_parts import run_reads
-
-# A run with the teacher at this location: the field's value, and the settings the location needs
-# (a server or a cache cannot sample, and a cache scores only its own completions).
-LOCATIONS = {
-    "teacher_url": ("http://127.0.0.1:8000", ({}, {"seq_kd": False})),
-    "teacher_cache": ("cache-directory", ({"lmbda": 0.0, "lmbda_schedule": "constant", "seq_kd": False,
-                                          "eval_before_after": False},)),
-}
 
 
 def field_help(name: str) -> str:
@@ -30,7 +23,7 @@ def field_help(name: str) -> str:
     parts = [field.metadata.get("help", "")]
     if name == "method":
         parts += [f"'{m}': {get_method(m).summary}." for m in method_names()]
-    if name in LOCATIONS:
+    if name in selecting_fields():
         methods = location_methods(name)
         parts.append(f"Methods that can learn from it: {', '.join(methods) if methods else 'none'}.")
     readers = method_readers(name)
@@ -56,9 +49,15 @@ def method_readers(name: str) -> list[tuple[str, str]]:
     return found
 
 
+def selecting_fields() -> dict[str, tuple]:
+    """field -> (example value, settings a run with it needs) for each location a field selects
+    (`TeacherLocation.selected_by`: a server or a cache cannot sample, and a cache scores only its own completions)."""
+    return {loc.selected_by[0]: loc.selected_by[1:] for loc in locations() if loc.selected_by}
+
+
 def location_methods(name: str) -> list[str]:
-    """The registered methods that validate with the teacher at location `name` (some settings for it)."""
-    value, settings = LOCATIONS[name]
+    """The registered methods that validate with the teacher at the location field `name` selects (some settings for it)."""
+    value, settings = selecting_fields()[name]
     accepted = []
     for method in method_names():
         for extra in settings:

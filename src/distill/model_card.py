@@ -7,43 +7,26 @@ from pathlib import Path
 from distill.version import __version__
 
 
-def title_line(config: dict, method) -> str:
-    if method.card_title is not None:
-        return method.card_title(config)
-    if method.teacher == "self":
-        return "# Student distilled from itself, shown privileged context (self-distillation)"
-    if method.teacher == "none":
-        return "# Student fine-tuned on its dataset's completions (no teacher)"
-    return f"# Student distilled from {teacher_description(config)}"
-
-
-def teacher_description(config: dict) -> str:
-    if config.get("teacher_cache"):
-        return f"the teacher cache {config['teacher_cache']}"
-    if config.get("teacher_url"):
-        return f"the teacher server {config['teacher_url']}"
-    return str(config["teacher"])
-
-
-def write_model_card(model_dir: Path, config: dict, method, num_parameters: int, steps: int, report: dict | None) -> Path:
-    """README.md in `model_dir`; `method` (a registered `Method`) gives the paper and the loss line."""
+def write_model_card(model_dir: Path, config: dict, method, location, num_parameters: int, steps: int,
+                     report: dict | None) -> Path:
+    """README.md in `model_dir`; `method` (a registered `Method`) gives the paper and the loss line, `location`
+    (the run's `distill.locations.TeacherLocation`) the title and where the student started."""
     paper = method.paper
     made_with = (f"the `{config['method']}` method: {paper.title}, {paper.authors}, "
                  f"[arXiv:{paper.arxiv}](https://arxiv.org/abs/{paper.arxiv})." if paper else f"the `{config['method']}` method.")
-    initial = "initialised from the teacher" if method.teacher == "external" else "the default model"
     lines = [
         "---",
         "library_name: transformers",
         "tags: [distill, knowledge-distillation, " + config["method"] + "]",
         "---",
         "",
-        title_line(config, method),
+        method.card_title(config) if method.card_title is not None else location.card_title(config),
         "",
         f"Trained with distill {__version__} (a knowledge-distillation library; not published on a package index) "
         f"using {made_with}",
         "",
         f"- parameters: {num_parameters:,}",
-        f"- student: {config['student'] or initial} (student_init: {config['student_init'] or 'default'})",
+        f"- student: {config['student'] or location.student_origin} (student_init: {config['student_init'] or 'default'})",
         f"- optimizer steps: {steps}; loss: {method.describe_loss(config)}",
         f"- dataset: {config['dataset']}",
         "",

@@ -15,7 +15,6 @@ import errno
 import json
 import logging
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,9 @@ from typing import Any
 import yaml
 
 from distill import checkpoint as ckpt
-from distill import placement, sharding
+from distill import sharding
 from distill.config import DEFAULT_TEACHER, DistillConfig
+from distill.config_io import OBJECT_RECORD
 from distill.data_files import BUNDLED_SETS
 from distill.evaluate import Evaluator, build_report, summary_lines, write_report
 from distill.metrics import MetricsLog
@@ -34,7 +34,6 @@ from distill.run_lock import RunLock, check_unlocked
 
 logger = logging.getLogger(__name__)
 
-OBJECT_RECORD = re.compile(r"<\w+ object>")  # how config.yaml records a model or dataset passed as an object
 API_NAMES = {"dataset": "train_dataset"}  # Distiller's keyword for a config field, where they differ
 WRITTEN = ("config.yaml", "metrics.jsonl", ckpt.CHECKPOINTS, "model", "plots", "eval")
 
@@ -71,14 +70,11 @@ def launch_rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def run_inputs(config, location: str) -> dict[str, str]:
-    """The run's inputs named by path in `config` (field -> path); objects passed from Python are not paths."""
-    inputs = {"student": config.student, "dataset": config.dataset, "eval_dataset": config.eval_dataset}
-    if location == placement.MODEL:
-        inputs["teacher"] = config.teacher
-    if location == placement.CACHE:
-        inputs.update({f"teacher_cache {tid}".strip(): path
-                       for tid, path in placement.parse_routes(config.teacher_cache, "teacher_cache").items()})
+def run_inputs(config, location) -> dict[str, str]:
+    """The run's inputs named by path in `config` (field -> path), the teacher location's among them
+    (`TeacherLocation.inputs`); objects passed from Python are not paths."""
+    inputs = {"student": config.student, "dataset": config.dataset, "eval_dataset": config.eval_dataset,
+              **location.inputs(config)}
     named = {*BUNDLED_SETS, DEFAULT_TEACHER}  # names distill resolves itself, not paths
     return {field: path for field, path in inputs.items() if isinstance(path, str) and path not in named}
 
@@ -324,9 +320,10 @@ class RunDirectory:
         return result
 
     def finish(self, step: int, evaluator: Evaluator | None, before: dict | None, wrapped, student, tokenizer,
-               method, with_student) -> dict | None:
+               method, location, with_student) -> dict | None:
         """Final model, after-evaluation, report, model card and plots; returns the report's metrics.
-        `with_student(run)`: `run(student)` on every process (gathered under FSDP)."""
+        `with_student(run)`: `run(student)` on every process (gathered under FSDP); `method` and `location`
+        (the teacher's) describe the run in the model card."""
         model_dir = self.save_final_model(wrapped, student, tokenizer)
         report = None
         after = with_student(lambda gathered: evaluator.evaluate(gathered) if evaluator is not None else None)
@@ -334,7 +331,7 @@ class RunDirectory:
             report = build_report(evaluator, {"before": before, "after": after})
             write_report(report, self.path / "eval")
         if self.runtime.is_main_process:
-            write_model_card(model_dir, self.record, method, count_parameters(student), step, report)
+            write_model_card(model_dir, self.record, method, location, count_parameters(student), step, report)
             try:
                 from distill.plot import plot_metrics
 

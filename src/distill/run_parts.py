@@ -1,7 +1,7 @@
 """No silent fields: every config field is read by some part of the chosen run, or rejected.
 
 A run is made of parts: the core loop, the method (`Method.reads`), the teacher's location
-(`distill.placement`), student sampling, LoRA, the evaluation, trackers. Each declares the fields it reads
+(`distill.locations`), student sampling, LoRA, the evaluation, trackers. Each declares the fields it reads
 and when it is active. A field changed from its default (the dataclass's, or the method's for a field it
 fills in: `Method.defaults`) that no active part reads is an error that says what would read it.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from distill import placement
+from distill.locations import location_reads
 from distill.methods.registry import Method, Reads, get_method, method_names
 
 CORE = Reads("every run", (
@@ -32,7 +32,7 @@ def run_reads(sources: frozenset[str]) -> tuple[Reads, ...]:
         Reads("eval_before_after: true", ("eval_dataset", "eval_split", "eval_max_prompts", "eval_max_new_tokens",
                                           "eval_batch_size", "eval_examples"), lambda c: c.eval_before_after),
         Reads("a tracker (report_to other than none)", ("run_name",), lambda c: c.report_to.strip() not in ("", "none")),
-        *placement.READS,
+        *location_reads(),
     )
 
 

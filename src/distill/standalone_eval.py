@@ -1,6 +1,6 @@
 """`distill eval`: the training run's evaluation for any student directory or run directory.
 
-The teacher is built the way training builds it (`distill.teachers.build`), from the run's own config:
+The teacher is built the way training builds it (its `distill.locations` location), from the run's own config:
 its method decides whether the teacher has another tokenizer (then the aligned divergence, ULD or the
 run's hybrid ULD, is reported instead of same-vocabulary KLs), its location where the teacher lives.
 `--teacher` / `--teacher-url` replace the run's teacher; a bare student directory needs one of them (no
@@ -18,32 +18,15 @@ from pathlib import Path
 import torch
 import yaml
 
-from distill import placement
 from distill.config import DistillConfig
 from distill.data import PromptEncoder, examples_from_dataset
 from distill.data_files import BUNDLED_DATASET, load_dataset_spec
 from distill.evaluate import EvalSettings, Evaluator, build_report, write_report
+from distill.locations import EVAL, TeacherRequest, location_of
 from distill.methods import get_method
-from distill.models import (
-    DEFAULT_TEACHER,
-    check_context,
-    eos_token_ids,
-    make_student,
-    resolve_model_source,
-    student_vocab_size,
-)
-from distill.run import OBJECT_RECORD
+from distill.models import check_context, eos_token_ids, resolve_model_source
 from distill.runtime import check_device, eval_device
-from distill.teacher_prompts import TeacherPrompts
-from distill.teachers.build import (
-    close_teacher,
-    comparison_vocab_size,
-    load_model,
-    model_teacher,
-    server_settings,
-    server_teacher,
-)
-from distill.teachers.self_teacher import SelfTeacher
+from distill.teachers.build import close_teacher, comparison_vocab_size, load_model
 
 
 def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
@@ -65,27 +48,24 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
     examples = examples[:max_prompts] if max_prompts else examples
     device = eval_device(args.device)
     student, tokenizer = load_model(str(model_dir), "model", device)
-    settings = EvalSettings(args.max_new_tokens or config.eval_max_new_tokens, args.batch_size or config.eval_batch_size,
+    settings = EvalSettings(config.eval_max_new_tokens, args.batch_size or config.eval_batch_size,
                             config.eval_examples, config.seed, config.loss_chunk_size, config.generation_engine)
     budget = {"max_prompt_length": config.max_prompt_length, "max_new_tokens": settings.max_new_tokens}
     check_context(student, "student", budget)
     eos_ids = eos_token_ids(tokenizer, student)
     encoder = PromptEncoder(tokenizer, config.max_prompt_length, settings.max_new_tokens, eos_ids)
-    if method.teacher != "external":
-        vocab = student_vocab_size(tokenizer, student)
-        teacher = initial_model_teacher(config, tokenizer, vocab, eos_ids, device, settings.max_new_tokens)
-    elif placement.teacher_location(config) == placement.SERVER:  # scores the student's own samples; it does not sample
-        vocab = student_vocab_size(tokenizer, student)
-        server = server_settings(config, placement.parse_routes(config.teacher_url, "teacher_url")[""])
-        probe = encoder.prompt_ids(examples[0].prompt)[0]
-        teacher = server_teacher(server, tokenizer, vocab, 1.0, probe)
-    else:
-        teacher_model, teacher_tokenizer = load_model(config.teacher, "teacher", device)
+    location = location_of(config, method)  # the same build as training's, for the evaluation (EVAL)
+    source = location.model_source(config, None)
+    teacher_model, teacher_tokenizer = location.load_model(source, device, method) if source is not None else (None, None)
+    if teacher_model is not None:
         check_context(teacher_model, "teacher", budget)
-        vocab = comparison_vocab_size(method.cross_tokenizer, tokenizer, teacher_tokenizer, student, teacher_model)
-        teacher = model_teacher(teacher_model, teacher_tokenizer, tokenizer, cross_tokenizer=method.cross_tokenizer,
-                                vocab_size=vocab, student_eos_ids=eos_ids, device=device,
-                                max_prompt_length=config.max_prompt_length, uld_config=config)
+    own = teacher_model is None  # the teacher's vocabulary is the student's, or checked against it remotely
+    vocab = comparison_vocab_size(method.cross_tokenizer, tokenizer, tokenizer if own else teacher_tokenizer, student,
+                                  student if own else teacher_model)
+    teacher = location.build(TeacherRequest(
+        config, method, EVAL, tokenizer, vocab, eos_ids, tokenizer.pad_token_id, device,
+        probe_ids=encoder.prompt_ids(examples[0].prompt)[0], teacher_model=teacher_model,
+        teacher_tokenizer=teacher_tokenizer)).eval
     try:
         evaluator = Evaluator(teacher, tokenizer, encoder, examples, vocab, eos_ids, tokenizer.pad_token_id, device, settings)
         with torch.no_grad():
@@ -118,54 +98,17 @@ def check_target(target: Path) -> None:
     resolve_model_source(str(target), "model")
 
 
-def initial_model_teacher(config: DistillConfig, tokenizer, vocab: int, eos_ids: list[int], device: torch.device,
-                          max_new_tokens: int) -> SelfTeacher:
-    """The evaluation's teacher for a run without an external one: its initial model, shown privileged context."""
-    initial, _ = load_model(config.student or DEFAULT_TEACHER, "teacher (the run's initial model)", device)
-    initial = make_student(initial, config.resolved_student_init(True))
-    check_context(initial, "teacher (the run's initial model)", {"max_teacher_prompt_length": config.max_teacher_prompt_length,
-                                                                  "max_new_tokens": max_new_tokens})
-    prompts = TeacherPrompts(PromptEncoder(tokenizer, config.max_teacher_prompt_length, max_new_tokens, eos_ids),
-                             config.teacher_prompt_template)
-    # "live" on a model that never trains is its initial weights, without the copy "base" would make.
-    return SelfTeacher("live", initial.eval(), prompts, vocab, eos_ids, tokenizer.pad_token_id, device)
-
-
 def eval_config(record: dict, args) -> DistillConfig:
-    """The run's config (its config.yaml) with the teacher the flags name; for a bare student directory, the
-    defaults with `--teacher` / `--teacher-url` / `--method`."""
+    """The run's config (its config.yaml) with the teacher the flags name, as the run's teacher location
+    reads them (`TeacherLocation.eval_values`); for a bare student directory, the defaults with `--teacher` /
+    `--teacher-url` / `--method`. `--max-new-tokens` replaces the run's eval_max_new_tokens."""
     values = {k: v for k, v in record.items() if k in DistillConfig.field_names()}
     if getattr(args, "method", None):
         values["method"] = args.method
-    if get_method(values.get("method", DistillConfig.method)).teacher != "external":
-        return _initial_model_config(values, record, args)
-    teacher_url = getattr(args, "teacher_url", None)
-    if args.teacher or teacher_url:
-        values.update(teacher=args.teacher or DistillConfig.teacher, teacher_url=teacher_url, teacher_cache=None)
-    elif not record:
-        raise ValueError("a student directory without a run's config.yaml: name the teacher with --teacher MODEL or "
-                         "--teacher-url URL")
-    elif str(values.get("teacher", "")).startswith("<") or values.get("teacher_cache"):
-        raise ValueError("this run's teacher was a Python object or a cache, which cannot be loaded or score new samples "
-                         "here: pass --teacher MODEL (a local copy of the teacher) or --teacher-url URL")
-    elif values.get("teacher_url") and list(placement.parse_routes(values["teacher_url"], "teacher_url")) != [""]:
-        raise ValueError("this run had several teacher servers: pass the one to score with as --teacher-url URL (or "
-                         "--teacher MODEL)")
-    return DistillConfig.from_dict(values, "run config")
-
-
-def _initial_model_config(values: dict, record: dict, args) -> DistillConfig:
-    """A self-distillation or sft run: `--teacher` names its initial model (the run's `student`)."""
-    method = values["method"] if "method" in values else DistillConfig.method
-    if getattr(args, "teacher_url", None):
-        raise ValueError(f"--teacher-url: a {method} run is compared with its own initial model (shown the rows' privileged "
-                         "context), not a server; pass that model as --teacher MODEL, or nothing to use the run's")
-    if args.teacher:
-        values["student"] = args.teacher
-    elif not record:
-        raise ValueError(f"a student directory without a run's config.yaml: name the {method} run's initial model with "
-                         "--teacher MODEL")
-    elif isinstance(values.get("student"), str) and OBJECT_RECORD.fullmatch(values["student"]):
-        raise ValueError("this run's student was a Python object, which cannot be loaded here: pass its initial weights "
-                         "as --teacher MODEL")
-    return DistillConfig.from_dict(values, "run config")
+    if getattr(args, "max_new_tokens", None):
+        values["eval_max_new_tokens"] = args.max_new_tokens
+    run_config = DistillConfig.from_dict(values, "run config")
+    method = get_method(run_config.method)
+    config = DistillConfig.from_dict(location_of(run_config, method).eval_values(method, values, record, args), "run config")
+    location_of(config, method).check_evaluable(config)
+    return config

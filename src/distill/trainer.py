@@ -11,7 +11,7 @@ One optimizer step:
      logging step.
 The loss, and so the gradient, does not depend on how the step's tokens are split into micro-batches or
 processes (DESIGN.md §4.1). What is learned is the method's (`distill.methods`); where the teacher lives is
-the config's `teacher` / `teacher_url` / `teacher_cache` (`distill.placement`).
+the location's (`distill.locations`), chosen by the config's `teacher` / `teacher_url` / `teacher_cache`.
 """
 
 from __future__ import annotations
@@ -19,30 +19,33 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
-import math
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
 from distill import checkpoint as ckpt
-from distill import placement, sharding
+from distill import sharding
+from distill.assembly import (
+    LoadedModels,
+    check_arguments,
+    check_contexts,
+    encode,
+    load_examples,
+    load_models,
+    make_optimizer,
+    make_sampler,
+    rollout_settings,
+    student_source,
+)
 from distill.batch import MicroBatch
 from distill.config import DistillConfig
-from distill.data import (
-    EncodedExample,
-    Example,
-    PromptEncoder,
-    StepSampler,
-    examples_from_dataset,
-)
-from distill.data_files import BUNDLED_DATASET, load_dataset_spec
+from distill.data import PromptEncoder
 from distill.errors import StepFailure, TeacherServerError
 from distill.evaluate import EvalSettings, Evaluator
-from distill.generation import SamplingParams
+from distill.locations import TRAIN, TeacherRequest, location_of
 from distill.methods import get_method
 from distill.methods.registry import StageParts
 from distill.metrics import (
@@ -53,18 +56,14 @@ from distill.metrics import (
     record_micro_batch,
 )
 from distill.models import (
-    DEFAULT_TEACHER,
-    check_context,
-    check_rows_match,
     describe_stop_tokens,
     eos_token_ids,
     make_student,
     prepare_student,
-    resolve_model_source,
 )
 from distill.objectives import StepContext
 from distill.objectives.student import StudentObjective
-from distill.rollout import RolloutSettings, StepRollout
+from distill.rollout import StepRollout
 from distill.run import (
     RunDirectory,
     check_objects_given,
@@ -74,18 +73,7 @@ from distill.run import (
     run_inputs,
 )
 from distill.runtime import StopRequest, phase_clock, start_runtime
-from distill.teacher_prompts import TeacherPrompts
-from distill.teachers.build import (
-    check_routes,
-    close_teacher,
-    comparison_vocab_size,
-    load_model,
-    model_teacher,
-    remote_teacher,
-    teachers_of,
-    use_cached_completions,
-)
-from distill.teachers.self_teacher import SelfTeacher
+from distill.teachers.build import close_teacher, comparison_vocab_size, teachers_of
 
 logger = logging.getLogger(__name__)
 
@@ -106,139 +94,55 @@ class Distiller:
         self.config = config.validate()
         self.method = get_method(config.method)
         self.plan = self.method.sources(config)
-        self.location = placement.teacher_location(config)
+        self.location = location_of(config, self.method)
         self.resuming = resume
         self.break_lock = break_lock  # take over a run.lock another host left (`distill.run_lock`)
-        self.objects_given = {name: type(value).__name__ for name, value in
-                              (("student", student), ("teacher", teacher), ("dataset", train_dataset), ("eval_dataset", eval_dataset))
+        given = {"student": student, "teacher": teacher, "dataset": train_dataset, "eval_dataset": eval_dataset}
+        self.objects_given = {name: type(value).__name__ for name, value in given.items()
                               if value is not None and not isinstance(value, str)}
         self.run_dir = Path(config.output_dir)
-        self._reject_unread_arguments(teacher, teacher_tokenizer, eval_dataset)
+        self.wrapped = self.optimizer = self.scheduler = self.run = None  # made by setup()
+        check_arguments(config, self.location, teacher, teacher_tokenizer, eval_dataset)
         if resume:
-            check_objects_given(config, {name for name, value in (("student", student), ("teacher", teacher), ("dataset", train_dataset),
-                                                                  ("eval_dataset", eval_dataset)) if value is not None})
-
-        self.train_examples = examples_from_dataset(
-            load_dataset_spec(train_dataset if train_dataset is not None else config.dataset, config.dataset_split, "dataset"), "dataset")
-        self.method.check_examples(config, self.train_examples, "dataset")
-        self.eval_examples = self._load_eval_examples(train_dataset, eval_dataset)
-        self._check_completions_present()
+            check_objects_given(config, {name for name, value in given.items() if value is not None})
+        self.train_examples, self.eval_examples = load_examples(config, self.method, train_dataset, eval_dataset)
+        self.location.check_dataset(config, self.method, self.plan.possible(), self.train_examples)
         check_output_dir(self.run_dir, config.overwrite_output_dir, run_inputs(config, self.location), resuming=resume,
                          break_lock=break_lock)
-        teacher_spec = None if self.location != placement.MODEL else (teacher if teacher is not None else config.teacher)
-        if isinstance(teacher_spec, str):
-            resolve_model_source(teacher_spec, "teacher")
-        student_spec = student if student is not None else config.student
-        if student_spec is None and self.location in (placement.SELF, placement.NONE):
-            student_spec = DEFAULT_TEACHER  # no teacher to start from: the default model trains
-        if isinstance(student_spec, str):
-            resolve_model_source(student_spec, "student")
+        teacher_source = self.location.model_source(config, teacher)
+        student_given = student is not None
 
         self.objective = self.method.objective(config)
-        if config.fsdp and self.location == placement.SELF and self.objective.signals:
-            raise ValueError(f"fsdp: true with method {config.method}'s self-teacher is not supported: the self-teacher "
-                             "runs the student's own weights outside the sharded forward. Train it without fsdp "
-                             "(sdpo with distillation_weight 0, GRPO, has no self-teacher and shards)")
         self.runtime = start_runtime(config, str(self.run_dir))
         self.accelerator, self.device = self.runtime.accelerator, self.runtime.device
-        self.sampler = StepSampler(len(self.train_examples), config.per_device_train_batch_size, config.gradient_accumulation_steps,
-                                   self.runtime.num_processes, self.runtime.process_index, config.seed,
-                                   self.method.group_size(config))
-        if self.sampler.prompts_per_step > len(self.train_examples):
-            per_prompt = f" / num_generations ({self.sampler.generations})" if self.sampler.generations > 1 else ""
-            raise ValueError(
-                f"per_device_train_batch_size ({config.per_device_train_batch_size}) x gradient_accumulation_steps "
-                f"({config.gradient_accumulation_steps}) x processes ({self.runtime.num_processes}){per_prompt} = "
-                f"{self.sampler.prompts_per_step} prompts per optimizer step, more than the dataset's "
-                f"{len(self.train_examples)}; lower the batch sizes")
-        self._load_models(student_spec, teacher_spec, tokenizer, teacher_tokenizer)
-        self.rollout = StepRollout(self.plan, self.sampler, self.train_examples, self.encoded, self._rollout_settings(),
-                                   self.with_student, self.teacher, self.eos_ids, self.pad_id, self.vocab_size,
-                                   self.device, self.runtime.process_index)
+        self.sampler = make_sampler(config, self.method, self.runtime, len(self.train_examples))
+        models = load_models(self.location, self.method, student_source(config, self.location, student), teacher_source,
+                             tokenizer, teacher_tokenizer)
+        self._prepare_models(models, student_given)
+        self.rollout = StepRollout(self.plan, self.sampler, self.train_examples, self.encoded,
+                                   rollout_settings(config, self.method, self.teacher), self.with_student, self.teacher,
+                                   self.eos_ids, self.pad_id, self.vocab_size, self.device, self.runtime.process_index)
         self.stage = None  # the method's work on each rollout before any loss (sdpo's rewards), if it has one
         if self.method.stage is not None:
             self.stage = self.method.stage(config, StageParts(self.tokenizer, self.eos_ids, self.runtime, self.sampler.first_row))
             self.rollout.stage = self.stage
 
-    # ---------------------------------------------------------------------------------------- set-up --
-    def _reject_unread_arguments(self, teacher, teacher_tokenizer, eval_dataset) -> None:
-        """Arguments this run would not read are errors, like config fields (no silent inputs)."""
-        where = {placement.SERVER: "teacher_url", placement.CACHE: "teacher_cache",
-                 placement.SELF: "the student itself (method " + self.config.method + ")",
-                 placement.NONE: "none (method " + self.config.method + ")"}.get(self.location)
-        if where and teacher is not None:
-            raise ValueError(f"teacher: this run's teacher is {where}; do not also pass a teacher model")
-        if where and teacher_tokenizer is not None:
-            raise ValueError(f"teacher_tokenizer: this run's teacher is {where}, which is checked against the student's "
-                             "tokenizer; do not pass a teacher tokenizer")
-        if eval_dataset is not None and not self.config.eval_before_after:
-            raise ValueError("eval_dataset: evaluation is off (eval_before_after: false); drop eval_dataset or turn it on")
-
-    def _load_eval_examples(self, train_dataset, eval_dataset) -> list[Example]:
+    def _prepare_models(self, models: LoadedModels, student_given: bool) -> None:
+        """The student as it trains (layers dropped, LoRA, checkpointing), the vocabulary both models are
+        compared over, the encoded training rows, and the teachers the location builds against them."""
         config = self.config
-        spec = eval_dataset if eval_dataset is not None else config.eval_dataset
-        if spec is None and config.dataset == BUNDLED_DATASET and train_dataset is None:
-            spec = BUNDLED_DATASET
-        if spec is None or not config.eval_before_after:
-            return []
-        examples = examples_from_dataset(load_dataset_spec(spec, config.eval_split, "eval_dataset"), "eval_dataset")
-        return examples[: config.eval_max_prompts] if config.eval_max_prompts else examples
-
-    def _check_completions_present(self) -> None:
-        if "dataset" not in self.plan.possible() or self.location == placement.CACHE:
-            return
-        missing = [e.index for e in self.train_examples if e.completion is None]
-        if missing and self.location == placement.NONE:
-            raise ValueError(f"dataset row {missing[0]} has no completion ({len(missing)} rows lack one): method "
-                             f"{self.config.method} trains on the dataset's completions; add a 'completion' column (or "
-                             "assistant turns in 'messages')")
-        if missing:
-            config = self.config
-            raise ValueError(
-                f"lmbda={config.lmbda} (schedule {config.lmbda_schedule!r}) makes some micro-batches off-policy, but "
-                f"{len(missing)} dataset rows have no completion (first: row {missing[0]}). Add a 'completion' column (or "
-                "assistant turns in 'messages'), set seq_kd: true to let the teacher write them, or set lmbda: 1 with "
-                "lmbda_schedule: constant")
-
-    def _load_models(self, student, teacher, tokenizer, teacher_tokenizer) -> None:
-        config = self.config
-        teacher_model = None
-        tokenizer_assumed = isinstance(teacher, nn.Module) and teacher_tokenizer is None
-        if self.location in (placement.SELF, placement.NONE):
-            pass  # the student is the only model (its own teacher, or none)
-        elif self.location != placement.MODEL:
-            if not isinstance(student, (nn.Module, str)):
-                raise ValueError(f"student: with a {self.location} teacher there are no teacher weights here to start a "
-                                 "student from; give `student` (a model directory, .gguf file or hub id)")
-        elif isinstance(teacher, nn.Module):
-            if teacher_tokenizer is None and self.method.cross_tokenizer:
-                raise ValueError(f"teacher_tokenizer: method {config.method} distils across tokenizers; pass the teacher "
-                                 "model's own tokenizer as teacher_tokenizer")
-            teacher_model, teacher_tokenizer = teacher, teacher_tokenizer or tokenizer
-            if teacher_tokenizer is None:
-                raise ValueError("tokenizer: pass the tokenizer when the teacher is given as a model object")
-        else:
-            teacher_model, teacher_tokenizer = load_model(teacher)
-        if isinstance(student, nn.Module):
-            student_model, student_tokenizer = student, tokenizer or teacher_tokenizer
-            if student_tokenizer is None:
-                raise ValueError("tokenizer: pass the tokenizer when the student is given as a model object")
-        elif isinstance(student, str):
-            student_model, student_tokenizer = load_model(student, "student")
-        else:
-            student_model, student_tokenizer = teacher_model, teacher_tokenizer
-        if tokenizer_assumed and student_model is not teacher_model:
-            check_rows_match(teacher_model, student_model)
-        student_model = make_student(student_model, config.resolved_student_init(student is not None))
-        self._check_context(student_model, teacher_model)
+        student_model = make_student(models.student, config.resolved_student_init(student_given))
+        check_contexts(config, self.location, self.method, bool(self.objective.signals), student_model, models.teacher,
+                       bool(self.eval_examples))
+        teacher_model, teacher_tokenizer = models.teacher, models.teacher_tokenizer
         if teacher_model is None:  # the teacher's vocabulary is checked against the student's tokenizer remotely
-            teacher_model, teacher_tokenizer = student_model, student_tokenizer
-        for each in (teacher_tokenizer, student_tokenizer):
+            teacher_model, teacher_tokenizer = student_model, models.tokenizer
+        for each in (teacher_tokenizer, models.tokenizer):
             if each.pad_token_id is None:
                 each.pad_token = each.eos_token
-        self.vocab_size = comparison_vocab_size(self.method.cross_tokenizer, student_tokenizer, teacher_tokenizer,
+        self.vocab_size = comparison_vocab_size(self.method.cross_tokenizer, models.tokenizer, teacher_tokenizer,
                                                 student_model, teacher_model)
-        self.tokenizer = student_tokenizer
+        self.tokenizer = models.tokenizer
         self.eos_ids = eos_token_ids(self.tokenizer, student_model)
         if not self.eos_ids:
             raise ValueError("the tokenizer has no EOS token; completions could never end")
@@ -249,84 +153,30 @@ class Distiller:
         lora = dict(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                     target_modules=list(config.lora_target_modules)) if config.use_peft else None
         self.student_model = prepare_student(student_model, config.gradient_checkpointing, lora)
-        self.teacher = self.eval_teacher = None
-        if self.location in (placement.SELF, placement.NONE):
-            self._build_self_teachers()
-        if self.location == placement.MODEL:  # a cross-tokenizer teacher checks both tokenizers' byte spans here
-            self.teacher = model_teacher(teacher_model.to(self.device, self.runtime.teacher_dtype), teacher_tokenizer,
-                                         self.tokenizer, cross_tokenizer=self.method.cross_tokenizer, vocab_size=self.vocab_size,
-                                         student_eos_ids=self.eos_ids, device=self.device,
-                                         max_prompt_length=config.max_prompt_length, uld_config=config)
         self.encoder = PromptEncoder(self.tokenizer, config.max_prompt_length, config.max_new_tokens, self.eos_ids)
-        self.encoded = [self._encode(e) for e in self.train_examples]
-        if self.location in (placement.SERVER, placement.CACHE):  # needs the encoded prompts: the temperature probe scores one
-            probe = max((e.prompt_ids for e in self.encoded), key=len)
-            self.teacher = remote_teacher(config, self.tokenizer, self.vocab_size, self.pad_id, probe)
-            check_routes(self.teacher, self.train_examples + self.eval_examples)
-            if self.location == placement.CACHE:
-                use_cached_completions(self.teacher, self.train_examples, self.encoded)
+        self.encoded = [encode(self.encoder, e) for e in self.train_examples]
+        teachers = self.location.build(TeacherRequest(
+            config, self.method, TRAIN, self.tokenizer, self.vocab_size, self.eos_ids, self.pad_id, self.device,
+            probe_ids=max((e.prompt_ids for e in self.encoded), key=len),  # a server's temperature probe scores it
+            temperature=config.temperature, teacher_tokenizer=models.teacher_tokenizer, student=self.student_model,
+            teacher_model=models.teacher.to(self.device, self.runtime.teacher_dtype) if models.teacher is not None else None,
+            evaluating=bool(self.eval_examples), examples=self.train_examples, encoded=self.encoded,
+            eval_examples=self.eval_examples, autocast=self.accelerator.autocast))
+        self.teacher, self.eval_teacher = teachers.train, teachers.eval
 
-    def _build_self_teachers(self) -> None:
-        """The self-teacher (method teacher "self") and the evaluation's: the student's initial weights shown
-        each row's privileged context. Copies are made here, before a resumed run loads its checkpoint."""
-        config = self.config
-        encoder = PromptEncoder(self.tokenizer, config.max_teacher_prompt_length, config.max_new_tokens, self.eos_ids)
-        prompts = TeacherPrompts(encoder, config.teacher_prompt_template)
-
-        def self_teacher(kind: str) -> SelfTeacher:
-            return SelfTeacher(kind, self.student_model, prompts, self.vocab_size, self.eos_ids, self.pad_id, self.device,
-                               self.accelerator.autocast)
-
-        if self.location == placement.SELF and self.objective.signals:  # sdpo's GRPO (w 0) takes no signal
-            self.teacher = self_teacher(config.teacher_model_kind)
-        if self.eval_examples:
-            self.eval_teacher = self.teacher if config.teacher_model_kind == "base" and self.teacher else self_teacher("base")
-
-    def _check_context(self, student_model: nn.Module, teacher_model: nn.Module | None) -> None:
-        """Prompt + completion budget within the models' context (a server teacher checks per request)."""
-        config = self.config
-        completion = ("max_new_tokens", config.max_new_tokens)
-        if self.eval_examples and config.eval_max_new_tokens > config.max_new_tokens:
-            completion = ("eval_max_new_tokens", config.eval_max_new_tokens)
-        budget = {"max_prompt_length": config.max_prompt_length, completion[0]: completion[1]}
-        check_context(student_model, "student", budget)
-        if teacher_model is not None:
-            check_context(teacher_model, "teacher", budget)
-        budgets = set()
-        if self.location == placement.SELF and self.objective.signals:  # the training self-teacher
-            budgets.add(self.method.teacher_prompt_budget)
-        if self.location in (placement.SELF, placement.NONE) and self.eval_examples:  # the evaluation's
-            budgets.add("max_teacher_prompt_length")
-        for name in sorted(budgets):
-            check_context(student_model, "student (as its own teacher)",
-                          {name: getattr(config, name), completion[0]: completion[1]})
-
-    def _encode(self, example: Example) -> EncodedExample:
-        ids, truncated = self.encoder.prompt_ids(example.prompt)
-        completion = self.encoder.completion_ids(example.completion) if example.completion is not None else None
-        return EncodedExample(ids, truncated, completion)
-
-    def _rollout_settings(self) -> RolloutSettings:
-        c, method = self.config, self.method
-        # A teacher whose weights move (a live or EMA self-teacher) samples step by step, never ahead.
-        window = c.seq_kd_generation_steps if getattr(self.teacher, "frozen", True) else 1
-        trains_row = (lambda example: method.trains_row(c, example)) if method.trains_row is not None else None
-        return RolloutSettings(SamplingParams(c.sampling_temperature, c.top_p, c.top_k, c.max_new_tokens, engine=c.generation_engine),
-                               SamplingParams(c.teacher_sampling_temperature, c.teacher_top_p, c.teacher_top_k, c.max_new_tokens,
-                                              engine=c.generation_engine),
-                               window, c.max_steps, c.seed, method.records_log_probs(c), c.num_iterations,
-                               c.num_loss_tokens_to_skip, trains_row)
+    def _rollout_settings(self):
+        return rollout_settings(self.config, self.method, self.teacher)
 
     def sources_for_step(self, step: int) -> list[str]:
         return self.rollout.sources(step)
 
     def student_for_generation(self) -> nn.Module:
-        return self.accelerator.unwrap_model(self.wrapped).student if hasattr(self, "wrapped") else self.student_model
+        return self.accelerator.unwrap_model(self.wrapped).student if self.wrapped is not None else self.student_model
 
     def with_student(self, run):
         """`run(student)`; call on every process at the same point. Under FSDP the student's parameters are
         gathered for `run` (`distill.sharding.gathered`), so it may generate or evaluate without collectives."""
-        if self.config.fsdp and hasattr(self, "wrapped"):
+        if self.config.fsdp and self.wrapped is not None:
             return sharding.gathered(self.wrapped, run)
         return run(self.student_for_generation())
 
@@ -334,28 +184,21 @@ class Distiller:
     def setup(self) -> int:
         """Build optimizer and schedule, wrap the student for accelerate, prepare the run directory and
         restore a checkpoint when resuming. Returns the first step to run. Called by `train`."""
-        from transformers import get_scheduler, set_seed
+        from transformers import set_seed
 
         config, accelerator = self.config, self.accelerator
         # Each process its own stream (process 0 keeps the seed's): student sampling draws from it, and processes
         # that hold the same prompt (a group spread over processes) must not draw the same completions.
         set_seed((config.seed + 1_000_003 * self.runtime.process_index) % 2**32)
         self.student_model.train()  # from_pretrained returns eval mode: no dropout, no activation checkpointing
-        if config.fsdp and hasattr(self, "wrapped"):  # setup called again: the student is sharded already
+        if config.fsdp and self.wrapped is not None:  # setup called again: the student is sharded already
             objective = self.wrapped
         else:
             objective = StudentObjective(self.student_model, self.vocab_size)
         if config.fsdp and not sharding.is_sharded(objective):  # in place, before the optimizer sees the parameters
             sharding.shard(objective, self.student_model)
-        params = [p for p in objective.parameters() if p.requires_grad]
-        # The fused kernel: one pass over each parameter's state (on 2 CPU cores 0.07 s per step for the default
-        # student instead of 0.3-0.7 s, and no 200-400 MB of temporaries; benchmarks/step.py).
-        fused = all(p.device.type in ("cpu", "cuda", "mps") and p.is_floating_point() for p in params)
-        optimizer = torch.optim.AdamW(params, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
-                                      eps=config.adam_epsilon, weight_decay=config.weight_decay, fused=fused or None)
-        warmup = config.warmup_steps or math.ceil(config.warmup_ratio * config.max_steps)
-        # Not prepared by accelerate: its wrapper would step the schedule once per process.
-        self.scheduler = get_scheduler(config.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=config.max_steps)
+        # The schedule is not prepared by accelerate: its wrapper would step it once per process.
+        optimizer, self.scheduler = make_optimizer(config, [p for p in objective.parameters() if p.requires_grad])
         if config.fsdp:
             self.wrapped, self.optimizer = objective, accelerator.prepare(optimizer)
         else:
@@ -363,7 +206,7 @@ class Distiller:
         self.hooks = list(self.method.hooks(config, self.student_for_generation(), self.teacher))
         if config.num_iterations > 1:  # the reused rollout is checkpointed like a method's hook
             self.hooks.append(self.rollout)
-        if hasattr(self, "run"):  # setup called again (train after a manual setup): this Distiller's own lock
+        if self.run is not None:  # setup called again (train after a manual setup): this Distiller's own lock
             self.run.release()
         self.run = RunDirectory(self.run_dir, self.runtime, config, self.config_record(), self.break_lock)
         self.metrics_log = self.run.prepare(self.resuming)
@@ -386,7 +229,7 @@ class Distiller:
             try:
                 close_teacher(self.teacher)
             finally:
-                if hasattr(self, "run"):
+                if self.run is not None:
                     self.run.release()
 
     def _train(self) -> dict[str, Any]:
@@ -429,7 +272,7 @@ class Distiller:
             raise KeyboardInterrupt
         self.save_checkpoint(step)
         metrics = self.run.finish(step, evaluator, before, self.wrapped, self.student_for_generation(), self.tokenizer, self.method,
-                                  self.with_student)
+                                  self.location, self.with_student)
         if config.report_to != "none":
             self.accelerator.end_training()
         return {"train": last_record, "eval": metrics, "steps": step, "run_dir": str(self.run_dir)}
@@ -504,7 +347,7 @@ class Distiller:
         and every process learns whether any failed before anyone enters a collective of the step, so a dead
         server ends every process with the error instead of leaving the others waiting in an all-reduce.
         None for a teacher model here, which scores each micro-batch just before its loss."""
-        if self.location not in (placement.SERVER, placement.CACHE):
+        if not self.location.scores_ahead:
             return None
         start, signals, error = phase_clock(self.device), None, None
         try:
@@ -558,13 +401,12 @@ class Distiller:
         c = self.config
         settings = EvalSettings(c.eval_max_new_tokens, c.eval_batch_size, c.eval_examples, c.seed, c.loss_chunk_size,
                                 c.generation_engine)
-        teacher = self.eval_teacher if self.location in (placement.SELF, placement.NONE) else self.teacher
-        return Evaluator(teacher, self.tokenizer, self.encoder, self.eval_examples, self.vocab_size, self.eos_ids,
+        return Evaluator(self.eval_teacher, self.tokenizer, self.encoder, self.eval_examples, self.vocab_size, self.eos_ids,
                          self.pad_id, self.device, settings)
 
     def config_record(self) -> dict[str, Any]:
         record = self.config.to_dict()
         for name, given in self.objects_given.items():
-            record[name] = f"<{given} object>"  # run.OBJECT_RECORD: --resume asks for it again
+            record[name] = f"<{given} object>"  # config_io.OBJECT_RECORD: --resume asks for it again
         record["num_processes"] = self.runtime.num_processes
         return record

@@ -124,9 +124,11 @@ def test_a_tokenizer_without_byte_spans_fails_at_set_up(smol_tokenizer, smol_tea
     wp.train_from_iterator(ANSWERS, trainers.WordPieceTrainer(vocab_size=120, special_tokens=["[UNK]", "[SEP]"]))
     student_tokenizer = PreTrainedTokenizerFast(tokenizer_object=wp, unk_token="[UNK]", eos_token="[SEP]", pad_token="[SEP]")
     student = tiny_lm(len(student_tokenizer), layers=1, seed=2, eos_token_id=student_tokenizer.eos_token_id)
+    # Text prompts: this tokenizer has no chat template either, and that error would come first.
+    rows = [{**row, "prompt": row["prompt"][0]["content"]} for row in gold_rows()]
     with pytest.raises(ValueError, match="student tokenizer: method gold"):
         Distiller(make_config(tmp_path, method="gold"), student=student, teacher=smol_teacher, tokenizer=student_tokenizer,
-                  teacher_tokenizer=smol_tokenizer, train_dataset=datasets.Dataset.from_list(gold_rows()))
+                  teacher_tokenizer=smol_tokenizer, train_dataset=datasets.Dataset.from_list(rows))
 
 
 def test_recipe_validates_and_uses_a_cross_tokenizer_pair():

@@ -9,6 +9,7 @@ import pytest
 
 from distill.data import examples_from_dataset
 from distill.data_files import load_dataset_spec
+from tests.train.helpers import forbid_model_loading
 
 ROWS = [{"prompt": f"question {i}?"} for i in range(4)]
 SPLIT_ROWS = [{"prompt": f"q{i}", "split": "train" if i < 3 else "heldout"} for i in range(5)]
@@ -186,14 +187,9 @@ def test_hub_failure_is_one_line_naming_the_field(monkeypatch):
     (["--eval_dataset", "EMPTY"], ["distill train: error: eval_dataset: ", "empty.jsonl is empty (0 bytes)"]),
 ])
 def test_cli_reports_dataset_errors_before_loading_any_model(tmp_path, monkeypatch, capsys, flags, parts):
-    import distill.trainer
     from distill.cli import main
 
-    def no_model(*args, **kwargs):
-        raise AssertionError("a model was loaded before the dataset was checked")
-
-    monkeypatch.setattr(distill.trainer, "load_model", no_model)
-    monkeypatch.setattr(distill.trainer, "resolve_model_source", no_model)
+    forbid_model_loading(monkeypatch, "a model was loaded before the dataset was checked")
     data = write(tmp_path, "d.jsonl", jsonl(ROWS))
     empty = write(tmp_path, "empty.jsonl", b"")
     flags = [str(empty) if flag == "EMPTY" else flag for flag in flags]

@@ -5,19 +5,23 @@ from __future__ import annotations
 import pytest
 
 from distill.config import DistillConfig
-from distill.placement import CACHE, MODEL, parse_routes, teacher_location
-from distill.placement import SERVER as AT_SERVER
+from distill.locations import location_of, parse_routes
+from distill.methods import get_method
 
 SERVER = dict(method="gkd", teacher_url="http://127.0.0.1:8000", student="s", seq_kd=False)
 OFFLINE = dict(method="gkd", teacher_cache="/c", student="s", seq_kd=False, lmbda=0.0, lmbda_schedule="constant",
                eval_before_after=False)
 
 
+def teacher_location(config: DistillConfig) -> str:
+    return location_of(config, get_method(config.method)).name
+
+
 def test_valid_remote_configs():
-    assert teacher_location(DistillConfig(**SERVER).validate()) == AT_SERVER
-    assert teacher_location(DistillConfig(**OFFLINE).validate()) == CACHE
-    assert teacher_location(DistillConfig(method="on_policy", teacher_url="http://h:1", student="s").validate()) == AT_SERVER
-    assert teacher_location(DistillConfig().validate()) == MODEL
+    assert teacher_location(DistillConfig(**SERVER).validate()) == "server"
+    assert teacher_location(DistillConfig(**OFFLINE).validate()) == "cache"
+    assert teacher_location(DistillConfig(method="on_policy", teacher_url="http://h:1", student="s").validate()) == "server"
+    assert teacher_location(DistillConfig().validate()) == "model"
 
 
 @pytest.mark.parametrize("retired, says", [("server", "teacher_url: URL"), ("offline", "teacher_cache: DIR")])

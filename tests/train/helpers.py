@@ -25,3 +25,16 @@ def make_distiller(tokenizer, tmp_path, rows=None, teacher=None, student=None, e
     dataset = datasets.Dataset.from_list(rows if rows is not None else chat_rows(16))
     return Distiller(make_config(tmp_path, **overrides), student=student, teacher=teacher, tokenizer=tokenizer,
                      teacher_tokenizer=teacher_tokenizer, train_dataset=dataset, eval_dataset=eval_dataset)
+
+
+def forbid_model_loading(monkeypatch, message: str = "a model was loaded before the error") -> None:
+    """Every place a run loads or resolves a model raises instead (for tests of errors that must come first)."""
+    import distill.assembly
+    import distill.locations.model
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(message)
+
+    for module in (distill.assembly, distill.locations.model):
+        monkeypatch.setattr(module, "load_model", refuse)
+        monkeypatch.setattr(module, "resolve_model_source", refuse)

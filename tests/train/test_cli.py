@@ -73,7 +73,7 @@ def test_eval_of_a_server_run_talks_to_the_server_as_training_did(tmp_path, mode
 
     import yaml
 
-    import distill.standalone_eval
+    import distill.locations.server
     from distill.config import DistillConfig
     from distill.teachers.server import ServerSettings
 
@@ -94,7 +94,7 @@ def test_eval_of_a_server_run_talks_to_the_server_as_training_did(tmp_path, mode
         seen.append(settings)
         raise Stop
 
-    monkeypatch.setattr(distill.standalone_eval, "server_teacher", capture)
+    monkeypatch.setattr(distill.locations.server, "server_teacher", capture)
     with pytest.raises(Stop):
         main(["eval", str(run), "--dataset", str(data), "--split", "train"])
     assert seen == [ServerSettings("http://127.0.0.1:9", 11, "t", 3, 5, 7.5, 9)]

@@ -28,7 +28,7 @@ from tests.distributed import (
     first_step_gradient,
     run_in_processes,
 )
-from tests.train.helpers import FAST
+from tests.train.helpers import FAST, forbid_model_loading
 
 ODD = "tests.train.sdpo_rewards:odd_length"
 SDPO = {**{k: v for k, v in FAST.items() if k not in ("seq_kd", "lmbda_schedule")}, "method": "sdpo",
@@ -208,12 +208,7 @@ def test_bad_sdpo_settings_fail_before_any_model_loads(tmp_path, overrides, mess
      r"dataset row 5: the chat prompt ends with a 'assistant' turn after its last user turn"),
 ])
 def test_dataset_and_batch_problems_fail_before_any_model_loads(tmp_path, model_dirs, monkeypatch, rows, overrides, message):
-    import distill.trainer
-
-    def no_loading(*args, **kwargs):
-        raise AssertionError("a model was loaded before the error")
-
-    monkeypatch.setattr(distill.trainer, "load_model", no_loading)
+    forbid_model_loading(monkeypatch)
     config = config_for(tmp_path, student=str(model_dirs["student"]), **overrides)
     with pytest.raises(ValueError, match=message):
         Distiller(config, train_dataset=datasets.Dataset.from_list(rows))

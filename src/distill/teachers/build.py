@@ -1,12 +1,12 @@
-"""Building teachers: the one path `distill train`, `eval`, `cache-teacher` and `serve-teacher` all take.
+"""Building teachers: the pieces the teacher locations (`distill.locations`) and `serve-teacher` build with.
 
 - `load_model`: a teacher (or student) model and its tokenizer from a spec (directory, .gguf, hub id,
   smollm2-135m-instruct), float32, pad = EOS when the tokenizer has no pad token.
 - `model_teacher`: a model on this process, same tokenizer (`LocalTeacher`) or its own (`CrossTokenizerTeacher`,
   for a method with `cross_tokenizer`).
-- `server_teacher`, `remote_teacher`: a server or a cache (routed by teacher_id when several), checked
-  against the run before training: an unreachable server, another tokenizer, a server that ignores the
-  temperature, a cache of another tokenizer, K, temperature or prompt budget all fail here.
+- `server_teacher`: a server checked against the run before training: an unreachable server, another
+  tokenizer, a server that ignores the temperature all fail here; `one_or_routed`: several teachers routed
+  by teacher_id (the locations in `distill.locations` build servers and caches with these).
 - `comparison_vocab_size`: the vocabulary the student's loss is computed over.
 """
 
@@ -22,11 +22,9 @@ from distill.models import (
     shared_vocab_size,
     student_vocab_size,
 )
-from distill.placement import CACHE, parse_routes, teacher_location
-from distill.teachers.cache import TeacherCache, prompt_crc
+from distill.teachers.cache import prompt_crc
 from distill.teachers.cross_tokenizer import CrossTokenizerTeacher, uld_settings
 from distill.teachers.local import LocalTeacher
-from distill.teachers.offline import OfflineTeacher
 from distill.teachers.routed import RoutedTeacher
 from distill.teachers.server import ServerSettings, ServerTeacher
 
@@ -69,18 +67,8 @@ def server_settings(config, url: str) -> ServerSettings:
                           config.teacher_request_size, config.teacher_timeout, config.teacher_retries)
 
 
-def remote_teacher(config, tokenizer, vocab_size: int, pad_id: int, probe_ids: list[int]):
-    """The run's server / cache teacher (routed by teacher_id when several), checked against the run."""
-    teachers = {}
-    if teacher_location(config) == CACHE:
-        for tid, directory in parse_routes(config.teacher_cache, "teacher_cache").items():
-            cache = TeacherCache(directory)
-            cache.check_run(tokenizer, config.teacher_logprobs, config.temperature, config.max_prompt_length,
-                            config.max_new_tokens)
-            teachers[tid] = OfflineTeacher(cache)
-    else:
-        for tid, url in parse_routes(config.teacher_url, "teacher_url").items():
-            teachers[tid] = server_teacher(server_settings(config, url), tokenizer, vocab_size, config.temperature, probe_ids)
+def one_or_routed(teachers: dict[str, object], pad_id: int):
+    """The only teacher of a run with one (its route is ""), or several routed by each row's teacher_id."""
     if list(teachers) == [""]:
         return teachers[""]
     return RoutedTeacher(teachers, pad_id)

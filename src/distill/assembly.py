@@ -1,0 +1,161 @@
+"""Assembling a run before its first step: the pieces `Distiller` puts together, in the order it does.
+
+    check_arguments   objects passed from Python that the run would not read are errors
+    load_examples     the training rows and the held-out ones
+    student_source    which student to load (given, the location's default, or the teacher's weights)
+    load_models       the student and the teacher model the location holds (if any), with tokenizers
+    check_contexts    prompt + completion budgets within every model's context
+    make_sampler      which prompts each step draws (refusing more prompts per step than the dataset has)
+    rollout_settings  the sampling settings of the step rollout (`distill.rollout`)
+    make_optimizer    AdamW (fused where it can) and the learning-rate schedule
+
+Everything here runs before any step; none of it depends on where the teacher lives except through the
+location object (`distill.locations`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from distill.data import (
+    EncodedExample,
+    Example,
+    PromptEncoder,
+    StepSampler,
+    examples_from_dataset,
+)
+from distill.data_files import BUNDLED_DATASET, load_dataset_spec
+from distill.generation import SamplingParams
+from distill.locations import TeacherLocation
+from distill.methods.registry import Method
+from distill.models import check_context, check_rows_match, resolve_model_source
+from distill.rollout import RolloutSettings
+from distill.teachers.build import load_model
+
+
+def check_arguments(config, location: TeacherLocation, teacher, teacher_tokenizer, eval_dataset) -> None:
+    """Arguments this run would not read are errors, like config fields (no silent inputs)."""
+    location.check_arguments(config, teacher, teacher_tokenizer)
+    if eval_dataset is not None and not config.eval_before_after:
+        raise ValueError("eval_dataset: evaluation is off (eval_before_after: false); drop eval_dataset or turn it on")
+
+
+def load_examples(config, method: Method, train_dataset, eval_dataset) -> tuple[list[Example], list[Example]]:
+    """(training rows, held-out rows); the held-out ones are the bundled set's when training on it, none
+    when evaluation is off."""
+    train = examples_from_dataset(
+        load_dataset_spec(train_dataset if train_dataset is not None else config.dataset, config.dataset_split, "dataset"), "dataset")
+    method.check_examples(config, train, "dataset")
+    spec = eval_dataset if eval_dataset is not None else config.eval_dataset
+    if spec is None and config.dataset == BUNDLED_DATASET and train_dataset is None:
+        spec = BUNDLED_DATASET
+    if spec is None or not config.eval_before_after:
+        return train, []
+    held_out = examples_from_dataset(load_dataset_spec(spec, config.eval_split, "eval_dataset"), "eval_dataset")
+    return train, held_out[: config.eval_max_prompts] if config.eval_max_prompts else held_out
+
+
+def student_source(config, location: TeacherLocation, student):
+    """The student to load: the one given, the config's, the location's default, or None (the teacher's weights)."""
+    source = student if student is not None else config.student
+    if source is None:
+        source = location.default_student(config)
+    if isinstance(source, str):
+        resolve_model_source(source, "student")  # a missing path fails here, before anything loads
+    return source
+
+
+@dataclass
+class LoadedModels:
+    student: nn.Module
+    tokenizer: Any
+    teacher: nn.Module | None  # the teacher model the location holds here, on CPU
+    teacher_tokenizer: Any
+
+
+def load_models(location: TeacherLocation, method: Method, student, teacher, tokenizer, teacher_tokenizer) -> LoadedModels:
+    """The student (`student`: a module, a spec, or None for the teacher's weights) and the location's
+    teacher model (`teacher`: from `location.model_source`). A teacher module passed without its tokenizer
+    is taken to share the student's, which holds only if both output layers have the same rows."""
+    tokenizer_assumed = isinstance(teacher, nn.Module) and teacher_tokenizer is None
+    loaded = location.load_model(teacher, None, method, teacher_tokenizer, tokenizer) if teacher is not None else None
+    teacher_model, teacher_tokenizer = loaded if loaded is not None else (None, None)
+    if isinstance(student, nn.Module):
+        student_model, student_tokenizer = student, tokenizer or teacher_tokenizer
+        if student_tokenizer is None:
+            raise ValueError("tokenizer: pass the tokenizer when the student is given as a model object")
+    elif isinstance(student, str):
+        student_model, student_tokenizer = load_model(student, "student")
+    elif teacher_model is not None:
+        student_model, student_tokenizer = teacher_model, teacher_tokenizer
+    else:
+        raise ValueError(f"student: with a {location.name} teacher there are no teacher weights here to start a "
+                         "student from; give `student` (a model directory, .gguf file or hub id)")
+    if tokenizer_assumed and student_model is not teacher_model:
+        check_rows_match(teacher_model, student_model)
+    return LoadedModels(student_model, student_tokenizer, teacher_model, teacher_tokenizer)
+
+
+def check_contexts(config, location: TeacherLocation, method: Method, takes_signal: bool, student: nn.Module,
+                   teacher: nn.Module | None, evaluating: bool) -> None:
+    """Prompt + completion budget within the models' context (a server teacher checks per request), and the
+    budgets of prompts the student's own weights see as a teacher (`TeacherLocation.prompt_budgets`)."""
+    completion = ("max_new_tokens", config.max_new_tokens)
+    if evaluating and config.eval_max_new_tokens > config.max_new_tokens:
+        completion = ("eval_max_new_tokens", config.eval_max_new_tokens)
+    budget = {"max_prompt_length": config.max_prompt_length, completion[0]: completion[1]}
+    check_context(student, "student", budget)
+    if teacher is not None:
+        check_context(teacher, "teacher", budget)
+    for name in sorted(location.prompt_budgets(config, method, takes_signal, evaluating)):
+        check_context(student, "student (as its own teacher)", {name: getattr(config, name), completion[0]: completion[1]})
+
+
+def make_sampler(config, method: Method, runtime, num_examples: int) -> StepSampler:
+    sampler = StepSampler(num_examples, config.per_device_train_batch_size, config.gradient_accumulation_steps,
+                          runtime.num_processes, runtime.process_index, config.seed, method.group_size(config))
+    if sampler.prompts_per_step > num_examples:
+        per_prompt = f" / num_generations ({sampler.generations})" if sampler.generations > 1 else ""
+        raise ValueError(
+            f"per_device_train_batch_size ({config.per_device_train_batch_size}) x gradient_accumulation_steps "
+            f"({config.gradient_accumulation_steps}) x processes ({runtime.num_processes}){per_prompt} = "
+            f"{sampler.prompts_per_step} prompts per optimizer step, more than the dataset's {num_examples}; lower the "
+            "batch sizes")
+    return sampler
+
+
+def encode(encoder: PromptEncoder, example: Example) -> EncodedExample:
+    ids, truncated = encoder.prompt_ids(example.prompt)
+    completion = encoder.completion_ids(example.completion) if example.completion is not None else None
+    return EncodedExample(ids, truncated, completion)
+
+
+def rollout_settings(config, method: Method, teacher) -> RolloutSettings:
+    # A teacher whose weights move (a live or EMA self-teacher) samples step by step, never ahead.
+    window = config.seq_kd_generation_steps if getattr(teacher, "frozen", True) else 1
+    trains_row = (lambda example: method.trains_row(config, example)) if method.trains_row is not None else None
+    c = config
+    return RolloutSettings(SamplingParams(c.sampling_temperature, c.top_p, c.top_k, c.max_new_tokens, engine=c.generation_engine),
+                           SamplingParams(c.teacher_sampling_temperature, c.teacher_top_p, c.teacher_top_k, c.max_new_tokens,
+                                          engine=c.generation_engine),
+                           window, c.max_steps, c.seed, method.records_log_probs(c), c.num_iterations,
+                           c.num_loss_tokens_to_skip, trains_row)
+
+
+def make_optimizer(config, params: list[nn.Parameter]):
+    """(AdamW, schedule). The fused kernel makes one pass over each parameter's state (on 2 CPU cores 0.07 s
+    per step for the default student instead of 0.3-0.7 s, and no 200-400 MB of temporaries;
+    benchmarks/step.py)."""
+    from transformers import get_scheduler
+
+    fused = all(p.device.type in ("cpu", "cuda", "mps") and p.is_floating_point() for p in params)
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
+                                  eps=config.adam_epsilon, weight_decay=config.weight_decay, fused=fused or None)
+    warmup = config.warmup_steps or math.ceil(config.warmup_ratio * config.max_steps)
+    return optimizer, get_scheduler(config.lr_scheduler_type, optimizer, num_warmup_steps=warmup,
+                                    num_training_steps=config.max_steps)

@@ -1,0 +1,205 @@
+"""What a teacher location is: the interface every place a teacher can live implements, and their table.
+
+A location answers, for one run: does it hold this run's teacher (`claims`), what signal it gives a method
+(`signal_kind`), which config fields it reads and their rules (`reads`, `validate`), what it asks of the
+dataset and the arguments given from Python, and how it is built. Building is one path for every command
+that needs a teacher (`distill train`, `distill eval`, `distill cache-teacher`):
+
+    location.load_model(source, device)  -> the teacher model it holds on this process, or None
+    location.build(request)              -> `Teachers`: the teacher that scores training steps, and the
+                                            one the evaluation compares the student with
+
+A `TeacherRequest` carries what a teacher is built against (the student's tokenizer, vocabulary, EOS ids,
+device, a probe prompt) and the purpose (TRAIN, EVAL, CACHE). The trainer, `distill eval`, the model card
+and the run directory ask the location object; none of them compares location names.
+
+A leaf above `distill.methods.registry`: torch is imported only by the locations' build code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from distill.methods.registry import Method, Reads
+from distill.registry import Registry
+
+TRAIN, EVAL, CACHE = "train", "eval", "cache"
+
+
+@dataclass
+class TeacherRequest:
+    """What a teacher is built against, for one `purpose` (TRAIN, EVAL or CACHE).
+
+    config: the run's `DistillConfig` (for `distill cache-teacher`, one made from its flags).
+    tokenizer, vocab_size, eos_ids, pad_id: the student's side of the comparison (for a cache: the
+        tokenizer the cache is for).
+    teacher_model, teacher_tokenizer: what `load_model` returned (None for a location without a model).
+    student: the student model (the self location's weights; at EVAL, the trained student).
+    probe_ids: a prompt for checks that score one (a server's temperature handling).
+    temperature: the loss temperature the teacher will score at.
+    evaluating: the training run evaluates before and after (the self location then builds an evaluation
+        teacher from the initial weights too).
+    examples, encoded: the training rows and their encodings (a cache replaces the completions it holds).
+    eval_examples: the held-out rows (checked against several teachers' routes).
+    autocast: the training precision's context for the self-teacher's forward passes.
+    """
+
+    config: Any
+    method: Method
+    purpose: str
+    tokenizer: Any
+    vocab_size: int
+    eos_ids: list[int]
+    pad_id: int
+    device: Any
+    probe_ids: list[int] = field(default_factory=list)
+    temperature: float = 1.0
+    teacher_model: Any = None
+    teacher_tokenizer: Any = None
+    student: Any = None
+    evaluating: bool = False
+    examples: list = field(default_factory=list)
+    encoded: list = field(default_factory=list)
+    eval_examples: list = field(default_factory=list)
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+
+
+@dataclass
+class Teachers:
+    """train: scores the training steps (None when the method takes no signal); eval: the evaluation's."""
+
+    train: Any = None
+    eval: Any = None
+
+
+class TeacherLocation:
+    """Where a teacher lives. Subclasses set `name` and implement `claims`, `signal_kind` and `build`;
+    every other member has a default that fits a location holding an external teacher.
+
+    name: the location's name (in messages and the field help).
+    reads: the config fields it reads, and when (`distill.run_parts` rejects the unread ones).
+    samples: it can write completions (seq_kd); a scoring-only teacher cannot.
+    scores_ahead: it scores a whole step before any loss, in one round (a remote teacher: the trainer
+        agrees over processes whether it failed before anyone enters a collective).
+    student_origin: where the student starts when `student` is not given, for the model card.
+    selected_by: the config field whose value selects it, with an example value and the settings a run
+        with it needs (the field help lists the methods that validate with it); None when nothing does.
+    """
+
+    name: str = ""
+    reads: tuple[Reads, ...] = ()
+    samples: bool = False
+    scores_ahead: bool = False
+    student_origin: str = "initialised from the teacher"
+    selected_by: tuple[str, Any, tuple[dict, ...]] | None = None
+
+    # ------------------------------------------------------------------------------ choosing it --
+    def claims(self, config, method: Method) -> bool:
+        """Whether this run's teacher lives here."""
+        raise NotImplementedError
+
+    def signal_kind(self, method: Method) -> str | None:
+        """The signal kind (`distill.signals`) it gives `method`'s objective; None: no signal."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------ checks, no model --
+    def validate(self, config, method: Method, sources: frozenset[str]) -> None:
+        """Its fields' rules against the method and the completion sources it draws; ValueError naming
+        the field and the fix."""
+
+    def inputs(self, config) -> dict[str, str]:
+        """Its inputs named by path in `config` (label -> path): the run directory must not lie inside one."""
+        return {}
+
+    def card_title(self, record: dict) -> str:
+        """The model card's title line for a run of this location (`record`: the run's config.yaml)."""
+        raise NotImplementedError
+
+    def check_arguments(self, config, teacher, teacher_tokenizer) -> None:
+        """A teacher model or tokenizer passed from Python that this location would not read is an error."""
+        if teacher is not None:
+            raise ValueError(f"teacher: this run's teacher is {self.describe(config)}; do not also pass a teacher model")
+        if teacher_tokenizer is not None:
+            raise ValueError(f"teacher_tokenizer: this run's teacher is {self.describe(config)}, which is checked against "
+                             "the student's tokenizer; do not pass a teacher tokenizer")
+
+    def describe(self, config) -> str:
+        """A few words naming this run's teacher, for messages ("teacher_url")."""
+        return self.name
+
+    def model_source(self, config, teacher):
+        """The teacher model this location loads (a spec or a module), given the `teacher` argument; None
+        when it holds no model here."""
+        return None
+
+    def default_student(self, config) -> str | None:
+        """The student to start from when none is given and the location holds no teacher weights to start
+        from; None: `student` must be given."""
+        return None
+
+    def check_dataset(self, config, method: Method, possible_sources: frozenset[str], examples: list) -> None:
+        """What the location asks of the training rows: dataset completions for the micro-batches that use them."""
+        if "dataset" not in possible_sources:
+            return
+        missing = [e.index for e in examples if e.completion is None]
+        if missing:
+            raise ValueError(
+                f"lmbda={config.lmbda} (schedule {config.lmbda_schedule!r}) makes some micro-batches off-policy, but "
+                f"{len(missing)} dataset rows have no completion (first: row {missing[0]}). Add a 'completion' column "
+                "(or assistant turns in 'messages'), set seq_kd: true to let the teacher write them, or set lmbda: 1 "
+                "with lmbda_schedule: constant")
+
+    def prompt_budgets(self, config, method: Method, takes_signal: bool, evaluating: bool) -> set[str]:
+        """Config fields bounding prompts the *student's* weights see as a teacher (checked against its context)."""
+        return set()
+
+    # --------------------------------------------------------------------------------- building --
+    def load_model(self, source, device, method: Method, teacher_tokenizer=None, tokenizer=None):
+        """(model, tokenizer) of the teacher model `source` (from `model_source`) on `device`; a module given
+        from Python comes with `teacher_tokenizer`, or shares the student's `tokenizer`. None when it holds none."""
+        return None
+
+    def build(self, request: TeacherRequest) -> Teachers:
+        raise NotImplementedError
+
+    def eval_values(self, method: Method, values: dict, record: dict, args) -> dict:
+        """`distill eval`'s config values for a run of this location: the run's (`values`, from `record`, its
+        config.yaml; empty for a bare student directory) with what the flags (`args.teacher`,
+        `args.teacher_url`) say."""
+        raise NotImplementedError
+
+    def check_evaluable(self, config) -> None:
+        """`distill eval` of a run with this location: ValueError when its teacher cannot score new samples here."""
+
+
+# The registered locations, asked in registration order; the fallback (a model) is asked last.
+_LOCATIONS: Registry[TeacherLocation] = Registry("teacher location", "teacher location")
+_FALLBACK: list[TeacherLocation] = []
+
+
+def register_location(location: TeacherLocation, fallback: bool = False) -> TeacherLocation:
+    """Add a location; `fallback`: the one that holds the teacher when no other claims it (a model)."""
+    _LOCATIONS.register(location)
+    if fallback:
+        _FALLBACK[:] = [location]
+    return location
+
+
+def unregister_location(name: str) -> None:
+    _LOCATIONS.unregister(name)
+
+
+def locations() -> list[TeacherLocation]:
+    """Every registered location, the fallback last."""
+    asked = [_LOCATIONS.get(name) for name in _LOCATIONS.names()]
+    return [loc for loc in asked if loc not in _FALLBACK] + [loc for loc in _FALLBACK if loc in asked]
+
+
+def location_of(config, method: Method) -> TeacherLocation:
+    """The location that holds this run's teacher: the first that claims it."""
+    for location in locations():
+        if location.claims(config, method):
+            return location
+    raise ValueError(f"no teacher location holds the teacher of method {method.name}")

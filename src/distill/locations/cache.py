@@ -1,0 +1,66 @@
+"""The teacher is a cache on disk (`teacher_cache`: `distill cache-teacher` output, several routed by
+teacher_id): sparse top-k log-probs of the completions it holds, which replace the dataset's own. It
+cannot score new samples, so every micro-batch must use its completions and nothing evaluates against it."""
+
+from __future__ import annotations
+
+from distill.locations.base import TeacherRequest, Teachers, location_of
+from distill.locations.external import NOT_EVALUABLE
+from distill.locations.routes import parse_routes
+from distill.locations.sparse import SparseLocation
+from distill.methods.registry import Method, Reads, get_method
+from distill.teachers.build import check_routes, one_or_routed, use_cached_completions
+from distill.teachers.cache import TeacherCache
+from distill.teachers.offline import OfflineTeacher
+
+
+class CacheLocation(SparseLocation):
+    name = "cache"
+    field = "teacher_cache"
+    scores_ahead = True
+    selected_by = ("teacher_cache", "cache-directory",
+                   ({"lmbda": 0.0, "lmbda_schedule": "constant", "seq_kd": False, "eval_before_after": False},))
+
+    def __init__(self) -> None:
+        def here(config) -> bool:
+            return location_of(config, get_method(config.method)) is self
+
+        self.reads = (Reads("a server or cache teacher", ("teacher_logprobs",), here),
+                      Reads("teacher_cache", ("teacher_cache",), here))
+
+    def claims(self, config, method: Method) -> bool:
+        return method.teacher == "external" and config.teacher_cache is not None
+
+    def card_teacher(self, record: dict) -> str:
+        return f"the teacher cache {record['teacher_cache']}"
+
+    def inputs(self, config) -> dict[str, str]:
+        return {f"teacher_cache {tid}".strip(): path for tid, path in parse_routes(config.teacher_cache, "teacher_cache").items()}
+
+    def validate(self, config, method: Method, sources: frozenset[str]) -> None:
+        parse_routes(config.teacher_cache, "teacher_cache")
+        super().validate(config, method, sources)
+        if sources != frozenset({"dataset"}):
+            raise ValueError("teacher_cache scores only the completions it holds, so every micro-batch must use them "
+                             "(nothing can score new samples): set lmbda: 0, lmbda_schedule: constant and seq_kd: false")
+        if config.eval_before_after:
+            raise ValueError("eval_before_after: a teacher cache cannot score new samples; set it to false and evaluate "
+                             "with `distill eval RUN_DIR --teacher MODEL`")
+
+    def check_dataset(self, config, method: Method, possible_sources: frozenset[str], examples: list) -> None:
+        pass  # the cache's completions replace the dataset's (`build`)
+
+    def build(self, request: TeacherRequest) -> Teachers:
+        config, teachers = request.config, {}
+        for tid, directory in parse_routes(config.teacher_cache, "teacher_cache").items():
+            cache = TeacherCache(directory)
+            cache.check_run(request.tokenizer, config.teacher_logprobs, config.temperature, config.max_prompt_length,
+                            config.max_new_tokens)
+            teachers[tid] = OfflineTeacher(cache)
+        teacher = one_or_routed(teachers, request.pad_id)
+        check_routes(teacher, request.examples + request.eval_examples)
+        use_cached_completions(teacher, request.examples, request.encoded)
+        return Teachers(teacher, teacher)
+
+    def check_evaluable(self, config) -> None:
+        raise ValueError(NOT_EVALUABLE)

@@ -1,0 +1,26 @@
+"""No teacher (a method with teacher "none": sft learns from the dataset's completions alone). The
+evaluation still compares the student with its initial weights (`StudentOnlyLocation`)."""
+
+from __future__ import annotations
+
+from distill.locations.student_itself import StudentOnlyLocation
+from distill.methods.registry import Method
+
+
+class NoTeacher(StudentOnlyLocation):
+    name = kind = "none"
+    words = "none"
+    why = "it learns from the dataset's completions and has no teacher"
+
+    def signal_kind(self, method: Method) -> None:
+        return None
+
+    def card_title(self, record: dict) -> str:
+        return "# Student fine-tuned on its dataset's completions (no teacher)"
+
+    def check_dataset(self, config, method: Method, possible_sources: frozenset[str], examples: list) -> None:
+        missing = [e.index for e in examples if e.completion is None]
+        if missing:
+            raise ValueError(f"dataset row {missing[0]} has no completion ({len(missing)} rows lack one): method "
+                             f"{method.name} trains on the dataset's completions; add a 'completion' column (or "
+                             "assistant turns in 'messages')")

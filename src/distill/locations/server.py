@@ -1,0 +1,61 @@
+"""The teacher is a server (`teacher_url`: `distill serve-teacher` or stock vLLM, several routed by
+teacher_id): sparse top-k log-probs over HTTP, scored for the whole step in one concurrent round."""
+
+from __future__ import annotations
+
+import urllib.parse
+
+from distill.locations.base import TeacherRequest, Teachers, location_of
+from distill.locations.routes import parse_routes
+from distill.locations.sparse import SparseLocation
+from distill.methods.registry import Method, Reads, get_method
+from distill.teachers.build import (
+    check_routes,
+    one_or_routed,
+    server_settings,
+    server_teacher,
+)
+
+
+class ServerLocation(SparseLocation):
+    name = "server"
+    field = "teacher_url"
+    scores_ahead = True
+    selected_by = ("teacher_url", "http://127.0.0.1:8000", ({}, {"seq_kd": False}))
+
+    def __init__(self) -> None:
+        def here(config) -> bool:
+            return location_of(config, get_method(config.method)) is self
+
+        self.reads = (
+            Reads("a server or cache teacher", ("teacher_logprobs",), here),
+            Reads("teacher_url (a server teacher)", ("teacher_url", "teacher_model_name", "teacher_concurrency",
+                                                     "teacher_request_size", "teacher_timeout", "teacher_retries"), here),
+        )
+
+    def claims(self, config, method: Method) -> bool:
+        return method.teacher == "external" and config.teacher_url is not None
+
+    def card_teacher(self, record: dict) -> str:
+        return f"the teacher server {record['teacher_url']}"
+
+    def validate(self, config, method: Method, sources: frozenset[str]) -> None:
+        for url in parse_routes(config.teacher_url, "teacher_url").values():
+            parsed = urllib.parse.urlsplit(url)
+            if parsed.scheme not in ("http", "https") or not parsed.hostname:
+                raise ValueError(f"teacher_url must look like http://host:port (scheme and host), got {url!r}")
+        super().validate(config, method, sources)
+
+    def build(self, request: TeacherRequest) -> Teachers:
+        config = request.config
+        teachers = {tid: server_teacher(server_settings(config, url), request.tokenizer, request.vocab_size,
+                                        request.temperature, request.probe_ids)
+                    for tid, url in parse_routes(config.teacher_url, "teacher_url").items()}
+        teacher = one_or_routed(teachers, request.pad_id)
+        check_routes(teacher, request.examples + request.eval_examples)
+        return Teachers(teacher, teacher)
+
+    def check_evaluable(self, config) -> None:
+        if list(parse_routes(config.teacher_url, "teacher_url")) != [""]:
+            raise ValueError("this run had several teacher servers: pass the one to score with as --teacher-url URL (or "
+                             "--teacher MODEL)")
