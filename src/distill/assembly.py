@@ -4,6 +4,7 @@
     load_examples     the training rows and the held-out ones
     student_source    which student to load (given, the location's default, or the teacher's weights)
     load_models       the student and the teacher model the location holds (if any), with tokenizers
+    prepare_models    the student as it trains, the vocabulary, the encoded rows, the location's teachers
     check_contexts    prompt + completion budgets within every model's context
     make_sampler      which prompts each step draws (refusing more prompts per step than the dataset has)
     rollout_settings  the sampling settings of the step rollout (`distill.rollout`)
@@ -15,9 +16,10 @@ location object (`distill.locations`).
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -31,11 +33,21 @@ from distill.data import (
 )
 from distill.data_files import BUNDLED_DATASET, load_dataset_spec
 from distill.generation import SamplingParams
-from distill.locations import TeacherLocation
+from distill.locations import TRAIN, TeacherLocation, TeacherRequest
 from distill.methods.registry import Method
-from distill.models import check_context, check_rows_match, resolve_model_source
+from distill.models import (
+    check_context,
+    check_rows_match,
+    describe_stop_tokens,
+    eos_token_ids,
+    make_student,
+    prepare_student,
+    resolve_model_source,
+)
 from distill.rollout import RolloutSettings
-from distill.teachers.build import load_model
+from distill.teachers.build import comparison_vocab_size, load_model
+
+logger = logging.getLogger(__name__)
 
 
 def check_arguments(config, location: TeacherLocation, teacher, teacher_tokenizer, eval_dataset) -> None:
@@ -99,6 +111,54 @@ def load_models(location: TeacherLocation, method: Method, student, teacher, tok
     if tokenizer_assumed and student_model is not teacher_model:
         check_rows_match(teacher_model, student_model)
     return LoadedModels(student_model, student_tokenizer, teacher_model, teacher_tokenizer)
+
+
+class PreparedModels(NamedTuple):
+    student: nn.Module  # as it trains: layers dropped, LoRA, activation checkpointing
+    tokenizer: Any  # the student's
+    vocab_size: int  # the vocabulary both models are compared over
+    eos_ids: list[int]
+    pad_id: int
+    encoder: PromptEncoder
+    encoded: list[EncodedExample]  # the training rows (a cache's completions replace the dataset's)
+    teacher: Any  # scores training steps (None for a method without a teacher signal)
+    eval_teacher: Any  # the evaluation's
+
+
+def prepare_models(config, method: Method, location: TeacherLocation, runtime, models: LoadedModels, student_given: bool,
+                   train_examples: list[Example], eval_examples: list[Example]) -> PreparedModels:
+    """The student as it trains, the vocabulary both models are compared over, the encoded training rows,
+    and the teachers the location builds against them (`TeacherLocation.build`, purpose TRAIN)."""
+    student = make_student(models.student, config.resolved_student_init(student_given))
+    check_contexts(config, location, method, bool(method.objective(config).signals), student, models.teacher,
+                   bool(eval_examples))
+    teacher_model, teacher_tokenizer = models.teacher, models.teacher_tokenizer
+    if teacher_model is None:  # the teacher's vocabulary is checked against the student's tokenizer remotely
+        teacher_model, teacher_tokenizer = student, models.tokenizer
+    for each in (teacher_tokenizer, models.tokenizer):
+        if each.pad_token_id is None:
+            each.pad_token = each.eos_token
+    vocab_size = comparison_vocab_size(method.cross_tokenizer, models.tokenizer, teacher_tokenizer, student, teacher_model)
+    tokenizer = models.tokenizer
+    eos_ids = eos_token_ids(tokenizer, student)
+    if not eos_ids:
+        raise ValueError("the tokenizer has no EOS token; completions could never end")
+    if runtime.is_main_process:
+        logger.info("end of turn (appended to dataset and teacher completions): %s", describe_stop_tokens(tokenizer, eos_ids))
+    lora = dict(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                target_modules=list(config.lora_target_modules)) if config.use_peft else None
+    student = prepare_student(student, config.gradient_checkpointing, lora)
+    encoder = PromptEncoder(tokenizer, config.max_prompt_length, config.max_new_tokens, eos_ids)
+    encoded = [encode(encoder, e) for e in train_examples]
+    teachers = location.build(TeacherRequest(
+        config, method, TRAIN, tokenizer, vocab_size, eos_ids, tokenizer.pad_token_id, runtime.device,
+        probe_ids=max((e.prompt_ids for e in encoded), key=len),  # a server's temperature probe scores it
+        temperature=config.temperature, teacher_tokenizer=models.teacher_tokenizer, student=student,
+        teacher_model=models.teacher.to(runtime.device, runtime.teacher_dtype) if models.teacher is not None else None,
+        evaluating=bool(eval_examples), examples=train_examples, encoded=encoded, eval_examples=eval_examples,
+        autocast=runtime.accelerator.autocast))
+    return PreparedModels(student, tokenizer, vocab_size, eos_ids, tokenizer.pad_token_id, encoder, encoded,
+                          teachers.train, teachers.eval)
 
 
 def check_contexts(config, location: TeacherLocation, method: Method, takes_signal: bool, student: nn.Module,

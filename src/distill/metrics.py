@@ -176,3 +176,22 @@ def log_record(step: int, epoch: float, reduced: dict[str, float]) -> dict:
         if reduced.get(f"micro_batches/{source}", 0) == 0:
             record.pop(f"completion_length/{source}_max", None)
     return record
+
+
+def progress_bar(enabled: bool, max_steps: int, start_step: int):
+    """A live progress bar (tqdm) from `start_step` to `max_steps`, or None."""
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=max_steps, initial=start_step, desc="distill", dynamic_ncols=True)
+
+
+def show_on_progress_bar(progress, record: dict) -> None:
+    """The logged step's loss, KL and student tokens/s beside the bar (when there is one)."""
+    if progress is None:
+        return
+    shown = {"loss": f"{record.get('loss', float('nan')):.3f}"}
+    if "forward_kl" in record:  # objectives without per-token diagnostics (gold) have no KL to show
+        shown["kl"] = f"{record['forward_kl']:.3f}"
+    progress.set_postfix(**shown, tok_s=f"{record.get('tokens_per_second/student', 0):.0f}", refresh=False)

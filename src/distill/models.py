@@ -25,11 +25,11 @@ from distill.byte_student import (
     is_byte_student,
     parse_shape,
 )
+from distill.config import DEFAULT_TEACHER
 from distill.losses import LogitHead
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TEACHER = "smollm2-135m-instruct"
 
 
 def parse_student_init(spec: str) -> tuple[str, list[int] | int | None]:

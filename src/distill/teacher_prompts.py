@@ -11,8 +11,10 @@ and the assistant header are).
 from __future__ import annotations
 
 import string
+from typing import TYPE_CHECKING
 
-from distill.data import Example, PromptEncoder
+if TYPE_CHECKING:  # annotations only: the templates are read by the config, which imports no torch
+    from distill.data import Example, PromptEncoder
 
 # SDFT (arXiv 2601.19897): the demonstration is shown as an example answer, and the model is asked for its own.
 DEFAULT_TEACHER_PROMPT_TEMPLATE = ("{prompt}\n\nThis is an example for a response to the question:\n{privileged_context}"

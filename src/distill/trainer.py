@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import logging
 import sys
 import time
 from pathlib import Path
@@ -29,23 +28,19 @@ from torch import nn
 from distill import checkpoint as ckpt
 from distill import sharding
 from distill.assembly import (
-    LoadedModels,
     check_arguments,
-    check_contexts,
-    encode,
     load_examples,
     load_models,
     make_optimizer,
     make_sampler,
+    prepare_models,
     rollout_settings,
     student_source,
 )
-from distill.batch import MicroBatch
 from distill.config import DistillConfig
-from distill.data import PromptEncoder
-from distill.errors import StepFailure, TeacherServerError
+from distill.errors import StepFailure
 from distill.evaluate import EvalSettings, Evaluator
-from distill.locations import TRAIN, TeacherRequest, location_of
+from distill.locations import location_of
 from distill.methods import get_method
 from distill.methods.registry import StageParts
 from distill.metrics import (
@@ -53,13 +48,9 @@ from distill.metrics import (
     add_throughput,
     log_record,
     new_window,
+    progress_bar,
     record_micro_batch,
-)
-from distill.models import (
-    describe_stop_tokens,
-    eos_token_ids,
-    make_student,
-    prepare_student,
+    show_on_progress_bar,
 )
 from distill.objectives import StepContext
 from distill.objectives.student import StudentObjective
@@ -73,9 +64,8 @@ from distill.run import (
     run_inputs,
 )
 from distill.runtime import StopRequest, phase_clock, start_runtime
-from distill.teachers.build import close_teacher, comparison_vocab_size, teachers_of
-
-logger = logging.getLogger(__name__)
+from distill.teachers.ahead import score_step_ahead
+from distill.teachers.build import close_teacher, teachers_of
 
 
 class Distiller:
@@ -118,7 +108,9 @@ class Distiller:
         self.sampler = make_sampler(config, self.method, self.runtime, len(self.train_examples))
         models = load_models(self.location, self.method, student_source(config, self.location, student), teacher_source,
                              tokenizer, teacher_tokenizer)
-        self._prepare_models(models, student_given)
+        (self.student_model, self.tokenizer, self.vocab_size, self.eos_ids, self.pad_id, self.encoder, self.encoded,
+         self.teacher, self.eval_teacher) = prepare_models(config, self.method, self.location, self.runtime, models,
+                                                           student_given, self.train_examples, self.eval_examples)
         self.rollout = StepRollout(self.plan, self.sampler, self.train_examples, self.encoded,
                                    rollout_settings(config, self.method, self.teacher), self.with_student, self.teacher,
                                    self.eos_ids, self.pad_id, self.vocab_size, self.device, self.runtime.process_index)
@@ -126,43 +118,6 @@ class Distiller:
         if self.method.stage is not None:
             self.stage = self.method.stage(config, StageParts(self.tokenizer, self.eos_ids, self.runtime, self.sampler.first_row))
             self.rollout.stage = self.stage
-
-    def _prepare_models(self, models: LoadedModels, student_given: bool) -> None:
-        """The student as it trains (layers dropped, LoRA, checkpointing), the vocabulary both models are
-        compared over, the encoded training rows, and the teachers the location builds against them."""
-        config = self.config
-        student_model = make_student(models.student, config.resolved_student_init(student_given))
-        check_contexts(config, self.location, self.method, bool(self.objective.signals), student_model, models.teacher,
-                       bool(self.eval_examples))
-        teacher_model, teacher_tokenizer = models.teacher, models.teacher_tokenizer
-        if teacher_model is None:  # the teacher's vocabulary is checked against the student's tokenizer remotely
-            teacher_model, teacher_tokenizer = student_model, models.tokenizer
-        for each in (teacher_tokenizer, models.tokenizer):
-            if each.pad_token_id is None:
-                each.pad_token = each.eos_token
-        self.vocab_size = comparison_vocab_size(self.method.cross_tokenizer, models.tokenizer, teacher_tokenizer,
-                                                student_model, teacher_model)
-        self.tokenizer = models.tokenizer
-        self.eos_ids = eos_token_ids(self.tokenizer, student_model)
-        if not self.eos_ids:
-            raise ValueError("the tokenizer has no EOS token; completions could never end")
-        if self.runtime.is_main_process:
-            logger.info("end of turn (appended to dataset and teacher completions): %s",
-                        describe_stop_tokens(self.tokenizer, self.eos_ids))
-        self.pad_id = self.tokenizer.pad_token_id
-        lora = dict(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-                    target_modules=list(config.lora_target_modules)) if config.use_peft else None
-        self.student_model = prepare_student(student_model, config.gradient_checkpointing, lora)
-        self.encoder = PromptEncoder(self.tokenizer, config.max_prompt_length, config.max_new_tokens, self.eos_ids)
-        self.encoded = [encode(self.encoder, e) for e in self.train_examples]
-        teachers = self.location.build(TeacherRequest(
-            config, self.method, TRAIN, self.tokenizer, self.vocab_size, self.eos_ids, self.pad_id, self.device,
-            probe_ids=max((e.prompt_ids for e in self.encoded), key=len),  # a server's temperature probe scores it
-            temperature=config.temperature, teacher_tokenizer=models.teacher_tokenizer, student=self.student_model,
-            teacher_model=models.teacher.to(self.device, self.runtime.teacher_dtype) if models.teacher is not None else None,
-            evaluating=bool(self.eval_examples), examples=self.train_examples, encoded=self.encoded,
-            eval_examples=self.eval_examples, autocast=self.accelerator.autocast))
-        self.teacher, self.eval_teacher = teachers.train, teachers.eval
 
     def _rollout_settings(self):
         return rollout_settings(self.config, self.method, self.teacher)
@@ -238,7 +193,7 @@ class Distiller:
         evaluator = self._evaluator()
         before = self.with_student(lambda student: self.run.evaluate_before(evaluator, student))
         last_record: dict[str, Any] = {}
-        progress = self._progress(step)
+        progress = progress_bar(config.progress_bar and self.runtime.is_main_process, config.max_steps, step)
         window, timings = self._new_window(), {}
         stop, interrupted, started = StopRequest(), False, time.perf_counter()
         with stop.installed():
@@ -305,7 +260,9 @@ class Distiller:
         sizes = dict(step_tokens=step_tokens, step_rows=step_rows, step_distilled_tokens=step_distilled_tokens,
                      step_micro_batches=len(micro_batches) * self.runtime.num_processes,
                      fresh_rollout=step % config.num_iterations == 0)  # a rollout's first step (`StepRollout`)
-        remote_signals = self._score_remotely(micro_batches, timings)
+        # A teacher outside the process scores the whole step up front; a model here, each micro-batch before its loss.
+        remote_signals = (score_step_ahead(self.teacher, micro_batches, config.temperature, self.runtime, timings)
+                          if self.location.scores_ahead else None)
         for index, mb in enumerate(micro_batches):
             mb = mb.to(self.device)
             if remote_signals is not None:
@@ -342,28 +299,6 @@ class Distiller:
             return contextlib.nullcontext()
         return self.accelerator.no_sync(self.wrapped)
 
-    def _score_remotely(self, micro_batches: list[MicroBatch], timings: dict[str, float]) -> list | None:
-        """A server or cache teacher scores the whole step up front (all requests in one concurrent round),
-        and every process learns whether any failed before anyone enters a collective of the step, so a dead
-        server ends every process with the error instead of leaving the others waiting in an all-reduce.
-        None for a teacher model here, which scores each micro-batch just before its loss."""
-        if not self.location.scores_ahead:
-            return None
-        start, signals, error = phase_clock(self.device), None, None
-        try:
-            score_many = getattr(self.teacher, "score_many", None)
-            signals = (score_many(micro_batches, self.config.temperature) if score_many is not None
-                       else [self.teacher.score(mb, self.config.temperature) for mb in micro_batches])
-        except Exception as failure:  # any failure: the other processes must learn of it, not wait for this one
-            error = failure
-        timings["teacher"] = timings.get("teacher", 0.0) + phase_clock(self.device) - start
-        failed, not_server = self.runtime.agree([error is not None, error is not None and not isinstance(error, TeacherServerError)])
-        if not_server:  # a bug or bad data, not an outage: stop everywhere without a checkpoint (nothing to resume)
-            raise error or RuntimeError("the teacher of another process failed (its error is in that process's log)")
-        if failed:  # every process checkpoints together in _train_step_or_checkpoint
-            raise error or TeacherServerError("the teacher server of another process failed (its error is in that process's log)")
-        return signals
-
     # ------------------------------------------------------------------------------------- metrics --
     def _new_window(self) -> MetricWindow:
         return new_window(self.method, list(teachers_of(self.teacher)), self.stage.metric_names() if self.stage is not None else ())
@@ -376,19 +311,8 @@ class Distiller:
         self.metrics_log.write(record)
         if self.config.report_to != "none":
             self.accelerator.log({k: v for k, v in record.items() if k != "step"}, step=step)
-        if progress is not None:
-            shown = {"loss": f"{record.get('loss', float('nan')):.3f}"}
-            if "forward_kl" in record:  # objectives without per-token diagnostics (gold) have no KL to show
-                shown["kl"] = f"{record['forward_kl']:.3f}"
-            progress.set_postfix(**shown, tok_s=f"{record.get('tokens_per_second/student', 0):.0f}", refresh=False)
+        show_on_progress_bar(progress, record)
         return record
-
-    def _progress(self, start_step: int):
-        if not (self.config.progress_bar and self.runtime.is_main_process):
-            return None
-        from tqdm.auto import tqdm
-
-        return tqdm(total=self.config.max_steps, initial=start_step, desc="distill", dynamic_ncols=True)
 
     # ------------------------------------------------------------------------------- run directory --
     def save_checkpoint(self, step: int) -> Path:

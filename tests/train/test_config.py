@@ -3,9 +3,10 @@
 import pytest
 
 from distill.cli import fields_help, main, parse_field_flags
-from distill.config import DistillConfig, parse_student_init
+from distill.config import DistillConfig
 from distill.methods import get_method
 from distill.methods.mixing import beta_for
+from distill.models import parse_student_init
 
 
 def test_yaml_recipe_and_flags_override_in_order(tmp_path):
@@ -136,3 +137,16 @@ def test_fields_that_are_read_are_accepted():
 def test_fields_nothing_reads_are_rejected(values, match):
     with pytest.raises(ValueError, match=match):
         DistillConfig(**values).validate()
+
+
+def test_the_config_module_is_a_leaf():
+    """`import distill.config` pulls in neither torch nor any method: a method module may import it to type
+    its config, and tools that only read or write configs stay light."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, distill.config; "
+             "heavy = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('distill.methods', 'distill.locations'))); "
+             "assert not heavy, heavy")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

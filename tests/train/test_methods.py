@@ -194,9 +194,16 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
     return {name for name in found if name in modules and name != _module_name(path)}
 
 
+# Call-time imports that are the public face of a module above (no cycle when modules load), each with why.
+FACADES = {
+    ("distill.config", "distill.config_checks"): "DistillConfig.validate() runs the checks, which know every registered "
+                                                 "part; `import distill.config` stays a leaf",
+}
+
+
 def test_the_import_graph_has_no_cycle():
     modules = {_module_name(p): p for p in _python_files()}
-    graph = {name: _imports(path, set(modules)) for name, path in modules.items()}
+    graph = {name: _imports(path, set(modules)) - {to for (frm, to) in FACADES if frm == name} for name, path in modules.items()}
     # A module's parent package runs first when it is imported: Python's doing, not an edge written here.
     state, cycle = {}, []
 

@@ -4,9 +4,9 @@ is not asked to write completions, and how `distill eval` takes `--teacher` / `-
 
 from __future__ import annotations
 
+from distill.config import DEFAULT_TEACHER
 from distill.locations.base import TeacherLocation
 from distill.methods.registry import Method
-from distill.models import DEFAULT_TEACHER
 
 
 class ExternalLocation(TeacherLocation):

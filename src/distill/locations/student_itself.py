@@ -9,11 +9,12 @@ row's privileged context when it has one.
 
 from __future__ import annotations
 
+from distill.config import DEFAULT_TEACHER
 from distill.config_io import OBJECT_RECORD
 from distill.data import PromptEncoder
 from distill.locations.base import TeacherLocation, TeacherRequest, Teachers, locations
 from distill.methods.registry import Method
-from distill.models import DEFAULT_TEACHER, check_context, make_student
+from distill.models import check_context, make_student
 from distill.signals import DENSE
 from distill.teacher_prompts import TeacherPrompts
 from distill.teachers.build import load_model

@@ -1,0 +1,82 @@
+"""`DistillConfig.validate()`: the checks that need no model or data, each written once.
+
+Each field's range here; the method's own rules (`Method.validate`), the teacher's location against the
+method (`distill.locations.validate`), and that every field set is read by the run (`distill.run_parts`).
+A config is checked against every registered part, so this module imports them; `distill.config` itself
+imports none (it is a leaf: no torch, no method).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from typing import Any
+
+from distill import locations
+from distill.config import DTYPES, SCHEDULERS, TRACKERS
+from distill.generation import AUTO, get_engine
+from distill.methods import get_method
+from distill.models import parse_student_init
+from distill.run_parts import check_fields_read
+from distill.runtime import check_device
+
+
+def validate(config):
+    """Raise ValueError naming the field and the fix; fill in the method's defaults for fields left at None."""
+    method = get_method(config.method)
+    for name, value in method.defaults.items():
+        if getattr(config, name) is None:
+            setattr(config, name, value)
+    _one_of("lr_scheduler_type", config.lr_scheduler_type, SCHEDULERS)
+    if config.generation_engine != AUTO:
+        get_engine(config.generation_engine)
+    _one_of("dtype", config.dtype, DTYPES)
+    for name in ("beta", "warmup_ratio", "top_p", "teacher_top_p"):
+        if getattr(config, name) is not None and not 0.0 <= getattr(config, name) <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {getattr(config, name)!r}")
+    if config.top_p == 0 or config.teacher_top_p == 0:
+        raise ValueError("top_p and teacher_top_p must be in (0, 1]; use 1.0 to turn nucleus sampling off")
+    for name in ("temperature", "sampling_temperature", "teacher_sampling_temperature", "learning_rate"):
+        value = getattr(config, name)
+        if not value > 0 or math.isinf(value):
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    for name in ("max_new_tokens", "max_prompt_length", "max_steps", "per_device_train_batch_size",
+                 "gradient_accumulation_steps", "logging_steps", "loss_chunk_size", "eval_max_new_tokens",
+                 "eval_batch_size", "lora_r"):
+        value = getattr(config, name)
+        if value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    for name in ("max_time_minutes", "save_steps", "save_total_limit", "warmup_steps", "top_k", "teacher_top_k",
+                 "eval_max_prompts", "eval_examples", "weight_decay", "max_grad_norm"):
+        if getattr(config, name) < 0:
+            raise ValueError(f"{name} must be >= 0, got {getattr(config, name)!r}")
+    for name in ("adam_beta1", "adam_beta2"):
+        if not 0.0 <= getattr(config, name) < 1.0:
+            raise ValueError(f"{name} must be in [0, 1) (AdamW's moment decay; 0.9 and 0.999 are usual), got {getattr(config, name)!r}")
+    if not 0.0 <= config.adam_epsilon < math.inf:
+        raise ValueError(f"adam_epsilon must be a finite number >= 0 (1e-8 is usual), got {config.adam_epsilon!r}")
+    if not 0 <= config.seed < 2**32:
+        raise ValueError(f"seed must be an integer in [0, 2**32), got {config.seed!r}")
+    check_device(config.device)
+    for tracker in [t.strip() for t in config.report_to.split(",") if t.strip()]:
+        _one_of("report_to", tracker, TRACKERS)
+    if config.student_init is not None:
+        parse_student_init(config.student_init)
+    method.validate(config)
+    sources = method.sources(config).possible()
+    locations.validate(config, method, sources)
+    if config.fsdp and config.dtype == "float16":
+        raise ValueError("fsdp: true with dtype float16 is not supported (its loss scaler would need unscaling "
+                         "before distill clips the sharded gradients); use dtype bfloat16 or float32")
+    if config.fsdp and config.use_peft:
+        raise ValueError("fsdp: true with use_peft: true is not supported (LoRA's few trainable parameters gain "
+                         "little from sharding); drop one of them")
+    check_fields_read(config, method, sources)
+    return config
+
+
+def _one_of(name: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        close = difflib.get_close_matches(str(value), allowed, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}{hint}")
