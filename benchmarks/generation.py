@@ -53,7 +53,7 @@ def prompts(tokenizer, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def main() -> None:
-    from distill.lean_decode import lean_generate
+    from distill.generation.lean_decode import lean_generate
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=4)

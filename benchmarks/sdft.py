@@ -7,7 +7,7 @@ accuracy). Every arm trains for the same number of minutes (`distill train --max
 measured in this process:
 
 - new knowledge: greedy answers to the held-out paraphrases (and the training questions) that contain the
-  answer string (`distill.answers.contains_answer`);
+  answer string (`distill.evaluation.answers.contains_answer`);
 - forgetting: forward KL(original model || student) on the original model's samples of the bundled general
   held-out prompts (the evaluation of `distill train`, with the original model as teacher), and three
   general answers side by side.
@@ -31,10 +31,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arms import run_arms  # noqa: E402  (a sibling script)
 
-from distill.answers import contains_answer
 from distill.data import PromptEncoder, examples_from_dataset
 from distill.data_files import BUNDLED_DATASET, load_dataset_spec
-from distill.evaluate import EvalSettings, Evaluator
+from distill.evaluation.answers import contains_answer
+from distill.evaluation.evaluator import EvalSettings, Evaluator
 from distill.generation import SamplingParams, generate_completions
 from distill.models import DEFAULT_TEACHER, eos_token_ids, student_vocab_size
 from distill.teacher_prompts import DEFAULT_TEACHER_PROMPT_TEMPLATE, TeacherPrompts

@@ -29,9 +29,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arms import run_arms  # noqa: E402  (a sibling script)
 
-from distill.answers import contains_answer
 from distill.data import PromptEncoder, examples_from_dataset
 from distill.data_files import load_dataset_spec
+from distill.evaluation.answers import contains_answer
 from distill.generation import SamplingParams, generate_completions
 from distill.models import DEFAULT_TEACHER, eos_token_ids, student_vocab_size
 from distill.teachers.build import load_model

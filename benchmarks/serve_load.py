@@ -145,7 +145,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200, help="requests per client")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "serve_load.json"))
     args = parser.parse_args()
-    from distill.serve import wait_until_healthy
+    from distill.commands.serve_teacher import wait_until_healthy
 
     with tempfile.TemporaryDirectory() as tmp:
         models = make_models(Path(tmp))

@@ -38,10 +38,10 @@ def _free_port() -> int:
 
 
 def scoring(args, work: Path) -> list[dict]:
+    from distill.commands.serve_teacher import wait_until_healthy
     from distill.data import PromptEncoder, examples_from_dataset
     from distill.data_files import load_dataset_spec
     from distill.models import load_tokenizer, resolve_model_source
-    from distill.serve import wait_until_healthy
     from distill.teachers.server import ServerSettings, ServerTeacher
 
     port = _free_port()
@@ -100,7 +100,7 @@ def make_data_and_student(args, work: Path) -> tuple[Path, Path]:
 
 
 def cache(args, work: Path, data: Path) -> dict:
-    from distill.cache_teacher import CacheJob, run_cache_teacher
+    from distill.commands.cache_teacher import CacheJob, run_cache_teacher
 
     start = time.perf_counter()
     manifest = run_cache_teacher(CacheJob(TEACHER, None, None, str(data), "train", args.k, str(work / "cache"), generate=True,

@@ -198,13 +198,12 @@ def encode(encoder: PromptEncoder, example: Example) -> EncodedExample:
 def rollout_settings(config, method: Method, teacher) -> RolloutSettings:
     # A teacher whose weights move (a live or EMA self-teacher) samples step by step, never ahead.
     window = config.seq_kd_generation_steps if getattr(teacher, "frozen", True) else 1
-    trains_row = (lambda example: method.trains_row(config, example)) if method.trains_row is not None else None
     c = config
     return RolloutSettings(SamplingParams(c.sampling_temperature, c.top_p, c.top_k, c.max_new_tokens, engine=c.generation_engine),
                            SamplingParams(c.teacher_sampling_temperature, c.teacher_top_p, c.teacher_top_k, c.max_new_tokens,
                                           engine=c.generation_engine),
                            window, c.max_steps, c.seed, method.records_log_probs(c), c.num_iterations,
-                           c.num_loss_tokens_to_skip, trains_row)
+                           c.num_loss_tokens_to_skip, lambda example: method.trains_row(config, example))
 
 
 def make_optimizer(config, params: list[nn.Parameter]):

@@ -84,7 +84,7 @@ def cmd_train(argv: list[str]) -> int:
     argv = [a for a in argv if a not in ("--break-lock", "--break_lock")]
     overrides = parse_field_flags(argv)
 
-    from distill.run import check_inputs_outside, resume_config
+    from distill.rundir.directory import check_inputs_outside, resume_config
     from distill.trainer import Distiller
 
     if resume is not None:
@@ -125,10 +125,10 @@ def cmd_eval(argv: list[str]) -> int:
     parser.add_argument("--out", default=None, help="report directory (default: MODEL/eval-cli or RUN_DIR/eval-cli)")
     args = parser.parse_args(argv)
 
-    from distill.standalone_eval import run_eval
+    from distill.commands.eval import run_eval
 
     report, written = run_eval(args)
-    from distill.evaluate import summary_lines
+    from distill.evaluation.evaluator import summary_lines
 
     print("\n".join(summary_lines(report)))
     print(f"wrote {written[0]} and {written[1]}")
@@ -139,7 +139,7 @@ def cmd_plot(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="distill plot", description="PNG curves of a run's metrics.")
     parser.add_argument("run_dir")
     args = parser.parse_args(argv)
-    from distill.plot import plot_metrics
+    from distill.rundir.plot import plot_metrics
 
     for path in plot_metrics(args.run_dir):
         print(path)
@@ -155,7 +155,7 @@ def cmd_serve_teacher(argv: list[str]) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--served-model-name", default=None, help="the `model` name clients send (default: MODEL)")
     parser.add_argument("--max-batch-tokens", type=int, default=16384, help="padded prompt tokens (rows x longest) per forward pass of batched requests")
-    from distill.serve import (
+    from distill.commands.serve_teacher import (
         DEFAULT_MAX_LOGPROBS,
         DEFAULT_MAX_PROMPT_TOKENS,
         DEFAULT_MAX_REQUEST_BYTES,
@@ -199,7 +199,7 @@ def cmd_cache_teacher(argv: list[str]) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
-    from distill.cache_teacher import CacheJob, run_cache_teacher
+    from distill.commands.cache_teacher import CacheJob, run_cache_teacher
 
     job = CacheJob(args.teacher, args.teacher_url, args.tokenizer, args.dataset, args.split, args.top_k, args.out,
                    args.temperature, args.generate, args.max_new_tokens, args.max_prompt_length, args.shard_size,

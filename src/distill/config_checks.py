@@ -15,6 +15,7 @@ from typing import Any
 from distill import locations
 from distill.config import DTYPES, SCHEDULERS, TRACKERS
 from distill.generation import AUTO, get_engine
+from distill.losses.checks import check_beta
 from distill.methods import get_method
 from distill.models import parse_student_init
 from distill.run_parts import check_fields_read
@@ -31,7 +32,9 @@ def validate(config):
     if config.generation_engine != AUTO:
         get_engine(config.generation_engine)
     _one_of("dtype", config.dtype, DTYPES)
-    for name in ("beta", "warmup_ratio", "top_p", "teacher_top_p"):
+    if config.beta is not None:
+        check_beta(config.beta)  # the losses' own rule
+    for name in ("warmup_ratio", "top_p", "teacher_top_p"):
         if getattr(config, name) is not None and not 0.0 <= getattr(config, name) <= 1.0:
             raise ValueError(f"{name} must be in [0, 1], got {getattr(config, name)!r}")
     if config.top_p == 0 or config.teacher_top_p == 0:
@@ -42,7 +45,7 @@ def validate(config):
             raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     for name in ("max_new_tokens", "max_prompt_length", "max_steps", "per_device_train_batch_size",
                  "gradient_accumulation_steps", "logging_steps", "loss_chunk_size", "eval_max_new_tokens",
-                 "eval_batch_size", "lora_r"):
+                 "eval_batch_size", "lora_r", "num_iterations", "seq_kd_generation_steps"):
         value = getattr(config, name)
         if value <= 0:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")

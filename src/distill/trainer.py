@@ -25,7 +25,6 @@ from typing import Any
 
 from torch import nn
 
-from distill import checkpoint as ckpt
 from distill import sharding
 from distill.assembly import (
     check_arguments,
@@ -39,7 +38,7 @@ from distill.assembly import (
 )
 from distill.config import DistillConfig
 from distill.errors import StepFailure
-from distill.evaluate import EvalSettings, Evaluator
+from distill.evaluation.evaluator import EvalSettings, Evaluator
 from distill.locations import location_of
 from distill.methods import get_method
 from distill.methods.registry import StageParts
@@ -55,7 +54,8 @@ from distill.metrics import (
 from distill.objectives import StepContext
 from distill.objectives.student import StudentObjective
 from distill.rollout import StepRollout
-from distill.run import (
+from distill.rundir import checkpoint as ckpt
+from distill.rundir.directory import (
     RunDirectory,
     check_objects_given,
     check_output_dir,
@@ -86,7 +86,7 @@ class Distiller:
         self.plan = self.method.sources(config)
         self.location = location_of(config, self.method)
         self.resuming = resume
-        self.break_lock = break_lock  # take over a run.lock another host left (`distill.run_lock`)
+        self.break_lock = break_lock  # take over a run.lock another host left (`distill.rundir.lock`)
         given = {"student": student, "teacher": teacher, "dataset": train_dataset, "eval_dataset": eval_dataset}
         self.objects_given = {name: type(value).__name__ for name, value in given.items()
                               if value is not None and not isinstance(value, str)}
@@ -114,10 +114,9 @@ class Distiller:
         self.rollout = StepRollout(self.plan, self.sampler, self.train_examples, self.encoded,
                                    rollout_settings(config, self.method, self.teacher), self.with_student, self.teacher,
                                    self.eos_ids, self.pad_id, self.vocab_size, self.device, self.runtime.process_index)
-        self.stage = None  # the method's work on each rollout before any loss (sdpo's rewards), if it has one
-        if self.method.stage is not None:
-            self.stage = self.method.stage(config, StageParts(self.tokenizer, self.eos_ids, self.runtime, self.sampler.first_row))
-            self.rollout.stage = self.stage
+        # The method's work on each rollout before any loss (sdpo's rewards), if it has one.
+        self.stage = self.method.stage(config, StageParts(self.tokenizer, self.eos_ids, self.runtime, self.sampler.first_row))
+        self.rollout.stage = self.stage
 
     def _rollout_settings(self):
         return rollout_settings(self.config, self.method, self.teacher)

@@ -180,7 +180,7 @@ def test_eval_checks_the_context(model_dirs, tmp_path, capsys):
 
 def test_resume_with_objects_missing_from_python_names_the_keywords(tokenizer, tmp_path):
     make_distiller(tokenizer, tmp_path, max_steps=1).train()
-    from distill.run import resume_config
+    from distill.rundir.directory import resume_config
 
     with pytest.raises(ValueError, match=r"Distiller\(config, student=\.\.\., teacher=\.\.\., train_dataset=\.\.\., resume=True\)"):
         Distiller(resume_config(tmp_path / "run"), tokenizer=tokenizer, resume=True)

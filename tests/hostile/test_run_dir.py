@@ -19,10 +19,10 @@ import pytest
 import torch
 import yaml
 
-from distill import checkpoint as ckpt
 from distill.cli import main
-from distill.run import check_output_dir, resume_config, trim_metrics
-from distill.run_lock import LOCK, RunLocked
+from distill.rundir import checkpoint as ckpt
+from distill.rundir.directory import check_output_dir, resume_config, trim_metrics
+from distill.rundir.lock import LOCK, RunLocked
 from distill.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
 from tests.train.helpers import make_config, make_distiller
@@ -142,9 +142,9 @@ def test_output_dir_below_a_file_is_refused(tmp_path):
 
 
 def test_output_dir_that_cannot_be_written_is_refused_before_models_load(tmp_path, monkeypatch):
-    import distill.run
+    import distill.rundir.directory
 
-    monkeypatch.setattr(distill.run.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(distill.rundir.directory.os, "access", lambda path, mode: False)
     with pytest.raises(ValueError, match="is not writable by this user"):
         Distiller(make_config(tmp_path), student="no-such-org/no-such-model",
                   train_dataset=datasets.Dataset.from_list(chat_rows(16)))
@@ -175,9 +175,9 @@ def test_a_stale_lock_on_this_host_is_taken_over_with_a_notice(run_copy, tokeniz
     pid = dead_pid()
     write_lock(run_copy, pid=pid, host=socket.gethostname(), started=time.time())
     run = resumed(tokenizer, run_copy)
-    with caplog.at_level(logging.WARNING, logger="distill.run_lock"):
+    with caplog.at_level(logging.WARNING, logger="distill.rundir.lock"):
         run.train()
-    notices = [r.getMessage() for r in caplog.records if r.name == "distill.run_lock"]
+    notices = [r.getMessage() for r in caplog.records if r.name == "distill.rundir.lock"]
     assert len(notices) == 1 and notices[0].startswith(f"run.lock: took over the lock of pid {pid} on host {socket.gethostname()}")
     assert not (run_copy / LOCK).exists()
 
@@ -185,7 +185,7 @@ def test_a_stale_lock_on_this_host_is_taken_over_with_a_notice(run_copy, tokeniz
 def test_a_lock_replaced_after_it_was_judged_stale_is_put_back(tmp_path):
     """Two requeued jobs judge the same stale lock: the one that moves it aside second finds the first's new
     lock instead, puts it back untouched and stops."""
-    from distill.run_lock import RunLock
+    from distill.rundir.lock import RunLock
 
     write_lock(tmp_path, pid=os.getpid(), host=socket.gethostname(), started=1.0)  # the first job's, live
     live = (tmp_path / LOCK).read_text()
@@ -401,7 +401,7 @@ def test_overwrite_refuses_a_model_dir_no_distill_run_recorded(tokenizer, tmp_pa
 
 
 def test_a_full_disk_reported_by_torch_save_as_a_runtime_error_is_named(tokenizer, tmp_path, monkeypatch):
-    import distill.run
+    import distill.rundir.directory
 
     real_save = torch.save
 
@@ -411,28 +411,28 @@ def test_a_full_disk_reported_by_torch_save_as_a_runtime_error_is_named(tokenize
         return real_save(obj, path, *args, **kwargs)
 
     monkeypatch.setattr(ckpt.torch, "save", filling)
-    monkeypatch.setattr(distill.run.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(100, 100, 0))
+    monkeypatch.setattr(distill.rundir.directory.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(100, 100, 0))
     distiller = make_distiller(tokenizer, tmp_path, max_steps=3, save_steps=1)
     with pytest.raises(OSError, match=r"is full \(\[enforce fail.*the last intact checkpoint is .*step-000001"):
         distiller.train()
 
 
 def test_a_lock_that_cannot_be_written_leaves_nothing_behind(tmp_path, monkeypatch):
-    import distill.run_lock
+    import distill.rundir.lock
 
     def no_space(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(distill.run_lock.os, "fdopen", no_space)
+    monkeypatch.setattr(distill.rundir.lock.os, "fdopen", no_space)
     with pytest.raises(OSError, match="No space left"):
-        distill.run_lock.RunLock(tmp_path).acquire()
+        distill.rundir.lock.RunLock(tmp_path).acquire()
     assert not (tmp_path / LOCK).exists()
 
 
 def test_the_lock_of_a_process_that_exited_unreaped_is_stale(tmp_path):
     """A worker that exited (os._exit, a crash) but that its parent has not reaped yet is a zombie: it writes
     nothing, so its lock is stale."""
-    from distill.run_lock import is_stale, process_start_time
+    from distill.rundir.lock import is_stale, process_start_time
 
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     deadline = time.time() + 30

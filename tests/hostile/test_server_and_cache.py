@@ -13,7 +13,12 @@ import math
 import pytest
 import torch
 
-from distill.serve import DEFAULT_MAX_LOGPROBS, ScoringEngine, ServerLimits, build_app
+from distill.commands.serve_teacher import (
+    DEFAULT_MAX_LOGPROBS,
+    ScoringEngine,
+    ServerLimits,
+    build_app,
+)
 from tests.teachers.servers import post, serve_app
 
 VOCAB, CONTEXT = 320, 512  # the conftest tiny teacher: len(tokenizer), max_position_embeddings
@@ -147,7 +152,7 @@ def test_nonsensical_limits_fail_at_start_up_naming_the_option(field, value):
 
 
 def test_max_logprobs_minus_one_lifts_the_cap_as_in_vllm(tokenizer):
-    from distill.serve import parse_completion_request
+    from distill.commands.serve_teacher import parse_completion_request
 
     body = completion(prompt_logprobs=10**9)
     _, k, _ = parse_completion_request(body, tokenizer, VOCAB, ServerLimits(max_logprobs=-1))
@@ -167,7 +172,7 @@ def rows_file(tmp_path_factory):
 
 
 def _job(model_dirs, rows_file, out, **overrides):
-    from distill.cache_teacher import CacheJob
+    from distill.commands.cache_teacher import CacheJob
 
     values = {"teacher": str(model_dirs["teacher"]), "teacher_url": None, "tokenizer": None, "dataset": str(rows_file),
               "split": "train", "top_k": 4, "out": str(out), "max_new_tokens": 8, "max_prompt_length": 32, "shard_size": 2,
@@ -177,7 +182,7 @@ def _job(model_dirs, rows_file, out, **overrides):
 
 @pytest.fixture(scope="module")
 def built_cache(model_dirs, rows_file, tmp_path_factory):
-    from distill.cache_teacher import run_cache_teacher
+    from distill.commands.cache_teacher import run_cache_teacher
 
     out = tmp_path_factory.mktemp("built") / "cache"
     run_cache_teacher(_job(model_dirs, rows_file, out))
@@ -205,7 +210,7 @@ USER_FILES = {"notes.txt": "mine", "shard-notes.safetensors.md": "mine too"}
 
 
 def test_cache_without_manifest_is_refused_with_the_overwrite_hint_and_left_alone(built_cache, model_dirs, rows_file, tmp_path):
-    from distill.cache_teacher import run_cache_teacher
+    from distill.commands.cache_teacher import run_cache_teacher
 
     out = _manifest_deleted(built_cache, tmp_path)
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
@@ -216,7 +221,7 @@ def test_cache_without_manifest_is_refused_with_the_overwrite_hint_and_left_alon
 
 
 def test_overwrite_deletes_only_cache_files_and_rebuilds(built_cache, model_dirs, rows_file, tmp_path):
-    from distill.cache_teacher import run_cache_teacher
+    from distill.commands.cache_teacher import run_cache_teacher
     from distill.teachers.cache import TeacherCache
 
     out = _manifest_deleted(built_cache, tmp_path)
@@ -233,7 +238,7 @@ def test_overwrite_deletes_only_cache_files_and_rebuilds(built_cache, model_dirs
                                            ("shard-00000.safetensors", "my own file, not a shard")])
 def test_overwrite_refuses_a_user_file_named_like_a_cache_file_and_keeps_it(built_cache, model_dirs, rows_file, tmp_path,
                                                                            name, content):
-    from distill.cache_teacher import run_cache_teacher
+    from distill.commands.cache_teacher import run_cache_teacher
 
     out = _copy(built_cache, tmp_path)
     (out / name).write_text(content)
@@ -243,7 +248,7 @@ def test_overwrite_refuses_a_user_file_named_like_a_cache_file_and_keeps_it(buil
 
 
 def test_overwrite_into_a_directory_of_user_files_keeps_them(model_dirs, rows_file, tmp_path):
-    from distill.cache_teacher import run_cache_teacher
+    from distill.commands.cache_teacher import run_cache_teacher
 
     out = tmp_path / "mine"
     out.mkdir()
@@ -255,7 +260,7 @@ def test_overwrite_into_a_directory_of_user_files_keeps_them(model_dirs, rows_fi
 
 
 def test_other_settings_name_overwrite_which_then_rebuilds(built_cache, model_dirs, rows_file, tmp_path):
-    from distill.cache_teacher import run_cache_teacher
+    from distill.commands.cache_teacher import run_cache_teacher
 
     out = _copy(built_cache, tmp_path)
     (out / "README").write_text("keep")

@@ -13,7 +13,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from distill.serve import wait_until_healthy
+from distill.commands.serve_teacher import wait_until_healthy
 
 
 def free_port() -> int:
@@ -41,7 +41,7 @@ def serve_teacher(model_dir, *extra: str):
 
 @contextlib.contextmanager
 def serve_app(app):
-    """Run an ASGI app (`distill.serve.build_app(...)`) with uvicorn on a thread, on a free loopback port; yields its URL.
+    """Run an ASGI app (`distill.commands.serve_teacher.build_app(...)`) with uvicorn on a thread, on a free loopback port; yields its URL.
 
     Starts in well under a second (no model load in a subprocess), so each hostile request is cheap to test.
     """

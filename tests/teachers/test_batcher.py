@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from distill.serve import Batcher
+from distill.commands.serve_teacher import Batcher
 
 
 class CountingEngine:

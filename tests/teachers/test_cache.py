@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from distill.cache_teacher import CacheJob, run_cache_teacher
+from distill.commands.cache_teacher import CacheJob, run_cache_teacher
 from distill.objectives import DivergenceObjective, StepContext
 from distill.objectives.student import student_loss
 from distill.teachers import LocalTeacher
@@ -99,7 +99,7 @@ def test_rerun_skips_complete_shards_and_rewrites_missing_or_corrupt_ones(model_
     out = tmp_path / "cache"
     run_cache_teacher(_job(model_dirs["teacher"], data_file, out))
     original = {p.name: p.read_bytes() for p in out.glob("shard-*")}
-    import distill.cache_teacher as module
+    import distill.commands.cache_teacher as module
 
     written = []
     real_write = module.write_shard
@@ -122,7 +122,7 @@ def test_rerun_skips_complete_shards_and_rewrites_missing_or_corrupt_ones(model_
 def test_run_interrupted_inside_its_first_shard_resumes(model_dirs, data_file, tmp_path, monkeypatch):
     """The manifest is written before the first shard, so a half-written first shard leaves a resumable cache
     (not a directory that `cache-teacher` refuses as "not a teacher cache")."""
-    import distill.cache_teacher as module
+    import distill.commands.cache_teacher as module
 
     out = tmp_path / "cache"
     real_write = module.write_shard
@@ -325,7 +325,7 @@ def _rank_with_a_failing_teacher(rank, world_size, cache_dir, student_dir, data_
 @pytest.mark.timeout(300)
 def test_a_teacher_failing_on_one_process_stops_every_process_with_a_checkpoint(cache_dir, model_dirs, data_file, tmp_path):
     """No process is left waiting in a collective: all agree on the failure, checkpoint together, and stop."""
-    from distill.checkpoint import latest_checkpoint
+    from distill.rundir.checkpoint import latest_checkpoint
     from tests.distributed import run_in_processes
 
     out = tmp_path / "run"

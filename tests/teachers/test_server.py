@@ -163,12 +163,12 @@ def test_prompt_logprobs_over_the_cap_are_refused_naming_the_option(server):
 
 
 def test_cli_limits_reach_the_server(monkeypatch):
-    import distill.serve
+    import distill.commands.serve_teacher
     from distill.cli import main
-    from distill.serve import ServerLimits
+    from distill.commands.serve_teacher import ServerLimits
 
     calls = []
-    monkeypatch.setattr(distill.serve, "serve", lambda *args: calls.append(args))
+    monkeypatch.setattr(distill.commands.serve_teacher, "serve", lambda *args: calls.append(args))
     assert main(["serve-teacher", "m", "--max-logprobs", "50", "--max-request-bytes", "1000", "--max-prompt-tokens", "99"]) == 0
     assert main(["serve-teacher", "m"]) == 0
     assert calls[0][-1] == ServerLimits(50, 1000, 99)
@@ -214,7 +214,7 @@ def test_train_against_the_server(server, tokenizer, model_dirs, tmp_path):
 def test_server_killed_mid_run_checkpoints_and_resumes_identically(server, tokenizer, model_dirs, tmp_path):
     """The server dies after step 2: the run stops with a clear error and a checkpoint of step 2, which
     resumes (against a new server) to exactly the weights of an uninterrupted run."""
-    from distill.run import resume_config
+    from distill.rundir.directory import resume_config
 
     rows = datasets.Dataset.from_list(chat_rows(16))
     config = _server_config(tmp_path / "full", server, max_steps=4, save_steps=1)
@@ -240,7 +240,7 @@ def test_server_killed_mid_run_checkpoints_and_resumes_identically(server, token
             cut.train()
     from transformers import AutoModelForCausalLM
 
-    from distill.checkpoint import checkpoint_dir, latest_checkpoint
+    from distill.rundir.checkpoint import checkpoint_dir, latest_checkpoint
 
     run_dir = tmp_path / "cut" / "run"
     assert latest_checkpoint(run_dir) == checkpoint_dir(run_dir, 2)

@@ -325,8 +325,7 @@ def test_resuming_with_another_fsdp_setting_is_refused(tmp_path):
     import json
     from types import SimpleNamespace
 
-    from distill import checkpoint as ckpt
-
+    from distill.rundir import checkpoint as ckpt
     checkpoint = tmp_path / "step-000002"
     checkpoint.mkdir()
     (checkpoint / "state.json").write_text(json.dumps({"step": 2, "num_processes": 2, "weights": ckpt.SHARDED}))

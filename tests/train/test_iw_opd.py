@@ -16,7 +16,7 @@ from distill.cli import main
 from distill.losses import LogitHead
 from distill.objectives.base import StudentTokens
 from distill.objectives.sampled import teacher_token_log_probs
-from distill.run import resume_config
+from distill.rundir.directory import resume_config
 from distill.signals import DenseSignal, RoutedSignal, SparseSignal
 from distill.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
@@ -46,13 +46,13 @@ def distiller(tokenizer, tmp_path, rows=None, resume=False, config=None, **overr
 @pytest.mark.parametrize("overrides, message", [
     ({"iw_opd_gamma": -0.1}, "iw_opd_gamma must be a finite number >= 0"),
     ({"iw_opd_epsilon": 0.0}, "iw_opd_epsilon must be a finite number > 0"),
-    ({"num_iterations": 0}, "num_iterations must be >= 1"),
+    ({"num_iterations": 0}, "num_iterations must be a positive integer"),
     ({"num_iterations": 2, "epsilon_low": 1.0}, "epsilon_low / epsilon_high / dual_clip: clip bounds"),
     ({"num_iterations": 2, "epsilon_high": -0.5}, "epsilon_low / epsilon_high / dual_clip: clip bounds"),
     ({"num_iterations": 2, "dual_clip": 0.5}, "dual_clip must be > 1"),
     ({"epsilon_low": 0.1}, r"epsilon_low is only read with num_iterations > 1"),
     ({"teacher_warmup_steps": -1}, "teacher_warmup_steps must be >= 0"),
-    ({"teacher_warmup_steps": 4, "seq_kd_generation_steps": 0}, "seq_kd_generation_steps must be >= 1"),
+    ({"teacher_warmup_steps": 4, "seq_kd_generation_steps": 0}, "seq_kd_generation_steps must be a positive integer"),
     ({"lmbda": 0.3}, "lmbda is not read by method iw_opd"),
     ({"seq_kd": False}, "seq_kd is not read by method iw_opd"),
     ({"beta": 0.9}, "beta is not read by method iw_opd"),

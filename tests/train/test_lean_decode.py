@@ -11,7 +11,7 @@ from transformers import (
 )
 
 from distill.generation import SamplingParams, generate_completions
-from distill.lean_decode import (
+from distill.generation.lean_decode import (
     LlamaDecoder,
     _rms_norm,
     _Rotary,

@@ -24,8 +24,8 @@ from distill.methods import (
     unregister,
 )
 from distill.methods.mixing import ALWAYS_ON_POLICY
-from distill.run import resume_config
 from distill.run_parts import declared_fields
+from distill.rundir.directory import resume_config
 from distill.signals import DENSE
 from distill.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
@@ -74,20 +74,39 @@ class EmaOfEmbedding:
         self.steps = state["steps"]
 
 
+class ToyMethod(Method):
+    """Defined here alone: its own objective, a declared metric, rollout log-probs, an EMA step hook."""
+
+    name = TOY
+    summary = "a toy for tests"
+    paper = Paper("A Toy Objective", "Nobody, 2026", "0000.00000", "toy2026", "Nobody", "year={2026}")
+    reads = (Reads("method toy", ("temperature",)),)
+    metrics = ("toy/rollout_log_prob",)
+
+    def __init__(self):
+        self.made_hooks: list[EmaOfEmbedding] = []
+
+    def sources(self, config):
+        return ALWAYS_ON_POLICY
+
+    def objective(self, config):
+        return SampledTokenNLL()
+
+    def records_log_probs(self, config) -> bool:
+        return True
+
+    def hooks(self, config, student, teacher) -> list:
+        self.made_hooks.append(EmaOfEmbedding(student, rate=0.5))
+        return [self.made_hooks[-1]]
+
+    def describe_loss(self, record: dict) -> str:
+        return "teacher-weighted NLL of sampled tokens"
+
+
 @pytest.fixture
 def toy_method():
-    hooks = []
-
-    def make_hooks(config, student, teacher):
-        hooks.append(EmaOfEmbedding(student, rate=0.5))
-        return [hooks[-1]]
-
-    method = register(Method(
-        name=TOY, summary="a toy for tests", paper=Paper("A Toy Objective", "Nobody, 2026", "0000.00000", "toy2026", "Nobody", "year={2026}"),
-        sources=lambda config: ALWAYS_ON_POLICY, objective=lambda config: SampledTokenNLL(),
-        reads=(Reads("method toy", ("temperature",)),), metrics=("toy/rollout_log_prob",), needs_rollout_log_probs=True,
-        hooks=make_hooks, describe_loss=lambda record: "teacher-weighted NLL of sampled tokens"))
-    yield method, hooks
+    method = register(ToyMethod())
+    yield method, method.made_hooks
     unregister(TOY)
 
 

@@ -14,7 +14,7 @@ from distill import DistillConfig
 from distill.batch import Completion, collate
 from distill.cli import main
 from distill.data import Example
-from distill.run import resume_config
+from distill.rundir.directory import resume_config
 from distill.teacher_prompts import (
     DEFAULT_TEACHER_PROMPT_TEMPLATE,
     check_template,

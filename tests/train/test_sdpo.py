@@ -14,7 +14,7 @@ from distill import DistillConfig
 from distill.errors import RewardFunctionError
 from distill.reward_stage import demonstration_rows, group_advantages
 from distill.rewards import Rewards, load_reward_function, weighted_range
-from distill.run import resume_config
+from distill.rundir.directory import resume_config
 from distill.teacher_prompts import (
     DEFAULT_FEEDBACK_TEMPLATE,
     DEFAULT_REPROMPT_TEMPLATE,

@@ -251,7 +251,7 @@ def test_ctrl_c_finishes_the_step_saves_a_checkpoint_and_resumes(tokenizer, tmp_
     checkpoints = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
     assert checkpoints == ["step-000003"]  # the interrupted step was completed, then saved
 
-    from distill.run import resume_config
+    from distill.rundir.directory import resume_config
 
     resumed = Distiller(resume_config(tmp_path / "run"), student=tiny_lm(len(tokenizer), layers=2, seed=2, eos_token_id=tokenizer.eos_token_id),
                         teacher=tiny_lm(len(tokenizer), layers=3, seed=1, eos_token_id=tokenizer.eos_token_id), tokenizer=tokenizer,

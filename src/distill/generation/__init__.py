@@ -4,7 +4,7 @@
 - `complete.py`: `generate_completions`, the one entry every sampler calls (the student's rollouts, a
   teacher's seq_kd samples, a self-teacher's, the evaluation's): batching, left padding, padded vocabulary
   rows, the cut at the first EOS, and the engine chosen by `SamplingParams.engine`.
-- `hf.py`: transformers' `generate` (any model). `lean.py`: distill's lean decode loop (`distill.lean_decode`;
+- `hf.py`: transformers' `generate` (any model). `lean.py`: distill's lean decode loop (`distill.generation.lean_decode`;
   Llama-family float32 models on CPU: the same distribution in less time).
 
 `generation_engine: auto` (the default) takes the lean loop where it applies and `generate` otherwise.

@@ -1,4 +1,4 @@
-"""distill's lean decode loop as an engine (`distill.lean_decode`): Llama-family float32 models on CPU, the
+"""distill's lean decode loop as an engine (`distill.generation.lean_decode`): Llama-family float32 models on CPU, the
 same distribution as `generate` in less time; it refuses every other model (`refusal` says why)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from distill.generation.engine import SamplingParams, register_engine
-from distill.lean_decode import lean_generate, refusal
+from distill.generation.lean_decode import lean_generate, refusal
 
 
 class LeanDecode:

@@ -27,14 +27,24 @@ def describe_jsd(record: dict) -> str:
     return f"generalized JSD, beta {record['beta']} on student samples, off-policy beta {off}"
 
 
-register(Method(
-    name="gkd",
-    summary="generalized JSD with on/off-policy mixing (lmbda, seq_kd; GKD, arXiv 2306.13649)",
-    paper=GKD_PAPER,
-    sources=mixing.MixedSources.from_config,
-    objective=divergence_objective,
-    reads=(Reads("method gkd", ("beta", "temperature")), *mixing.READS, mixing.OFF_POLICY_BETA),
-    validate=mixing.validate,
-    defaults={"beta": 0.5},
-    describe_loss=lambda record: f"{describe_jsd(record)}; {mixing.describe_mixing(record)}",
-))
+class GKD(Method):
+    name = "gkd"
+    summary = "generalized JSD with on/off-policy mixing (lmbda, seq_kd; GKD, arXiv 2306.13649)"
+    paper = GKD_PAPER
+    reads = (Reads("method gkd", ("beta", "temperature")), *mixing.READS, mixing.OFF_POLICY_BETA)
+    defaults = {"beta": 0.5}
+
+    def sources(self, config) -> mixing.MixedSources:
+        return mixing.MixedSources.from_config(config)
+
+    def objective(self, config) -> DivergenceObjective:
+        return divergence_objective(config)
+
+    def validate(self, config) -> None:
+        mixing.validate(config)
+
+    def describe_loss(self, record: dict) -> str:
+        return f"{describe_jsd(record)}; {mixing.describe_mixing(record)}"
+
+
+register(GKD())

@@ -43,20 +43,30 @@ def describe(record: dict) -> str:
     return f"{kind} on byte-aligned token groups across tokenizers; {mixing.describe_mixing(record)}"
 
 
-register(Method(
-    name="gold",
-    summary="a teacher with another tokenizer: byte-aligned completions, ULD or hybrid ULD, gkd's mixing "
-            "(the reference's GOLDTrainer)",
-    paper=ULD_PAPER,
-    sources=mixing.MixedSources.from_config,
-    objective=aligned_objective,
-    reads=(Reads("method gold", ("temperature", "uld_use_hybrid_loss", "uld_crossentropy_weight")), *mixing.READS,
-           Reads("uld_use_hybrid_loss: true (plain ULD has no beta)", ("beta", "uld_hybrid_matched_weight",
-                                                                        "uld_hybrid_unmatched_weight"), hybrid),
-           Reads("uld_use_hybrid_loss: true and off-policy micro-batches",
-                 mixing.OFF_POLICY_BETA.names, lambda c: hybrid(c) and mixing.off_policy(c))),
-    validate=validate,
-    cross_tokenizer=True,
-    defaults={"beta": 0.5},
-    describe_loss=describe,
-))
+class GOLD(Method):
+    name = "gold"
+    summary = ("a teacher with another tokenizer: byte-aligned completions, ULD or hybrid ULD, gkd's mixing "
+               "(the reference's GOLDTrainer)")
+    paper = ULD_PAPER
+    cross_tokenizer = True
+    reads = (Reads("method gold", ("temperature", "uld_use_hybrid_loss", "uld_crossentropy_weight")), *mixing.READS,
+             Reads("uld_use_hybrid_loss: true (plain ULD has no beta)", ("beta", "uld_hybrid_matched_weight",
+                                                                          "uld_hybrid_unmatched_weight"), hybrid),
+             Reads("uld_use_hybrid_loss: true and off-policy micro-batches",
+                   mixing.OFF_POLICY_BETA.names, lambda c: hybrid(c) and mixing.off_policy(c)))
+    defaults = {"beta": 0.5}
+
+    def sources(self, config) -> mixing.MixedSources:
+        return mixing.MixedSources.from_config(config)
+
+    def objective(self, config):
+        return aligned_objective(config)
+
+    def validate(self, config) -> None:
+        validate(config)
+
+    def describe_loss(self, record: dict) -> str:
+        return describe(record)
+
+
+register(GOLD())

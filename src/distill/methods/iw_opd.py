@@ -53,13 +53,8 @@ def validate(config) -> None:
         raise ValueError(f"iw_opd_gamma must be a finite number >= 0 (0 = plain sampled-token OPD), got {config.iw_opd_gamma!r}")
     if not (config.iw_opd_epsilon > 0 and math.isfinite(config.iw_opd_epsilon)):
         raise ValueError(f"iw_opd_epsilon must be a finite number > 0 (1e-8 is usual), got {config.iw_opd_epsilon!r}")
-    if config.num_iterations < 1:
-        raise ValueError(f"num_iterations must be >= 1 (optimizer steps per generation batch), got {config.num_iterations!r}")
     if config.teacher_warmup_steps < 0:
         raise ValueError(f"teacher_warmup_steps must be >= 0, got {config.teacher_warmup_steps!r}")
-    if config.teacher_warmup_steps and config.seq_kd_generation_steps < 1:
-        raise ValueError(f"seq_kd_generation_steps must be >= 1 (optimizer steps whose teacher samples are drawn in one "
-                         f"call), got {config.seq_kd_generation_steps!r}")
     try:
         clip_settings(config)
     except ValueError as error:
@@ -82,25 +77,35 @@ def describe(record: dict) -> str:
     return "; ".join(parts)
 
 
-register(Method(
-    name="iw_opd",
-    summary="importance-weighted on-policy distillation: sampled-token policy gradient with prefix-decayed "
-            "weights (arXiv 2606.22600)",
-    paper=IW_OPD_PAPER,
-    sources=sources,
-    objective=objective,
-    reads=(
+class IWOPD(Method):
+    name = "iw_opd"
+    summary = ("importance-weighted on-policy distillation: sampled-token policy gradient with prefix-decayed "
+               "weights (arXiv 2606.22600)")
+    paper = IW_OPD_PAPER
+    reads = (
         Reads("method iw_opd", ("temperature", "iw_opd_gamma", "iw_opd_epsilon", "num_iterations", "teacher_warmup_steps")),
         Reads("num_iterations > 1 (with fresh rollouts the ratio is 1)", ("epsilon_low", "epsilon_high", "dual_clip"),
               lambda c: c.num_iterations > 1),
         Reads("teacher_warmup_steps > 0 (teacher-sampled warm-up)",
               ("teacher_sampling_temperature", "teacher_top_p", "teacher_top_k", "seq_kd_generation_steps"),
               lambda c: c.teacher_warmup_steps > 0),
-    ),
-    validate=validate,
-    metrics=METRICS,
-    maxima=MAXIMA,
-    minima=MINIMA,
-    needs_rollout_log_probs=True,
-    describe_loss=describe,
-))
+    )
+    metrics, maxima, minima = METRICS, MAXIMA, MINIMA
+
+    def sources(self, config):
+        return sources(config)
+
+    def objective(self, config) -> IWOPDObjective:
+        return objective(config)
+
+    def validate(self, config) -> None:
+        validate(config)
+
+    def records_log_probs(self, config) -> bool:
+        return True  # pi_old of every sampled token
+
+    def describe_loss(self, record: dict) -> str:
+        return describe(record)
+
+
+register(IWOPD())

@@ -91,8 +91,6 @@ def validate(config) -> None:
     for name in ("lmbda", "lmbda_start") + (("off_policy_beta",) if config.off_policy_beta is not None else ()):
         if not 0.0 <= getattr(config, name) <= 1.0:
             raise ValueError(f"{name} must be in [0, 1], got {getattr(config, name)!r}")
-    if config.seq_kd_generation_steps <= 0:
-        raise ValueError(f"seq_kd_generation_steps must be a positive integer, got {config.seq_kd_generation_steps!r}")
     if config.lmbda_schedule_steps < 0:
         raise ValueError(f"lmbda_schedule_steps must be >= 0, got {config.lmbda_schedule_steps!r}")
 

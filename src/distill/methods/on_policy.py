@@ -6,14 +6,24 @@ from __future__ import annotations
 from distill.methods.gkd import GKD_PAPER, describe_jsd, divergence_objective
 from distill.methods.mixing import ALWAYS_ON_POLICY
 from distill.methods.registry import Method, Reads, register
+from distill.objectives import DivergenceObjective
 
-register(Method(
-    name="on_policy",
-    summary="the student samples every completion (lmbda fixed to 1; the reference's DistillationTrainer)",
-    paper=GKD_PAPER,
-    sources=lambda config: ALWAYS_ON_POLICY,
-    objective=divergence_objective,
-    reads=(Reads("method on_policy", ("beta", "temperature")),),
-    defaults={"beta": 0.5},
-    describe_loss=lambda record: f"{describe_jsd(record).split(', off-policy')[0]}; every completion sampled by the student",
-))
+
+class OnPolicy(Method):
+    name = "on_policy"
+    summary = "the student samples every completion (lmbda fixed to 1; the reference's DistillationTrainer)"
+    paper = GKD_PAPER
+    reads = (Reads("method on_policy", ("beta", "temperature")),)
+    defaults = {"beta": 0.5}
+
+    def sources(self, config):
+        return ALWAYS_ON_POLICY
+
+    def objective(self, config) -> DivergenceObjective:
+        return divergence_objective(config)
+
+    def describe_loss(self, record: dict) -> str:
+        return f"{describe_jsd(record).split(', off-policy')[0]}; every completion sampled by the student"
+
+
+register(OnPolicy())

@@ -1,17 +1,23 @@
 """The method registry: what a method declares, and the table of registered methods.
 
-A leaf module: it imports nothing from distill but the generic table (`distill.registry`), and no method. A method module builds a `Method` and
+A leaf module: at run time it imports nothing from distill but the generic table (`distill.registry`), and
+no method (the types it names are imported for annotations only). A method module subclasses `Method` and
 calls `register` once; `distill.methods` imports the built-in ones. A method is *what is learned*: its
 completion sources and its objective. Where the teacher lives (a model, a server, a cache) is a separate
-choice (`distill.placement`); any teacher whose signal kind the objective consumes works with it.
+choice (`distill.locations`); any teacher whose signal kind the objective consumes works with it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from distill.registry import Registry
+
+if TYPE_CHECKING:  # annotations only: this module stays a leaf
+    from distill.objectives.base import Objective
+    from distill.rollout import SourcePlan, StepStage
 
 TEACHER_KINDS = ("external", "self", "none")
 
@@ -64,65 +70,78 @@ class StageParts:
     first_row: int
 
 
-@dataclass(frozen=True)
 class Method:
-    """Everything the rest of distill knows about a method.
+    """What a method is. Subclass it, set `name` and `summary`, implement `sources` and `objective`, and
+    `register(MyMethod())`; every other member is optional, with a default that fits most methods.
 
-    sources(config) -> a source plan (`distill.rollout.SourcePlan`): which completions each micro-batch uses.
-    objective(config) -> an objective (`distill.objectives.Objective`); its `signals` say which teachers fit.
-    reads: the config fields the method reads (the generic no-silent-fields check rejects the others).
-    validate(config): the method's own rules, raising ValueError naming the field and the fix.
-    cross_tokenizer: the teacher model has its own tokenizer (aligned signals) instead of the student's.
-    metrics: names of the token-weighted means its objective reports in `DistillLoss.metrics`.
-    maxima, minima: names of the extremes it reports in `DistillLoss.extrema` (reduced with max / min).
-    needs_rollout_log_probs: record each sampled token's log-prob under the sampling policy (a bool, or a
-        function of the config).
-    hooks(config, student, teacher) -> step hooks (e.g. an EMA teacher's update), checkpointed with the run.
-    describe_loss(config record) -> one line for the model card.
-    teacher: where the teacher comes from: "external" (a model, server or cache: `distill.placement`), "self"
-        (the student itself, shown privileged context: `distill.teachers.self_teacher`) or "none" (sft).
-    defaults: values for config fields whose default is None ("the method's default"), e.g. beta.
-    trains_row(config, example) -> False for rows that get no loss (their tokens leave the denominator too);
-        None: every row trains.
-    check_examples(config, examples, field): the method's checks of the training rows, before models load.
-    paper: None for a method that follows no paper (sft).
-    group_size(config) -> completions per prompt in a step (GRPO-style groups; `distill.data.StepSampler`).
-    stage(config, parts) -> a step stage run on each rollout before any loss (`distill.rollout.StepStage`:
-        sdpo's rewards and demonstrations), or None; `parts` is `StageParts`.
-    card_title(config record) -> the model card's title line, when the teacher kind's default does not fit.
-    teacher_prompt_budget: the config field bounding a self-teacher's prompt (checked against the context).
+    Declarations (class attributes):
+      paper: the paper it follows (the model card cites it); None for one that follows none (sft).
+      teacher: where its teacher comes from: "external" (a model, server or cache: the user's choice of
+          `distill.locations`), "self" (the student itself, shown privileged context) or "none" (sft).
+      cross_tokenizer: the teacher model has its own tokenizer (aligned signals) instead of the student's.
+      reads: the config fields it reads, and when (the generic no-silent-fields check rejects the others).
+      defaults: values for config fields whose default is None ("the method's default"), e.g. beta.
+      metrics: names of the token-weighted means its objective reports in `DistillLoss.metrics`.
+      maxima, minima: names of the extremes it reports in `DistillLoss.extrema` (reduced with max / min).
+      teacher_prompt_budget: the config field bounding a self-teacher's prompt (checked against the context).
     """
 
-    name: str
-    summary: str
-    paper: Paper | None
-    sources: Callable[[Any], Any]
-    objective: Callable[[Any], Any]
-    reads: tuple[Reads, ...] = ()
-    validate: Callable[[Any], None] = lambda config: None
+    name: str = ""
+    summary: str = ""
+    paper: Paper | None = None
+    teacher: str = "external"
     cross_tokenizer: bool = False
+    reads: tuple[Reads, ...] = ()
+    defaults: Mapping[str, Any] = MappingProxyType({})
     metrics: tuple[str, ...] = ()
     maxima: tuple[str, ...] = ()
     minima: tuple[str, ...] = ()
-    needs_rollout_log_probs: bool | Callable[[Any], bool] = False
-    hooks: Callable[[Any, Any, Any], list] = lambda config, student, teacher: []
-    describe_loss: Callable[[dict], str] = lambda record: ""
-    teacher: str = "external"
-    defaults: dict[str, Any] = field(default_factory=dict)
-    trains_row: Callable[[Any, Any], bool] | None = None
-    check_examples: Callable[[Any, list, str], None] = lambda config, examples, field: None
-    group_size: Callable[[Any], int] = lambda config: 1
-    stage: Callable[[Any, "StageParts"], Any] | None = None
-    card_title: Callable[[dict], str] | None = None
     teacher_prompt_budget: str = "max_teacher_prompt_length"
 
-    def __post_init__(self) -> None:
-        if self.teacher not in TEACHER_KINDS:
-            raise ValueError(f"Method.teacher must be one of {TEACHER_KINDS}, got {self.teacher!r}")
+    # ------------------------------------------------------------------------------------ required --
+    def sources(self, config) -> SourcePlan:
+        """Which completions each micro-batch uses (`distill.rollout.SourcePlan`)."""
+        raise NotImplementedError
+
+    def objective(self, config) -> Objective:
+        """The loss (`distill.objectives.Objective`); its `signals` say which teachers fit."""
+        raise NotImplementedError
+
+    # -------------------------------------------------------------------------------- optional hooks --
+    def validate(self, config) -> None:
+        """Its own rules, raising ValueError naming the field and the fix (before anything loads)."""
+
+    def check_examples(self, config, examples: list, field: str) -> None:
+        """Its checks of the training rows, before models load."""
 
     def records_log_probs(self, config) -> bool:
-        value = self.needs_rollout_log_probs
-        return bool(value(config) if callable(value) else value)
+        """Record each sampled token's log-prob under the sampling policy (pi_old)."""
+        return False
+
+    def group_size(self, config) -> int:
+        """Completions per prompt in a step (GRPO-style groups; `distill.data.StepSampler`)."""
+        return 1
+
+    def trains_row(self, config, example) -> bool:
+        """False for rows that get no loss (their tokens leave the denominator too)."""
+        return True
+
+    def stage(self, config, parts: StageParts) -> StepStage | None:
+        """Work run on each rollout before any loss (`distill.rollout.StepStage`: sdpo's rewards and
+        demonstrations), or None."""
+        return None
+
+    def hooks(self, config, student, teacher) -> list[StepHook]:
+        """Step hooks (an EMA teacher's update), checkpointed with the run."""
+        return []
+
+    def describe_loss(self, record: dict) -> str:
+        """One line for the model card (`record`: the run's config.yaml)."""
+        return ""
+
+    def card_title(self, record: dict) -> str | None:
+        """The model card's title line; None: the teacher location's."""
+        return None
 
 
 # Names that once were methods, with what to write instead.
@@ -139,6 +158,15 @@ RETIRED = {
 _METHODS: Registry[Method] = Registry("method", "method", RETIRED)
 
 
-# The registry's interface: register(method), unregister(name), method_names(), get_method(name) (a retired or
-# unknown name is a ValueError that says what to write).
-register, unregister, method_names, get_method = _METHODS.register, _METHODS.unregister, _METHODS.names, _METHODS.get
+def register(method: Method) -> Method:
+    """Add a method (a name may be registered once)."""
+    if not isinstance(method, Method) or not method.name or not method.summary:
+        raise ValueError(f"register: a method is a Method subclass instance with a name and a summary, got {method!r}")
+    if method.teacher not in TEACHER_KINDS:
+        raise ValueError(f"Method.teacher must be one of {TEACHER_KINDS}, got {method.teacher!r}")
+    return _METHODS.register(method)
+
+
+# The rest of the registry's interface: unregister(name), method_names(), get_method(name) (a retired or unknown
+# name is a ValueError that says what to write).
+unregister, method_names, get_method = _METHODS.unregister, _METHODS.names, _METHODS.get

@@ -16,7 +16,6 @@ from distill.methods.registry import Method, Paper, Reads, register
 from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
 from distill.methods.self_teacher_rules import (
     check_distillation,
-    check_num_iterations,
     check_self_teacher,
     sampled_token_loss,
 )
@@ -61,9 +60,6 @@ def validate(config) -> None:
                          "generate_from_teacher the teacher samples them. Use full_logits or topk_logits")
     if config.num_loss_tokens_to_skip < 0:
         raise ValueError(f"num_loss_tokens_to_skip must be >= 0, got {config.num_loss_tokens_to_skip!r}")
-    if config.generate_from_teacher and config.seq_kd_generation_steps < 1:
-        raise ValueError(f"seq_kd_generation_steps must be >= 1, got {config.seq_kd_generation_steps!r}")
-    check_num_iterations(config)
     if not config.generate_from_teacher:  # the self-teacher's samples train by a divergence, never a policy gradient
         check_sampling_matches_loss(config, sampled_token_loss(config) + reused_rollouts(config))
 
@@ -99,16 +95,14 @@ def describe(record: dict) -> str:
     return f"self-distillation, {mode} on {samples}; self-teacher {teacher} shown the row's privileged context"
 
 
-register(Method(
-    name="sdft",
-    summary="self-distillation: the student, shown privileged context, teaches itself on its own samples "
-            "(SDFT, arXiv 2601.19897)",
-    paper=SDFT_PAPER,
-    sources=sources,
-    objective=objective,
-    teacher="self",
-    defaults={"beta": 0.0, "distillation_mode": "full_logits"},
-    reads=(
+class SDFT(Method):
+    name = "sdft"
+    summary = ("self-distillation: the student, shown privileged context, teaches itself on its own samples "
+               "(SDFT, arXiv 2601.19897)")
+    paper = SDFT_PAPER
+    teacher = "self"
+    defaults = {"beta": 0.0, "distillation_mode": "full_logits"}
+    reads = (
         Reads("method sdft", ("beta", "temperature", "teacher_model_kind", "teacher_prompt_template",
                               "max_teacher_prompt_length", "missing_privileged_context", "distillation_mode",
                               "num_iterations", "num_loss_tokens_to_skip", "generate_from_teacher")),
@@ -120,12 +114,32 @@ register(Method(
               lambda c: c.generate_from_teacher),
         Reads("generate_from_teacher with teacher_model_kind base (a frozen teacher samples ahead)",
               ("seq_kd_generation_steps",), lambda c: c.generate_from_teacher and c.teacher_model_kind == "base"),
-    ),
-    validate=validate,
-    metrics=METRICS,
-    needs_rollout_log_probs=lambda config: config.num_iterations > 1 and not config.generate_from_teacher,
-    hooks=hooks,
-    describe_loss=describe,
-    trains_row=lambda config, example: example.privileged_context is not None,
-    check_examples=check_examples,
-))
+    )
+    metrics = METRICS
+
+    def sources(self, config):
+        return sources(config)
+
+    def objective(self, config) -> SelfDistillationObjective:
+        return objective(config)
+
+    def validate(self, config) -> None:
+        validate(config)
+
+    def check_examples(self, config, examples: list, field: str) -> None:
+        check_examples(config, examples, field)
+
+    def records_log_probs(self, config) -> bool:
+        return config.num_iterations > 1 and not config.generate_from_teacher
+
+    def trains_row(self, config, example) -> bool:
+        return example.privileged_context is not None
+
+    def hooks(self, config, student, teacher) -> list:
+        return hooks(config, student, teacher)
+
+    def describe_loss(self, record: dict) -> str:
+        return describe(record)
+
+
+register(SDFT())

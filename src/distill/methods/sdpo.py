@@ -24,11 +24,10 @@ from distill.methods.registry import Method, Paper, Reads, register
 from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
 from distill.methods.self_teacher_rules import (
     check_distillation,
-    check_num_iterations,
     check_self_teacher,
     sampled_token_loss,
 )
-from distill.objectives.group_policy import LOSS_TYPES, PolicySettings
+from distill.objectives.group_policy import PolicySettings
 from distill.objectives.sdpo import METRICS, SDPOObjective, SDPOSettings
 from distill.objectives.self_distillation import SelfDistillationSettings
 from distill.reward_stage import ADVANTAGE_SCALINGS, GroupSettings, RewardStage
@@ -93,11 +92,7 @@ def validate(config) -> None:
                          f"{config.num_generations!r}")
     if config.advantage_scaling not in ADVANTAGE_SCALINGS:
         raise ValueError(f"advantage_scaling must be one of {ADVANTAGE_SCALINGS}, got {config.advantage_scaling!r}")
-    if config.loss_type not in LOSS_TYPES:
-        raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {config.loss_type!r}")
-    if not 0.0 <= config.distillation_weight <= 1.0:
-        raise ValueError(f"distillation_weight must be in [0, 1] (0: GRPO, 1: pure self-distillation), got "
-                         f"{config.distillation_weight!r}")
+    objective(config)  # its settings check loss_type, distillation_weight and the self-distillation loss's fields
     configured = rewards(config)
     span = weighted_range(configured.functions, configured.weights)
     threshold = config.success_reward_threshold
@@ -108,7 +103,6 @@ def validate(config) -> None:
                          f"of reward_funcs {list(configured.names)} with weights {configured.weights}: "
                          + ("no rollout could succeed" if threshold > span[1] else "every rollout would succeed")
                          + "; set it within the range")
-    check_num_iterations(config)
     if distils(config):
         check_self_teacher(config)
         check_distillation(config)
@@ -169,16 +163,14 @@ def card_title(record: dict) -> str:
     return "# Student trained with rewards and distilled from itself, re-prompted with its successes (SDPO)"
 
 
-register(Method(
-    name="sdpo",
-    summary="RL with rewards where failed rollouts learn from the model re-prompted with a successful sibling "
-            "(SDPO, arXiv 2601.20802); distillation_weight 0 is GRPO",
-    paper=SDPO_PAPER,
-    sources=lambda config: ALWAYS_ON_POLICY,
-    objective=objective,
-    teacher="self",
-    defaults={"beta": 1.0, "distillation_mode": "sampled_token"},
-    reads=(
+class SDPO(Method):
+    name = "sdpo"
+    summary = ("RL with rewards where failed rollouts learn from the model re-prompted with a successful sibling "
+               "(SDPO, arXiv 2601.20802); distillation_weight 0 is GRPO")
+    paper = SDPO_PAPER
+    teacher = "self"
+    defaults = {"beta": 1.0, "distillation_mode": "sampled_token"}
+    reads = (
         Reads("method sdpo", ("num_generations", "reward_funcs", "reward_weights", "distillation_weight",
                               "success_reward_threshold", "num_iterations", "temperature")),
         Reads("reward_funcs with 'regex'", ("reward_regex",), lambda c: "regex" in [str(f) for f in c.reward_funcs]),
@@ -200,15 +192,39 @@ register(Method(
         # As for sdft and sft: the evaluation compares with the initial model, shown a row's privileged context if any.
         Reads("eval_before_after: true (the evaluation's teacher is the initial model shown the row's context)",
               ("teacher_prompt_template", "max_teacher_prompt_length"), lambda c: c.eval_before_after),
-    ),
-    validate=validate,
-    metrics=METRICS,
-    needs_rollout_log_probs=lambda config: config.num_iterations > 1,
-    hooks=hooks,
-    describe_loss=describe,
-    check_examples=check_examples,
-    group_size=lambda config: config.num_generations,
-    stage=stage,
-    card_title=card_title,
-    teacher_prompt_budget="max_reprompt_length",
-))
+    )
+    metrics = METRICS
+    teacher_prompt_budget = "max_reprompt_length"
+
+    def sources(self, config):
+        return ALWAYS_ON_POLICY
+
+    def objective(self, config) -> SDPOObjective:
+        return objective(config)
+
+    def validate(self, config) -> None:
+        validate(config)
+
+    def check_examples(self, config, examples: list, field: str) -> None:
+        check_examples(config, examples, field)
+
+    def records_log_probs(self, config) -> bool:
+        return config.num_iterations > 1
+
+    def group_size(self, config) -> int:
+        return config.num_generations
+
+    def stage(self, config, parts) -> RewardStage:
+        return stage(config, parts)
+
+    def hooks(self, config, student, teacher) -> list:
+        return hooks(config, student, teacher)
+
+    def describe_loss(self, record: dict) -> str:
+        return describe(record)
+
+    def card_title(self, record: dict) -> str:
+        return card_title(record)
+
+
+register(SDPO())

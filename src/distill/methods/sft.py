@@ -10,15 +10,22 @@ from distill.objectives.supervised import CrossEntropyObjective
 DATASET_ONLY = MixedSources(0.0)
 
 
-register(Method(
-    name="sft",
-    summary="supervised fine-tuning: cross-entropy on the dataset's completions (the baseline of sdft)",
-    paper=None,
-    sources=lambda config: DATASET_ONLY,
-    objective=lambda config: CrossEntropyObjective(config.loss_chunk_size),
-    teacher="none",
+class SFT(Method):
+    name = "sft"
+    summary = "supervised fine-tuning: cross-entropy on the dataset's completions (the baseline of sdft)"
+    teacher = "none"
     # The evaluation compares the student with its initial weights, shown each row's privileged context if any.
-    reads=(Reads("eval_before_after: true (the evaluation's teacher is the initial model shown the row's context)",
-                 ("teacher_prompt_template", "max_teacher_prompt_length"), lambda c: c.eval_before_after),),
-    describe_loss=lambda record: "cross-entropy on the dataset's completions",
-))
+    reads = (Reads("eval_before_after: true (the evaluation's teacher is the initial model shown the row's context)",
+                   ("teacher_prompt_template", "max_teacher_prompt_length"), lambda c: c.eval_before_after),)
+
+    def sources(self, config):
+        return DATASET_ONLY
+
+    def objective(self, config) -> CrossEntropyObjective:
+        return CrossEntropyObjective(config.loss_chunk_size)
+
+    def describe_loss(self, record: dict) -> str:
+        return "cross-entropy on the dataset's completions"
+
+
+register(SFT())

@@ -50,7 +50,8 @@ class SDPOObjective:
 
     def __init__(self, settings: SDPOSettings):
         if not 0.0 <= settings.distillation_weight <= 1.0:
-            raise ValueError(f"distillation_weight must be in [0, 1], got {settings.distillation_weight!r}")
+            raise ValueError(f"distillation_weight must be in [0, 1] (0: GRPO, 1: pure self-distillation), got "
+                             f"{settings.distillation_weight!r}")
         self.settings = settings
         self.distillation = SelfDistillationObjective(settings.distillation)
         # w = 0 (GRPO) takes no teacher signal at all.

@@ -19,6 +19,7 @@ ratio w_t = min(pi_theta(y_t) / pi_old(y_t), distillation_is_clip) (a constant; 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import torch
@@ -49,10 +50,16 @@ class SelfDistillationSettings:
     reused_rollouts: bool = False  # num_iterations > 1: importance weights against the recorded pi_old
 
     def __post_init__(self) -> None:
+        """The loss's rules, in the config's words (a method's validation builds these settings to check them)."""
         if self.mode not in MODES:
             raise ValueError(f"distillation_mode must be one of {MODES}, got {self.mode!r}")
         if self.mode == "sampled_token" and self.beta != 1.0:
-            raise ValueError(f"distillation_mode sampled_token estimates reverse KL only: set beta: 1 (got beta {self.beta})")
+            raise ValueError(f"distillation_mode sampled_token estimates reverse KL on the sampled token only: set beta: 1 "
+                             f"(got {self.beta}), or use full_logits / topk_logits for other betas")
+        if self.topk < 1:
+            raise ValueError(f"distillation_topk must be >= 1, got {self.topk!r}")
+        if self.is_clip is not None and not (self.is_clip > 0 and math.isfinite(self.is_clip)):
+            raise ValueError(f"distillation_is_clip must be a finite number > 0 (None: no cap), got {self.is_clip!r}")
 
 
 class SelfDistillationObjective:

@@ -42,6 +42,11 @@ def is_peft_model(model: nn.Module) -> bool:
     return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
 
 
+def check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"teacher_model_kind must be one of {KINDS}, got {kind!r}")
+
+
 def frozen_copy(model: nn.Module) -> nn.Module:
     """A copy of `model` that never trains: eval mode, no gradients."""
     return copy.deepcopy(model).eval().requires_grad_(False)
@@ -55,8 +60,7 @@ class SelfTeacher:
 
     def __init__(self, kind: str, student: nn.Module, prompts: TeacherPrompts, vocab_size: int, eos_ids: list[int],
                  pad_id: int, device: torch.device, autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
-        if kind not in KINDS:
-            raise ValueError(f"teacher_model_kind must be one of {KINDS}, got {kind!r}")
+        check_kind(kind)
         self.kind, self.student, self.prompts = kind, student, prompts
         self.vocab_size, self.eos_ids, self.pad_id, self.device, self.autocast = vocab_size, eos_ids, pad_id, device, autocast
         self.adapter_off = kind == "base" and is_peft_model(student)

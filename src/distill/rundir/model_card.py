@@ -20,7 +20,7 @@ def write_model_card(model_dir: Path, config: dict, method, location, num_parame
         "tags: [distill, knowledge-distillation, " + config["method"] + "]",
         "---",
         "",
-        method.card_title(config) if method.card_title is not None else location.card_title(config),
+        method.card_title(config) or location.card_title(config),
         "",
         f"Trained with distill {__version__} (a knowledge-distillation library; not published on a package index) "
         f"using {made_with}",

@@ -5,7 +5,7 @@
     plots/*.png       curves                         eval/                      before/after report
 distill deletes only these, and only when told to (`overwrite_output_dir`), never anything else in the
 directory; it refuses an output directory that holds any of the run's inputs (models, datasets, cache,
-recipe), and one that another live run holds (`run.lock`, see `distill.run_lock`).
+recipe), and one that another live run holds (`run.lock`, see `distill.rundir.lock`).
 """
 
 from __future__ import annotations
@@ -21,16 +21,21 @@ from typing import Any
 
 import yaml
 
-from distill import checkpoint as ckpt
 from distill import sharding
 from distill.config import DEFAULT_TEACHER, DistillConfig
 from distill.config_io import OBJECT_RECORD
 from distill.data_files import BUNDLED_SETS
-from distill.evaluate import Evaluator, build_report, summary_lines, write_report
+from distill.evaluation.evaluator import (
+    Evaluator,
+    build_report,
+    summary_lines,
+    write_report,
+)
 from distill.metrics import MetricsLog
-from distill.model_card import write_model_card
 from distill.models import count_parameters
-from distill.run_lock import RunLock, check_unlocked
+from distill.rundir import checkpoint as ckpt
+from distill.rundir.lock import RunLock, check_unlocked
+from distill.rundir.model_card import write_model_card
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +46,7 @@ WRITTEN = ("config.yaml", "metrics.jsonl", ckpt.CHECKPOINTS, "model", "plots", "
 def check_output_dir(run_dir: Path, overwrite: bool, inputs: dict[str, str], resuming: bool = False,
                      break_lock: bool = False) -> None:
     """Before any model loads: the directory can be written, holds none of `inputs` (field -> path), is not
-    locked by another run (`distill.run_lock`: a stale lock is taken over, another host's only with
+    locked by another run (`distill.rundir.lock`: a stale lock is taken over, another host's only with
     `break_lock`), and (for a new run) is empty or `overwrite` replaces a previous run's files."""
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
@@ -212,7 +217,7 @@ class RunDirectory:
 
     def __init__(self, path: Path, runtime, config, config_record: dict[str, Any], break_lock: bool = False):
         self.path, self.runtime, self.config, self.record = Path(path), runtime, config, config_record
-        self.break_lock = break_lock  # take over a lock another host left (`distill.run_lock`)
+        self.break_lock = break_lock  # take over a lock another host left (`distill.rundir.lock`)
         self._saved_step: int | None = None
         self.lock: RunLock | None = None
 
@@ -333,7 +338,7 @@ class RunDirectory:
         if self.runtime.is_main_process:
             write_model_card(model_dir, self.record, method, location, count_parameters(student), step, report)
             try:
-                from distill.plot import plot_metrics
+                from distill.rundir.plot import plot_metrics
 
                 plot_metrics(self.path)
             except ImportError:

@@ -4,7 +4,7 @@ Per-token forward KL(teacher || student) and reverse KL(student || teacher) over
 temperature 1), and top-1 agreement, measured on two sets of completions: ones the teacher samples (what
 forward KL is an expectation over) and ones the student samples (where on-policy errors show). Plus greedy
 answers side by side, and, when the prompts have an `answer`, how often the greedy answer contains it
-(`distill.answers`). Sampling is seeded and runs in a forked RNG, so evaluating never changes training.
+(`distill.evaluation.answers`). Sampling is seeded and runs in a forked RNG, so evaluating never changes training.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from distill.answers import contains_answer
 from distill.batch import Completion, collate
 from distill.data import Example, PromptEncoder
+from distill.evaluation.answers import contains_answer
 from distill.generation import AUTO, SamplingParams, generate_completions
 from distill.objectives import DivergenceObjective, StepContext
 from distill.objectives.student import student_loss

@@ -21,7 +21,12 @@ import yaml
 from distill.config import DistillConfig
 from distill.data import PromptEncoder, examples_from_dataset
 from distill.data_files import BUNDLED_DATASET, load_dataset_spec
-from distill.evaluate import EvalSettings, Evaluator, build_report, write_report
+from distill.evaluation.evaluator import (
+    EvalSettings,
+    Evaluator,
+    build_report,
+    write_report,
+)
 from distill.locations import EVAL, TeacherRequest, location_of
 from distill.methods import get_method
 from distill.models import check_context, eos_token_ids, resolve_model_source

@@ -1,0 +1,7 @@
+"""The held-out evaluation before and after training (and `distill eval`).
+
+- `evaluator.Evaluator`: the student against the evaluation's teacher on teacher and own completions
+  (KLs, top-1 agreement, aligned divergence across tokenizers), answer accuracy, side-by-side examples;
+  `build_report` / `write_report` (eval.json, eval.md).
+- `answers`: whether a greedy answer contains the expected one (numbers, normalised text).
+"""
