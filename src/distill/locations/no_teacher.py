@@ -8,15 +8,9 @@ from distill.methods.registry import Method
 
 
 class NoTeacher(StudentOnlyLocation):
-    name = kind = "none"
-    words = "none"
+    name = kind = words = "none"
     why = "it learns from the dataset's completions and has no teacher"
-
-    def signal_kind(self, method: Method) -> None:
-        return None
-
-    def card_title(self, record: dict) -> str:
-        return "# Student fine-tuned on its dataset's completions (no teacher)"
+    title = "# Student fine-tuned on its dataset's completions (no teacher)"
 
     def check_dataset(self, config, method: Method, possible_sources: frozenset[str], examples: list) -> None:
         missing = [e.index for e in examples if e.completion is None]

@@ -25,8 +25,17 @@ class StudentOnlyLocation(TeacherLocation):
     """A run whose only model is the student: no external teacher field may be set."""
 
     kind = ""  # the `Method.teacher` it holds
+    words = ""  # its teacher, in messages
     why = ""  # why a method of that kind takes no external teacher
+    signal: str | None = None  # the signal kind it gives
+    title = ""  # the model card's title line
     student_origin = "the default model"
+
+    def signal_kind(self, method: Method) -> str | None:
+        return self.signal
+
+    def card_title(self, record: dict) -> str:
+        return self.title
 
     def claims(self, config, method: Method) -> bool:
         return method.teacher == self.kind
@@ -102,14 +111,9 @@ class StudentOnlyLocation(TeacherLocation):
 
 class SelfLocation(StudentOnlyLocation):
     name = kind = "self"
-    words = "the student itself"
+    words, signal = "the student itself", DENSE
     why = "its teacher is the student itself, shown privileged context"
-
-    def signal_kind(self, method: Method) -> str:
-        return DENSE
-
-    def card_title(self, record: dict) -> str:
-        return "# Student distilled from itself, shown privileged context (self-distillation)"
+    title = "# Student distilled from itself, shown privileged context (self-distillation)"
 
     def validate(self, config, method: Method, sources: frozenset[str]) -> None:
         super().validate(config, method, sources)

@@ -27,22 +27,6 @@ def hybrid(config) -> bool:
     return config.uld_use_hybrid_loss
 
 
-def validate(config) -> None:
-    mixing.validate(config)
-    if (config.uld_hybrid_matched_weight is None) != (config.uld_hybrid_unmatched_weight is None):
-        raise ValueError("uld_hybrid_matched_weight and uld_hybrid_unmatched_weight: set both (fixed weights) or "
-                         "neither (adaptive weights)")
-    for name in ("uld_hybrid_matched_weight", "uld_hybrid_unmatched_weight", "uld_crossentropy_weight"):
-        value = getattr(config, name)
-        if value is not None and (not value >= 0 or math.isinf(value)):
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-
-
-def describe(record: dict) -> str:
-    kind = "hybrid ULD (matched tokens: generalized JSD)" if record.get("uld_use_hybrid_loss") else "ULD"
-    return f"{kind} on byte-aligned token groups across tokenizers; {mixing.describe_mixing(record)}"
-
-
 class GOLD(Method):
     name = "gold"
     summary = ("a teacher with another tokenizer: byte-aligned completions, ULD or hybrid ULD, gkd's mixing "
@@ -63,10 +47,18 @@ class GOLD(Method):
         return aligned_objective(config)
 
     def validate(self, config) -> None:
-        validate(config)
+        mixing.validate(config)
+        if (config.uld_hybrid_matched_weight is None) != (config.uld_hybrid_unmatched_weight is None):
+            raise ValueError("uld_hybrid_matched_weight and uld_hybrid_unmatched_weight: set both (fixed weights) or "
+                             "neither (adaptive weights)")
+        for name in ("uld_hybrid_matched_weight", "uld_hybrid_unmatched_weight", "uld_crossentropy_weight"):
+            value = getattr(config, name)
+            if value is not None and (not value >= 0 or math.isinf(value)):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
     def describe_loss(self, record: dict) -> str:
-        return describe(record)
+        kind = "hybrid ULD (matched tokens: generalized JSD)" if record.get("uld_use_hybrid_loss") else "ULD"
+        return f"{kind} on byte-aligned token groups across tokenizers; {mixing.describe_mixing(record)}"
 
 
 register(GOLD())

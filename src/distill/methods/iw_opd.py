@@ -31,50 +31,8 @@ IW_OPD_PAPER = Paper(
     "journal={arXiv preprint arXiv:2606.22600}, year={2026}")
 
 
-def sources(config):
-    """Teacher samples for the warm-up steps (sequence-level KD), the student's own after."""
-    if config.teacher_warmup_steps == 0:
-        return ALWAYS_ON_POLICY
-    return MixedSources(1.0, "step", 0.0, config.teacher_warmup_steps, seq_kd=True)
-
-
 def clip_settings(config) -> ClipSettings:
     return ClipSettings(config.epsilon_low, config.epsilon_high, config.dual_clip)
-
-
-def objective(config) -> IWOPDObjective:
-    return IWOPDObjective(IWOPDSettings(config.iw_opd_gamma, config.iw_opd_epsilon, clip_settings(config),
-                                        config.temperature, config.loss_chunk_size, config.num_iterations > 1))
-
-
-def validate(config) -> None:
-    """iw_opd's own rules; every message names the field and the fix."""
-    if not (config.iw_opd_gamma >= 0 and math.isfinite(config.iw_opd_gamma)):
-        raise ValueError(f"iw_opd_gamma must be a finite number >= 0 (0 = plain sampled-token OPD), got {config.iw_opd_gamma!r}")
-    if not (config.iw_opd_epsilon > 0 and math.isfinite(config.iw_opd_epsilon)):
-        raise ValueError(f"iw_opd_epsilon must be a finite number > 0 (1e-8 is usual), got {config.iw_opd_epsilon!r}")
-    if config.teacher_warmup_steps < 0:
-        raise ValueError(f"teacher_warmup_steps must be >= 0, got {config.teacher_warmup_steps!r}")
-    try:
-        clip_settings(config)
-    except ValueError as error:
-        raise ValueError(f"epsilon_low / epsilon_high / dual_clip: {error}") from None
-    if config.teacher_cache is not None:
-        raise ValueError("teacher_cache: iw_opd learns from the student's own samples, and a cache holds completions "
-                         "written before the run, which it cannot score; use a teacher model or teacher_url")
-    check_sampling_matches_loss(config, ["iw_opd (a policy gradient on the student's samples)"])
-    if config.teacher_warmup_steps and config.teacher_url is not None:
-        raise ValueError("teacher_warmup_steps needs a teacher model that samples; a teacher_url server only scores. "
-                         "Set teacher_warmup_steps: 0")
-
-
-def describe(record: dict) -> str:
-    parts = [f"IW-OPD, gamma {record['iw_opd_gamma']}, {record['num_iterations']} optimizer step(s) per rollout"]
-    if record["num_iterations"] > 1:
-        parts.append(f"ratio clip [{1 - record['epsilon_low']:g}, {1 + record['epsilon_high']:g}], dual clip {record['dual_clip']}")
-    if record["teacher_warmup_steps"]:
-        parts.append(f"after {record['teacher_warmup_steps']} warm-up steps of forward KL on teacher samples")
-    return "; ".join(parts)
 
 
 class IWOPD(Method):
@@ -93,19 +51,45 @@ class IWOPD(Method):
     metrics, maxima, minima = METRICS, MAXIMA, MINIMA
 
     def sources(self, config):
-        return sources(config)
+        """Teacher samples for the warm-up steps (sequence-level KD), the student's own after."""
+        if config.teacher_warmup_steps == 0:
+            return ALWAYS_ON_POLICY
+        return MixedSources(1.0, "step", 0.0, config.teacher_warmup_steps, seq_kd=True)
 
     def objective(self, config) -> IWOPDObjective:
-        return objective(config)
+        return IWOPDObjective(IWOPDSettings(config.iw_opd_gamma, config.iw_opd_epsilon, clip_settings(config),
+                                            config.temperature, config.loss_chunk_size, config.num_iterations > 1))
 
     def validate(self, config) -> None:
-        validate(config)
+        """iw_opd's own rules; every message names the field and the fix."""
+        if not (config.iw_opd_gamma >= 0 and math.isfinite(config.iw_opd_gamma)):
+            raise ValueError(f"iw_opd_gamma must be a finite number >= 0 (0 = plain sampled-token OPD), got {config.iw_opd_gamma!r}")
+        if not (config.iw_opd_epsilon > 0 and math.isfinite(config.iw_opd_epsilon)):
+            raise ValueError(f"iw_opd_epsilon must be a finite number > 0 (1e-8 is usual), got {config.iw_opd_epsilon!r}")
+        if config.teacher_warmup_steps < 0:
+            raise ValueError(f"teacher_warmup_steps must be >= 0, got {config.teacher_warmup_steps!r}")
+        try:
+            clip_settings(config)
+        except ValueError as error:
+            raise ValueError(f"epsilon_low / epsilon_high / dual_clip: {error}") from None
+        if config.teacher_cache is not None:
+            raise ValueError("teacher_cache: iw_opd learns from the student's own samples, and a cache holds completions "
+                             "written before the run, which it cannot score; use a teacher model or teacher_url")
+        check_sampling_matches_loss(config, ["iw_opd (a policy gradient on the student's samples)"])
+        if config.teacher_warmup_steps and config.teacher_url is not None:
+            raise ValueError("teacher_warmup_steps needs a teacher model that samples; a teacher_url server only scores. "
+                             "Set teacher_warmup_steps: 0")
 
     def records_log_probs(self, config) -> bool:
         return True  # pi_old of every sampled token
 
     def describe_loss(self, record: dict) -> str:
-        return describe(record)
+        parts = [f"IW-OPD, gamma {record['iw_opd_gamma']}, {record['num_iterations']} optimizer step(s) per rollout"]
+        if record["num_iterations"] > 1:
+            parts.append(f"ratio clip [{1 - record['epsilon_low']:g}, {1 + record['epsilon_high']:g}], dual clip {record['dual_clip']}")
+        if record["teacher_warmup_steps"]:
+            parts.append(f"after {record['teacher_warmup_steps']} warm-up steps of forward KL on teacher samples")
+        return "; ".join(parts)
 
 
 register(IWOPD())

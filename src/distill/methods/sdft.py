@@ -35,66 +35,6 @@ SDFT_PAPER = Paper(
 TEACHER_SAMPLES = MixedSources(0.0, seq_kd=True)
 
 
-def sources(config):
-    """The student samples every completion; with generate_from_teacher the self-teacher does."""
-    return TEACHER_SAMPLES if config.generate_from_teacher else ALWAYS_ON_POLICY
-
-
-def objective(config) -> SelfDistillationObjective:
-    return SelfDistillationObjective(SelfDistillationSettings(
-        config.distillation_mode, config.beta, config.temperature, config.loss_chunk_size, config.distillation_topk,
-        config.distillation_is_clip, config.num_iterations > 1 and not config.generate_from_teacher))
-
-
-def validate(config) -> None:
-    """sdft's own rules, checked before any model loads; every message names the field and the fix."""
-    check_self_teacher(config)
-    check_template(config.teacher_prompt_template, "teacher_prompt_template")
-    if config.max_teacher_prompt_length < 1:
-        raise ValueError(f"max_teacher_prompt_length must be a positive integer, got {config.max_teacher_prompt_length!r}")
-    if config.missing_privileged_context not in ("error", "skip"):
-        raise ValueError(f"missing_privileged_context must be 'error' or 'skip', got {config.missing_privileged_context!r}")
-    check_distillation(config)
-    if config.distillation_mode == "sampled_token" and config.generate_from_teacher:
-        raise ValueError("distillation_mode sampled_token is a policy gradient on the student's own samples; with "
-                         "generate_from_teacher the teacher samples them. Use full_logits or topk_logits")
-    if config.num_loss_tokens_to_skip < 0:
-        raise ValueError(f"num_loss_tokens_to_skip must be >= 0, got {config.num_loss_tokens_to_skip!r}")
-    if not config.generate_from_teacher:  # the self-teacher's samples train by a divergence, never a policy gradient
-        check_sampling_matches_loss(config, sampled_token_loss(config) + reused_rollouts(config))
-
-
-def check_examples(config, examples, field: str) -> None:
-    """Every training row has a privileged context, unless missing_privileged_context: skip."""
-    check_chat_prompts([e for e in examples if e.privileged_context is not None], field)
-    missing = [e.index for e in examples if e.privileged_context is None]
-    if len(missing) == len(examples):
-        raise ValueError(f"{field}: no row has a 'privileged_context' (text the self-teacher sees and the student does "
-                         "not); sdft has nothing to learn from. Add the column")
-    if not missing or config.missing_privileged_context == "skip":
-        return
-    raise ValueError(f"{field} row {missing[0]} has no 'privileged_context' ({len(missing)} of {len(examples)} rows lack "
-                     "one): give every row the text the self-teacher sees, or set missing_privileged_context: skip to "
-                     "train them without it (no loss; counted in self_teacher/rows_without_context)")
-
-
-def hooks(config, student, teacher) -> list:
-    if config.teacher_model_kind != "ema":
-        return []
-    return [EMAUpdate(teacher.copy, student, config.teacher_update_rate, config.teacher_sync_steps)]
-
-
-def describe(record: dict) -> str:
-    mode = {"full_logits": f"generalized JSD over the vocabulary (beta {record['beta']})",
-            "topk_logits": f"generalized JSD on the student's top-{record['distillation_topk']} + tail (beta {record['beta']})",
-            "sampled_token": "sampled-token reverse KL (REINFORCE)"}[record["distillation_mode"]]
-    teacher = record["teacher_model_kind"]
-    if teacher == "ema":
-        teacher += f" (rate {record['teacher_update_rate']} every {record['teacher_sync_steps']} step(s))"
-    samples = "the self-teacher's samples" if record["generate_from_teacher"] else "the student's own samples"
-    return f"self-distillation, {mode} on {samples}; self-teacher {teacher} shown the row's privileged context"
-
-
 class SDFT(Method):
     name = "sdft"
     summary = ("self-distillation: the student, shown privileged context, teaches itself on its own samples "
@@ -118,16 +58,43 @@ class SDFT(Method):
     metrics = METRICS
 
     def sources(self, config):
-        return sources(config)
+        """The student samples every completion; with generate_from_teacher the self-teacher does."""
+        return TEACHER_SAMPLES if config.generate_from_teacher else ALWAYS_ON_POLICY
 
     def objective(self, config) -> SelfDistillationObjective:
-        return objective(config)
+        return SelfDistillationObjective(SelfDistillationSettings(
+            config.distillation_mode, config.beta, config.temperature, config.loss_chunk_size, config.distillation_topk,
+            config.distillation_is_clip, config.num_iterations > 1 and not config.generate_from_teacher))
 
     def validate(self, config) -> None:
-        validate(config)
+        """sdft's own rules, checked before any model loads; every message names the field and the fix."""
+        check_self_teacher(config)
+        check_template(config.teacher_prompt_template, "teacher_prompt_template")
+        if config.max_teacher_prompt_length < 1:
+            raise ValueError(f"max_teacher_prompt_length must be a positive integer, got {config.max_teacher_prompt_length!r}")
+        if config.missing_privileged_context not in ("error", "skip"):
+            raise ValueError(f"missing_privileged_context must be 'error' or 'skip', got {config.missing_privileged_context!r}")
+        check_distillation(config)
+        if config.distillation_mode == "sampled_token" and config.generate_from_teacher:
+            raise ValueError("distillation_mode sampled_token is a policy gradient on the student's own samples; with "
+                             "generate_from_teacher the teacher samples them. Use full_logits or topk_logits")
+        if config.num_loss_tokens_to_skip < 0:
+            raise ValueError(f"num_loss_tokens_to_skip must be >= 0, got {config.num_loss_tokens_to_skip!r}")
+        if not config.generate_from_teacher:  # the self-teacher's samples train by a divergence, never a policy gradient
+            check_sampling_matches_loss(config, sampled_token_loss(config) + reused_rollouts(config))
 
-    def check_examples(self, config, examples: list, field: str) -> None:
-        check_examples(config, examples, field)
+    def check_examples(self, config, examples, field: str) -> None:
+        """Every training row has a privileged context, unless missing_privileged_context: skip."""
+        check_chat_prompts([e for e in examples if e.privileged_context is not None], field)
+        missing = [e.index for e in examples if e.privileged_context is None]
+        if len(missing) == len(examples):
+            raise ValueError(f"{field}: no row has a 'privileged_context' (text the self-teacher sees and the student does "
+                             "not); sdft has nothing to learn from. Add the column")
+        if not missing or config.missing_privileged_context == "skip":
+            return
+        raise ValueError(f"{field} row {missing[0]} has no 'privileged_context' ({len(missing)} of {len(examples)} rows lack "
+                         "one): give every row the text the self-teacher sees, or set missing_privileged_context: skip to "
+                         "train them without it (no loss; counted in self_teacher/rows_without_context)")
 
     def records_log_probs(self, config) -> bool:
         return config.num_iterations > 1 and not config.generate_from_teacher
@@ -136,10 +103,19 @@ class SDFT(Method):
         return example.privileged_context is not None
 
     def hooks(self, config, student, teacher) -> list:
-        return hooks(config, student, teacher)
+        if config.teacher_model_kind != "ema":
+            return []
+        return [EMAUpdate(teacher.copy, student, config.teacher_update_rate, config.teacher_sync_steps)]
 
     def describe_loss(self, record: dict) -> str:
-        return describe(record)
+        mode = {"full_logits": f"generalized JSD over the vocabulary (beta {record['beta']})",
+                "topk_logits": f"generalized JSD on the student's top-{record['distillation_topk']} + tail (beta {record['beta']})",
+                "sampled_token": "sampled-token reverse KL (REINFORCE)"}[record["distillation_mode"]]
+        teacher = record["teacher_model_kind"]
+        if teacher == "ema":
+            teacher += f" (rate {record['teacher_update_rate']} every {record['teacher_sync_steps']} step(s))"
+        samples = "the self-teacher's samples" if record["generate_from_teacher"] else "the student's own samples"
+        return f"self-distillation, {mode} on {samples}; self-teacher {teacher} shown the row's privileged context"
 
 
 register(SDFT())

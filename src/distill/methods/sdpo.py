@@ -76,93 +76,6 @@ def rewards(config) -> Rewards:
     return Rewards(functions, weights)
 
 
-def objective(config) -> SDPOObjective:
-    reused = config.num_iterations > 1
-    policy = PolicySettings(config.loss_type, ClipSettings(config.epsilon_low, config.epsilon_high, dual_clip=None),
-                            config.temperature, config.loss_chunk_size, config.max_new_tokens, reused)
-    distillation = SelfDistillationSettings(config.distillation_mode, config.beta, config.temperature, config.loss_chunk_size,
-                                            config.distillation_topk, config.distillation_is_clip, reused)
-    return SDPOObjective(SDPOSettings(config.distillation_weight, policy, distillation))
-
-
-def validate(config) -> None:
-    """sdpo's own rules, checked before any model loads; every message names the field and the fix."""
-    if config.num_generations < 2:
-        raise ValueError(f"num_generations must be >= 2 (a group's advantages compare its completions), got "
-                         f"{config.num_generations!r}")
-    if config.advantage_scaling not in ADVANTAGE_SCALINGS:
-        raise ValueError(f"advantage_scaling must be one of {ADVANTAGE_SCALINGS}, got {config.advantage_scaling!r}")
-    objective(config)  # its settings check loss_type, distillation_weight and the self-distillation loss's fields
-    configured = rewards(config)
-    span = weighted_range(configured.functions, configured.weights)
-    threshold = config.success_reward_threshold
-    if not math.isfinite(threshold):
-        raise ValueError(f"success_reward_threshold must be a finite number, got {threshold!r}")
-    if span is not None and not span[0] < threshold <= span[1]:
-        raise ValueError(f"success_reward_threshold {threshold} is outside the reward range ({span[0]:g}, {span[1]:g}] "
-                         f"of reward_funcs {list(configured.names)} with weights {configured.weights}: "
-                         + ("no rollout could succeed" if threshold > span[1] else "every rollout would succeed")
-                         + "; set it within the range")
-    if distils(config):
-        check_self_teacher(config)
-        check_distillation(config)
-        check_reprompt_templates(config.reprompt_template, config.solution_template, config.feedback_template)
-        if config.max_reprompt_length < 1:
-            raise ValueError(f"max_reprompt_length must be a positive integer, got {config.max_reprompt_length!r}")
-    policy = ["the policy loss (distillation_weight < 1)"] if config.distillation_weight < 1.0 else []
-    check_sampling_matches_loss(config, policy + (sampled_token_loss(config) if distils(config) else []) + reused_rollouts(config))
-
-
-def check_examples(config, examples, field: str) -> None:
-    """Answer rewards need an `answer` on every row; feedback needs a row that has some."""
-    names = [str(spec) for spec in config.reward_funcs]
-    needing = [name for name in names if name in ANSWER_REWARDS]
-    missing = [e.index for e in examples if e.answer is None]
-    if needing and missing:
-        raise ValueError(f"{field} row {missing[0]} has no 'answer' ({len(missing)} of {len(examples)} rows lack one), "
-                         f"which reward function {needing[0]} checks completions against; add the column or choose "
-                         "other reward_funcs")
-    if distils(config):
-        check_chat_prompts(examples, field)
-    if distils(config) and config.include_feedback and not any(e.feedback or e.privileged_context for e in examples):
-        raise ValueError(f"include_feedback: no {field} row has a 'feedback' (or 'privileged_context') column to show "
-                         "the self-teacher; add one or set include_feedback: false")
-
-
-def stage(config, parts) -> RewardStage:
-    settings = GroupSettings(config.num_generations, config.advantage_scaling, config.success_reward_threshold,
-                             config.demonstration_from_self, config.include_feedback, config.feedback_only_without_solution,
-                             config.remove_thinking_from_demonstration)
-    reprompts = None
-    if distils(config):
-        encoder = PromptEncoder(parts.tokenizer, config.max_reprompt_length, config.max_new_tokens, parts.eos_ids)
-        reprompts = Reprompts(encoder, config.reprompt_template, config.solution_template, config.feedback_template)
-    return RewardStage(rewards(config), settings, reprompts, parts.tokenizer, parts.runtime, parts.first_row)
-
-
-def hooks(config, student, teacher) -> list:
-    if not distils(config) or config.teacher_model_kind != "ema":
-        return []
-    return [EMAUpdate(teacher.copy, student, config.teacher_update_rate, config.teacher_sync_steps)]
-
-
-def describe(record: dict) -> str:
-    w = record["distillation_weight"]
-    policy = f"group policy gradient ({record['loss_type']}, {record['num_generations']} completions per prompt)"
-    if w == 0:
-        return f"GRPO: {policy} on rewards ({', '.join(map(str, record['reward_funcs']))})"
-    teacher = record["teacher_model_kind"]
-    distillation = (f"self-distillation ({record['distillation_mode']}) toward the {teacher} self-teacher re-prompted with "
-                    "a successful sibling rollout" + (" or feedback" if record["include_feedback"] else ""))
-    return distillation if w == 1 else f"{1 - w:g} x {policy} + {w:g} x {distillation}"
-
-
-def card_title(record: dict) -> str:
-    if record["distillation_weight"] == 0:
-        return "# Student trained with rewards (GRPO, no teacher)"
-    return "# Student trained with rewards and distilled from itself, re-prompted with its successes (SDPO)"
-
-
 class SDPO(Method):
     name = "sdpo"
     summary = ("RL with rewards where failed rollouts learn from the model re-prompted with a successful sibling "
@@ -200,13 +113,54 @@ class SDPO(Method):
         return ALWAYS_ON_POLICY
 
     def objective(self, config) -> SDPOObjective:
-        return objective(config)
+        reused = config.num_iterations > 1
+        policy = PolicySettings(config.loss_type, ClipSettings(config.epsilon_low, config.epsilon_high, dual_clip=None),
+                                config.temperature, config.loss_chunk_size, config.max_new_tokens, reused)
+        distillation = SelfDistillationSettings(config.distillation_mode, config.beta, config.temperature, config.loss_chunk_size,
+                                                config.distillation_topk, config.distillation_is_clip, reused)
+        return SDPOObjective(SDPOSettings(config.distillation_weight, policy, distillation))
 
     def validate(self, config) -> None:
-        validate(config)
+        """sdpo's own rules, checked before any model loads; every message names the field and the fix."""
+        if config.num_generations < 2:
+            raise ValueError(f"num_generations must be >= 2 (a group's advantages compare its completions), got "
+                             f"{config.num_generations!r}")
+        if config.advantage_scaling not in ADVANTAGE_SCALINGS:
+            raise ValueError(f"advantage_scaling must be one of {ADVANTAGE_SCALINGS}, got {config.advantage_scaling!r}")
+        self.objective(config)  # its settings check loss_type, distillation_weight and the self-distillation loss's fields
+        configured = rewards(config)
+        span = weighted_range(configured.functions, configured.weights)
+        threshold = config.success_reward_threshold
+        if not math.isfinite(threshold):
+            raise ValueError(f"success_reward_threshold must be a finite number, got {threshold!r}")
+        if span is not None and not span[0] < threshold <= span[1]:
+            raise ValueError(f"success_reward_threshold {threshold} is outside the reward range ({span[0]:g}, {span[1]:g}] "
+                             f"of reward_funcs {list(configured.names)} with weights {configured.weights}: "
+                             + ("no rollout could succeed" if threshold > span[1] else "every rollout would succeed")
+                             + "; set it within the range")
+        if distils(config):
+            check_self_teacher(config)
+            check_distillation(config)
+            check_reprompt_templates(config.reprompt_template, config.solution_template, config.feedback_template)
+            if config.max_reprompt_length < 1:
+                raise ValueError(f"max_reprompt_length must be a positive integer, got {config.max_reprompt_length!r}")
+        policy = ["the policy loss (distillation_weight < 1)"] if config.distillation_weight < 1.0 else []
+        check_sampling_matches_loss(config, policy + (sampled_token_loss(config) if distils(config) else []) + reused_rollouts(config))
 
-    def check_examples(self, config, examples: list, field: str) -> None:
-        check_examples(config, examples, field)
+    def check_examples(self, config, examples, field: str) -> None:
+        """Answer rewards need an `answer` on every row; feedback needs a row that has some."""
+        names = [str(spec) for spec in config.reward_funcs]
+        needing = [name for name in names if name in ANSWER_REWARDS]
+        missing = [e.index for e in examples if e.answer is None]
+        if needing and missing:
+            raise ValueError(f"{field} row {missing[0]} has no 'answer' ({len(missing)} of {len(examples)} rows lack one), "
+                             f"which reward function {needing[0]} checks completions against; add the column or choose "
+                             "other reward_funcs")
+        if distils(config):
+            check_chat_prompts(examples, field)
+        if distils(config) and config.include_feedback and not any(e.feedback or e.privileged_context for e in examples):
+            raise ValueError(f"include_feedback: no {field} row has a 'feedback' (or 'privileged_context') column to show "
+                             "the self-teacher; add one or set include_feedback: false")
 
     def records_log_probs(self, config) -> bool:
         return config.num_iterations > 1
@@ -215,16 +169,34 @@ class SDPO(Method):
         return config.num_generations
 
     def stage(self, config, parts) -> RewardStage:
-        return stage(config, parts)
+        settings = GroupSettings(config.num_generations, config.advantage_scaling, config.success_reward_threshold,
+                                 config.demonstration_from_self, config.include_feedback, config.feedback_only_without_solution,
+                                 config.remove_thinking_from_demonstration)
+        reprompts = None
+        if distils(config):
+            encoder = PromptEncoder(parts.tokenizer, config.max_reprompt_length, config.max_new_tokens, parts.eos_ids)
+            reprompts = Reprompts(encoder, config.reprompt_template, config.solution_template, config.feedback_template)
+        return RewardStage(rewards(config), settings, reprompts, parts.tokenizer, parts.runtime, parts.first_row)
 
     def hooks(self, config, student, teacher) -> list:
-        return hooks(config, student, teacher)
+        if not distils(config) or config.teacher_model_kind != "ema":
+            return []
+        return [EMAUpdate(teacher.copy, student, config.teacher_update_rate, config.teacher_sync_steps)]
 
     def describe_loss(self, record: dict) -> str:
-        return describe(record)
+        w = record["distillation_weight"]
+        policy = f"group policy gradient ({record['loss_type']}, {record['num_generations']} completions per prompt)"
+        if w == 0:
+            return f"GRPO: {policy} on rewards ({', '.join(map(str, record['reward_funcs']))})"
+        teacher = record["teacher_model_kind"]
+        distillation = (f"self-distillation ({record['distillation_mode']}) toward the {teacher} self-teacher re-prompted with "
+                        "a successful sibling rollout" + (" or feedback" if record["include_feedback"] else ""))
+        return distillation if w == 1 else f"{1 - w:g} x {policy} + {w:g} x {distillation}"
 
     def card_title(self, record: dict) -> str:
-        return card_title(record)
+        if record["distillation_weight"] == 0:
+            return "# Student trained with rewards (GRPO, no teacher)"
+        return "# Student trained with rewards and distilled from itself, re-prompted with its successes (SDPO)"
 
 
 register(SDPO())
