@@ -53,13 +53,18 @@ def parse_field_flags(tokens: list[str]) -> dict[str, Any]:
 
 
 def fields_help() -> str:
-    from distill.field_help import field_help
+    """Every config field with its default and help, grouped by the part of a run that reads it."""
+    from distill.field_help import field_groups, field_help
 
-    lines = ["config fields (--name value; YAML recipes use the same names):", ""]
-    for f in dataclasses.fields(DistillConfig):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        lines.append(f"  --{f.name} (default: {default!r})")
-        lines += ["      " + line for line in textwrap.wrap(field_help(f.name), 94)]
+    fields = {f.name: f for f in dataclasses.fields(DistillConfig)}
+    lines = ["config fields (--name value; YAML recipes use the same names), by what reads them:"]
+    for title, names in field_groups():
+        lines += ["", f"{title}:"]
+        for name in names:
+            f = fields[name]
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            lines.append(f"  --{name} (default: {default!r})")
+            lines += ["      " + line for line in textwrap.wrap(field_help(name), 94)]
     return "\n".join(lines)
 
 

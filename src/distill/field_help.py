@@ -5,6 +5,9 @@ cannot go stale when a method is added or changes what it reads.
 - a field some methods read: which, and when (`Method.reads`);
 - a field whose default is None and which a method fills in: each method's value (`Method.defaults`);
 - a teacher location (`teacher_url`, `teacher_cache`): the methods a run with it validates for.
+
+`field_groups` orders the fields for `distill train --help` by the part that reads them: every run, the
+teacher's location, each method's own, then those several methods read.
 """
 
 from __future__ import annotations
@@ -68,3 +71,22 @@ def location_methods(name: str) -> list[str]:
             accepted.append(method)
             break
     return accepted
+
+
+def field_groups() -> list[tuple[str, list[str]]]:
+    """(title, field names) in the config's order: the fields every run's shared parts read (`run_parts`), the
+    teacher locations', each registered method's own (read by it alone), then those several methods read."""
+    every = DistillConfig.field_names()
+    at_location = {n for location in locations() for part in location.reads for n in part.names}
+    shared = {n for part in run_reads(frozenset({"student", "dataset", "teacher"})) for n in part.names} - at_location
+    readers: dict[str, list[str]] = {}
+    for method in method_names():
+        for name in {n for part in get_method(method).reads for n in part.names} - shared - at_location:
+            readers.setdefault(name, []).append(method)
+    groups = [("every run", [n for n in every if n in shared]),
+              ("where the teacher lives (teacher, teacher_url, teacher_cache)", [n for n in every if n in at_location])]
+    groups += [(f"method {method}", [n for n in every if readers.get(n) == [method]]) for method in method_names()]
+    groups.append(("several methods (each field's help names which)", [n for n in every if len(readers.get(n, ())) > 1]))
+    placed = {n for _, names in groups for n in names}
+    groups.append(("read by no registered part", [n for n in every if n not in placed]))
+    return [(title, names) for title, names in groups if names]

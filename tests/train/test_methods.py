@@ -302,6 +302,21 @@ def test_per_method_facts_in_field_help_are_generated_from_the_registry(toy_meth
     assert field_help("epsilon_low") in fields_help().replace("\n      ", " ")
 
 
+def test_help_groups_every_field_once_by_the_part_that_reads_it():
+    from distill.cli import fields_help
+    from distill.field_help import field_groups
+
+    groups = dict(field_groups())
+    listed = [name for names in groups.values() for name in names]
+    assert sorted(listed) == sorted(DistillConfig.field_names())  # each field once
+    assert "learning_rate" in groups["every run"] and "teacher_url" in groups[next(t for t in groups if t.startswith("where"))]
+    assert "num_generations" in groups["method sdpo"] and "iw_opd_gamma" in groups["method iw_opd"]
+    assert "beta" in groups["several methods (each field's help names which)"]
+    assert "read by no registered part" not in groups
+    text = fields_help()
+    assert text.index("method sdpo:") < text.index("--num_generations") < text.index("several methods")
+
+
 def test_no_help_text_names_a_method_that_does_not_read_its_field():
     """Hand-written per-method facts go stale (teacher_url's said gkd and on_policy, leaving iw_opd out): a
     field's own help may name only methods that read it."""
