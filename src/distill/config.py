@@ -323,8 +323,8 @@ class DistillConfig:
 
     def validate(self) -> "DistillConfig":
         """Checks that need no model or data (`distill.config_checks`); raises ValueError naming the field and
-        the fix. Fields left at None that the method gives a default for (`Method.defaults`, e.g. beta) are
-        filled in first. The checks know every registered part (methods, teacher locations, engines), so they
+        the fix. Returns the resolved config: a copy with the method's defaults (`Method.defaults`, e.g. beta)
+        in the fields left at None; this one is not changed. The checks know every registered part (methods, teacher locations, engines), so they
         are imported here, when asked for: `import distill.config` stays a leaf (no torch, no method)."""
         from distill.config_checks import validate
 

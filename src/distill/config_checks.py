@@ -8,6 +8,7 @@ imports none (it is a leaf: no torch, no method).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 from typing import Any
@@ -23,11 +24,11 @@ from distill.runtime import check_device
 
 
 def validate(config):
-    """Raise ValueError naming the field and the fix; fill in the method's defaults for fields left at None."""
+    """The config with the method's defaults in the fields left at None (a copy: `config` is not changed),
+    checked; raises ValueError naming the field and the fix."""
     method = get_method(config.method)
-    for name, value in method.defaults.items():
-        if getattr(config, name) is None:
-            setattr(config, name, value)
+    config = dataclasses.replace(config, **{name: value for name, value in method.defaults.items()
+                                            if getattr(config, name) is None})
     _one_of("lr_scheduler_type", config.lr_scheduler_type, SCHEDULERS)
     if config.generation_engine != AUTO:
         get_engine(config.generation_engine)

@@ -81,7 +81,7 @@ class Distiller:
     def __init__(self, config: DistillConfig, *, student: nn.Module | str | None = None, teacher: nn.Module | str | None = None,
                  tokenizer: Any = None, teacher_tokenizer: Any = None, train_dataset: Any = None, eval_dataset: Any = None,
                  resume: bool = False, break_lock: bool = False):
-        self.config = config.validate()
+        self.config = config = config.validate()  # resolved: the method's defaults filled in
         self.method = get_method(config.method)
         self.plan = self.method.sources(config)
         self.location = location_of(config, self.method)

@@ -150,3 +150,12 @@ def test_the_config_module_is_a_leaf():
              "assert not heavy, heavy")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_validation_resolves_the_methods_defaults_into_a_copy():
+    """validate() returns the resolved config and leaves the one it was given as written."""
+    config = DistillConfig(method="sdpo", dataset="bundled:arithmetic", reward_funcs=["contains_answer"])
+    resolved = config.validate()
+    assert config.beta is None and config.distillation_mode is None
+    assert resolved.beta == 1.0 and resolved.distillation_mode == "sampled_token"
+    assert resolved is not config and resolved.validate() == resolved
