@@ -12,8 +12,8 @@ import torch
 
 from distill import DistillConfig
 from distill.errors import RewardFunctionError
-from distill.reward_stage import demonstration_rows, group_advantages
-from distill.rewards import Rewards, load_reward_function, weighted_range
+from distill.methods.sdpo.rewards import Rewards, load_reward_function, weighted_range
+from distill.methods.sdpo.stage import demonstration_rows, group_advantages
 from distill.rundir.directory import resume_config
 from distill.teacher_prompts import (
     DEFAULT_FEEDBACK_TEMPLATE,
@@ -283,7 +283,7 @@ def test_a_warning_is_logged_when_no_rollout_succeeds_or_a_group_is_all_equal(to
 
     monkeypatch.setattr(distill.rollout, "generate_completions", group_completions(4))
     run = distiller(tokenizer, tmp_path, reward_funcs=["contains_answer"], max_steps=1)
-    with caplog.at_level(logging.WARNING, logger="distill.reward_stage"):
+    with caplog.at_level(logging.WARNING, logger="distill.methods.sdpo.stage"):
         run.train()
     messages = " ".join(r.getMessage() for r in caplog.records)
     assert "no rollout reached success_reward_threshold 1.0" in messages and "groups have all rewards equal" in messages

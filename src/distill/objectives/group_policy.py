@@ -1,6 +1,6 @@
 """The group policy-gradient loss of GRPO-style RL (the policy part of sdpo), chunked from hidden states.
 
-Per completion token t of row i, with the row's advantage A_i (`distill.reward_stage`) and the ratio
+Per completion token t of row i, with the row's advantage A_i (`distill.methods.sdpo.stage`) and the ratio
 rho_t = pi_theta(y_t) / pi_old(y_t) (1 on a fresh rollout, the first step of a reuse window included;
 against the recorded sampling log-probs on the window's later steps), the PPO clipped surrogate l_t = -min(rho_t A_i, clip(rho_t, 1 - eps_low,
 1 + eps_high) A_i) (`distill.losses.policy_gradient`). `loss_type` says how the l_t are normalised, each as

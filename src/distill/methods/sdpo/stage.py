@@ -2,7 +2,7 @@
 
 It runs once per rollout, on every process at once (`distill.rollout.StepStage`):
 
-  1. each process scores its own completions with the reward functions (`distill.rewards`); a failure on
+  1. each process scores its own completions with the reward functions (`distill.methods.sdpo.rewards`); a failure on
      any process stops every process with the `RewardFunctionError` (the trainer checkpoints first);
   2. the rewards and completion ids of the whole step are gathered from every process (one all-gather),
      so a group spread over micro-batches and processes is whole everywhere (`StepSampler`: global row r is
@@ -32,7 +32,7 @@ import torch
 
 from distill.batch import Completion, MicroBatch
 from distill.errors import RewardFunctionError
-from distill.rewards import Rewards
+from distill.methods.sdpo.rewards import Rewards
 from distill.teacher_prompts import Reprompts
 
 logger = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ RL with rewards in which the failed rollouts also learn from a self-teacher: the
 with a successful sibling rollout (and/or environment feedback) as privileged context. Per step:
 
   1. the student samples num_generations completions per prompt (`distill.data.StepSampler` groups);
-  2. the reward stage (`distill.reward_stage`) scores them, computes group advantages, mines each rollout's
+  2. the reward stage (`distill.methods.sdpo.stage`) scores them, computes group advantages, mines each rollout's
      demonstration from its group across all processes and writes the self-teacher's prompts;
   3. loss = (1 - w) group policy loss (loss_type) + w self-distillation (the SDFT losses, on the rows
      with a demonstration or feedback), `distill.objectives.sdpo`.
@@ -22,6 +22,13 @@ from distill.losses.policy_gradient import ClipSettings
 from distill.methods.mixing import ALWAYS_ON_POLICY
 from distill.methods.registry import Method, Paper, Reads, register
 from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
+from distill.methods.sdpo.rewards import (
+    ANSWER_REWARDS,
+    Rewards,
+    load_reward_function,
+    weighted_range,
+)
+from distill.methods.sdpo.stage import ADVANTAGE_SCALINGS, GroupSettings, RewardStage
 from distill.methods.self_teacher_rules import (
     check_distillation,
     check_self_teacher,
@@ -30,13 +37,6 @@ from distill.methods.self_teacher_rules import (
 from distill.objectives.group_policy import PolicySettings
 from distill.objectives.sdpo import METRICS, SDPOObjective, SDPOSettings
 from distill.objectives.self_distillation import SelfDistillationSettings
-from distill.reward_stage import ADVANTAGE_SCALINGS, GroupSettings, RewardStage
-from distill.rewards import (
-    ANSWER_REWARDS,
-    Rewards,
-    load_reward_function,
-    weighted_range,
-)
 from distill.teacher_prompts import (
     Reprompts,
     check_chat_prompts,
