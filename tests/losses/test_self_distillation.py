@@ -219,7 +219,7 @@ def test_the_first_step_of_a_reuse_window_gets_no_importance_weight_whatever_the
 
 
 def test_sampled_token_mode_refuses_beta_other_than_one():
-    with pytest.raises(ValueError, match="sampled_token estimates reverse KL only: set beta: 1"):
+    with pytest.raises(ValueError, match="sampled_token estimates reverse KL on the sampled token only: set beta: 1"):
         SelfDistillationSettings("sampled_token", 0.5)
 
 
