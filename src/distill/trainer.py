@@ -39,6 +39,7 @@ from distill.assembly import (
 from distill.config import DistillConfig
 from distill.errors import StepFailure
 from distill.evaluation.evaluator import EvalSettings, Evaluator
+from distill.generation.sync import weight_sync
 from distill.locations import location_of
 from distill.methods import get_method
 from distill.methods.registry import StageParts
@@ -160,6 +161,9 @@ class Distiller:
         self.hooks = list(self.method.hooks(config, self.student_for_generation(), self.teacher))
         if config.num_iterations > 1:  # the reused rollout is checkpointed like a method's hook
             self.hooks.append(self.rollout)
+        sync = weight_sync(config.generation_engine, self.with_student)  # an engine that keeps its own weights
+        if sync is not None:
+            self.hooks.append(sync)
         if self.run is not None:  # setup called again (train after a manual setup): this Distiller's own lock
             self.run.release()
         self.run = RunDirectory(self.run_dir, self.runtime, config, self.config_record(), self.break_lock)
@@ -167,6 +171,8 @@ class Distiller:
         start_step = 0
         if self.resuming:
             start_step = self.run.resume(self.wrapped, self.student_for_generation(), self.optimizer, self.scheduler, self.hooks)
+        if sync is not None:
+            sync.start()  # the weights the first rollout samples from (a resumed run's: the checkpoint's)
         if config.report_to != "none":
             accelerator.init_trackers(config.run_name or self.run_dir.name, config=self.config_record())
         return start_step

@@ -61,6 +61,27 @@ class ArgmaxLoop:
         return torch.stack(new, 1), (torch.stack(log_probs, 1) if with_log_probs else None)
 
 
+class ArgmaxLoopWithItsOwnWeights(ArgmaxLoop):
+    """The toy, keeping its own copy of the weights as a served engine (vLLM) would: it decodes that copy,
+    never the model it is handed, so it samples from the student only as far as `sync_weights` keeps it."""
+
+    name = TOY + "_copy"
+
+    def __init__(self):
+        super().__init__()
+        self.copy, self.synced = None, []
+
+    def sync_weights(self, model):
+        import copy
+
+        self.copy = copy.deepcopy(model).eval()
+        self.synced.append({n: p.detach().clone() for n, p in model.named_parameters()})
+
+    def decode(self, model, *args, **kwargs):
+        assert self.copy is not None, "decode before the first sync_weights"
+        return super().decode(self.copy, *args, **kwargs)
+
+
 @pytest.fixture
 def toy_engine():
     engine = register_engine(ArgmaxLoop())
@@ -112,6 +133,31 @@ def test_an_engine_defined_in_a_test_file_trains_end_to_end(tokenizer, tmp_path,
     result = distiller.train()
     assert result["steps"] == 2 and toy_engine.calls >= 2
     assert any(not torch.equal(before[n], p.detach()) for n, p in distiller.student_model.named_parameters())
+
+
+def test_an_engine_with_its_own_weights_is_synced_at_start_and_after_every_optimizer_step(tokenizer, tmp_path):
+    engine = register_engine(ArgmaxLoopWithItsOwnWeights())
+    try:
+        values = {**FAST, "lmbda": 1.0, "output_dir": str(tmp_path / "run"), "generation_engine": engine.name, "max_steps": 3}
+        distiller = Distiller(DistillConfig(**values), student=tiny_lm(len(tokenizer), layers=2, seed=2, eos_token_id=tokenizer.eos_token_id),
+                              teacher=tiny_lm(len(tokenizer), layers=3, seed=1, eos_token_id=tokenizer.eos_token_id),
+                              tokenizer=tokenizer, train_dataset=datasets.Dataset.from_list(chat_rows(16)))
+        initial = {n: p.detach().clone() for n, p in distiller.student_model.named_parameters()}
+        distiller.train()
+    finally:
+        unregister_engine(engine.name)
+    assert len(engine.synced) == 1 + 3  # at start, then after each optimizer step
+    assert all(torch.equal(initial[n], p) for n, p in engine.synced[0].items())
+    final = dict(distiller.student_model.named_parameters())
+    assert all(torch.equal(final[n].detach(), p) for n, p in engine.synced[-1].items())
+    assert any(not torch.equal(a, b) for a, b in zip(engine.synced[1].values(), engine.synced[2].values()))
+    assert engine.calls >= 3  # every step's rollout came from its own copy
+
+
+def test_the_built_in_engines_need_no_weight_sync():
+    from distill.generation.sync import weight_sync
+
+    assert weight_sync(AUTO, None) is None and weight_sync("lean", None) is None and weight_sync("hf", None) is None
 
 
 def test_an_unknown_engine_fails_before_any_model_loads(tmp_path):

@@ -4,6 +4,8 @@
 - `complete.py`: `generate_completions`, the one entry every sampler calls (the student's rollouts, a
   teacher's seq_kd samples, a self-teacher's, the evaluation's): batching, left padding, padded vocabulary
   rows, the cut at the first EOS, and the engine chosen by `SamplingParams.engine`.
+- `sync.py`: `WeightSync`, the step hook that keeps an engine's own copy of the student's weights current
+  (for engines that define `sync_weights`; the built-ins need none).
 - `hf.py`: transformers' `generate` (any model). `lean.py`: distill's lean decode loop (`distill.generation.lean_decode`;
   Llama-family float32 models on CPU: the same distribution in less time).
 

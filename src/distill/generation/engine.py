@@ -4,8 +4,11 @@ An engine decodes one left-padded batch: `decode(model, input_ids, attention_mas
 the new tokens (B, L) on the CPU (rows that finished padded with `pad_id`) and, when asked, each chosen
 token's log-prob under the distribution it was drawn from (the processed scores: temperature, top-k,
 top-p). `refusal(model, device)` says why it cannot decode a model (None: it can); `auto` takes the first
-registered engine, in order of preference, that does not refuse. Engines hold no copy of the weights: they
-decode the model they are given (the student as it is now, a teacher, a self-teacher).
+registered engine, in order of preference, that does not refuse. The built-in engines hold no copy of the
+weights: they decode the model they are given (the student as it is now, a teacher, a self-teacher). An engine
+that keeps its own copy (vLLM, in the process or behind a server) defines `sync_weights(model)`, and a run
+that names it calls it with the student before the first rollout and after every optimizer step
+(`distill.generation.sync.WeightSync`).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ class Engine(Protocol):
                eos_ids: list[int], pad_id: int, suppress_tokens: list[int], stopping_criteria,
                with_log_probs: bool, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(B, L) long new tokens on the CPU and, with `with_log_probs`, (B, L) float32 log-probs, or None."""
+
+    # Optional: `sync_weights(model) -> None`, for an engine that keeps its own copy of the student's weights.
 
 
 _ENGINES: Registry[Engine] = Registry("generation_engine", "generation engine", also=(AUTO,),
