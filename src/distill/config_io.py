@@ -15,6 +15,15 @@ from typing import Any
 
 import yaml
 
+
+def setting(default: Any, help: str, **kwargs: Any) -> Any:
+    """A config field with its help text (read by `--help` and the field help); list and dict defaults are
+    copied per config."""
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata={"help": help, **kwargs})
+    return dataclasses.field(default=default, metadata={"help": help, **kwargs})
+
+
 OBJECT_RECORD = re.compile(r"<\w+ object>")  # how config.yaml records a model or dataset passed as an object
 
 

@@ -19,23 +19,31 @@ class Registry(Generic[T]):
     (registration order when None)."""
 
     def __init__(self, field: str, kind: str, retired: dict[str, str] | None = None, also: tuple[str, ...] = (),
-                 order: Callable[[str, T], object] | None = None):
+                 order: Callable[[str, T], object] | None = None, load: Callable[[], None] | None = None):
         self.field, self.kind, self.retired, self.also, self.order = field, kind, retired or {}, also, order
         self._parts: dict[str, T] = {}
+        self._load = load  # registers the built-in parts, once, before the table is first used
+
+    def _loaded(self) -> dict[str, T]:
+        if self._load is not None:
+            load, self._load = self._load, None
+            load()
+        return self._parts
 
     def register(self, part: T) -> T:
         """Add `part` under its `name` (a name may be registered once)."""
         name = part.name
-        if name in self._parts or name in self.retired or name in self.also:
+        if name in self._loaded() or name in self.retired or name in self.also:
             raise ValueError(f"a {self.kind} named {name!r} is already registered")
         self._parts[name] = part
         return part
 
     def unregister(self, name: str) -> None:
         """Remove a part (tests that register a toy clean up with this)."""
-        self._parts.pop(name, None)
+        self._loaded().pop(name, None)
 
     def names(self) -> tuple[str, ...]:
+        self._loaded()
         if self.order is None:
             return tuple(self._parts)
         return tuple(sorted(self._parts, key=lambda name: self.order(name, self._parts[name])))
@@ -44,7 +52,7 @@ class Registry(Generic[T]):
         """The part `name`; a retired or unknown name is a ValueError that says what to write."""
         if name in self.retired:
             raise ValueError(self.retired[name])
-        if name not in self._parts:
+        if name not in self._loaded():
             close = difflib.get_close_matches(str(name), list(self._parts) + list(self.also), n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             accepted = "".join(f"{word!r} or " for word in self.also)

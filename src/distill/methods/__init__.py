@@ -2,10 +2,10 @@
 
 Adding a method: write `methods/NAME.py` with a `Method` subclass (its name, summary, sources and objective;
 optionally the paper, the fields it reads, validation, metrics, hooks) and `register` an instance, then
-import it below. docs/methods.md walks through it.
+import it in `built_in.py`. The built-ins register when the table is first used (`get_method`,
+`method_names`), so importing this package loads no method. docs/methods.md walks through it.
 """
 
-from distill.methods import gkd, gold, iw_opd, on_policy, sdft, sdpo, sft  # noqa: F401  (each registers itself)
 from distill.methods.registry import (
     Method,
     Paper,

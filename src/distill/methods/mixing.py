@@ -11,9 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from distill.methods.mixing_fields import LMBDA_SCHEDULES
 from distill.methods.registry import Reads
-
-LMBDA_SCHEDULES = ("constant", "linear", "step")
 
 
 def draw_sources(lmbda: float, seq_kd: bool, seed: int, step: int, num_micro_batches: int) -> list[str]:

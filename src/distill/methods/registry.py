@@ -155,7 +155,14 @@ RETIRED = {
 }
 
 
-_METHODS: Registry[Method] = Registry("method", "method", RETIRED)
+def _register_built_in_methods() -> None:
+    import distill.methods.built_in  # noqa: F401  (each built-in method registers itself)
+
+
+# The built-in methods are imported when the table is first used, not with this module: the config imports
+# the methods' field declarations (`distill.methods.*_fields`) without loading any method's code or torch.
+_METHODS: Registry[Method] = Registry("method", "method", RETIRED, order=lambda name, method: name,
+                                      load=_register_built_in_methods)
 
 
 def register(method: Method) -> Method:

@@ -1,0 +1,190 @@
+"""The sdpo `Method` (the package docstring says what sdpo does): its sources, objective, validation,
+checks of the rows, step stage, hooks and model-card lines."""
+
+from __future__ import annotations
+
+import math
+
+from distill.data import PromptEncoder
+from distill.losses.policy_gradient import ClipSettings
+from distill.methods.mixing import ALWAYS_ON_POLICY
+from distill.methods.registry import Method, Paper, Reads, register
+from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
+from distill.methods.sdpo.rewards import (
+    ANSWER_REWARDS,
+    Rewards,
+    load_reward_function,
+    weighted_range,
+)
+from distill.methods.sdpo.stage import ADVANTAGE_SCALINGS, GroupSettings, RewardStage
+from distill.methods.self_teacher_rules import (
+    check_distillation,
+    check_self_teacher,
+    sampled_token_loss,
+)
+from distill.objectives.group_policy import PolicySettings
+from distill.objectives.sdpo import METRICS, SDPOObjective, SDPOSettings
+from distill.objectives.self_distillation import SelfDistillationSettings
+from distill.teacher_prompts import (
+    Reprompts,
+    check_chat_prompts,
+    check_reprompt_templates,
+)
+from distill.teachers.self_teacher import EMAUpdate
+
+SDPO_PAPER = Paper(
+    "Reinforcement Learning via Self-Distillation", "Hübotter et al., 2026", "2601.20802", "hubotter2026sdpo",
+    "Jonas H{\\\"u}botter and Frederike L{\\\"u}beck and Lejs Behric and Anton Baumann and Marco Bagatella and "
+    "Daniel Marta and Ido Hakimi and Idan Shenfeld and Thomas Kleine Buening and Carlos Guestrin and Andreas Krause",
+    "journal={arXiv preprint arXiv:2601.20802}, year={2026}")
+
+
+def distils(config) -> bool:
+    return config.distillation_weight > 0
+
+
+def reward_weights(config) -> list[float]:
+    weights = config.reward_weights if config.reward_weights is not None else [1.0] * len(config.reward_funcs)
+    try:
+        return [float(w) for w in weights]
+    except (TypeError, ValueError):
+        raise ValueError(f"reward_weights must be numbers, got {config.reward_weights!r}") from None
+
+
+def rewards(config) -> Rewards:
+    """The configured reward functions (each resolved now: an unknown name or import path is an error)."""
+    if not config.reward_funcs:
+        raise ValueError("reward_funcs is empty: name at least one reward function (e.g. contains_answer)")
+    functions = [load_reward_function(str(spec), config.reward_regex) for spec in config.reward_funcs]
+    weights = reward_weights(config)
+    if len(weights) != len(functions):
+        raise ValueError(f"reward_weights has {len(weights)} values for {len(functions)} reward_funcs; give one per function")
+    if any(not math.isfinite(w) for w in weights):
+        raise ValueError(f"reward_weights must be finite numbers, got {weights}")
+    return Rewards(functions, weights)
+
+
+class SDPO(Method):
+    name = "sdpo"
+    summary = ("RL with rewards where failed rollouts learn from the model re-prompted with a successful sibling "
+               "(SDPO, arXiv 2601.20802); distillation_weight 0 is GRPO")
+    paper = SDPO_PAPER
+    teacher = "self"
+    defaults = {"beta": 1.0, "distillation_mode": "sampled_token"}
+    reads = (
+        Reads("method sdpo", ("num_generations", "reward_funcs", "reward_weights", "distillation_weight",
+                              "success_reward_threshold", "num_iterations", "temperature")),
+        Reads("reward_funcs with 'regex'", ("reward_regex",), lambda c: "regex" in [str(f) for f in c.reward_funcs]),
+        Reads("distillation_weight < 1 (a policy loss)", ("loss_type", "advantage_scaling"), lambda c: c.distillation_weight < 1),
+        Reads("distillation_weight < 1 with num_iterations > 1 (the PPO ratio clip)", ("epsilon_low", "epsilon_high"),
+              lambda c: c.distillation_weight < 1 and c.num_iterations > 1),
+        Reads("distillation_weight > 0 (a self-teacher)", ("teacher_model_kind", "beta", "distillation_mode",
+                                                           "demonstration_from_self", "include_feedback", "reprompt_template",
+                                                           "solution_template", "remove_thinking_from_demonstration",
+                                                           "max_reprompt_length"), distils),
+        Reads("distillation_weight > 0 with include_feedback", ("feedback_template", "feedback_only_without_solution"),
+              lambda c: distils(c) and c.include_feedback),
+        Reads("distillation_weight > 0 with teacher_model_kind: ema", ("teacher_update_rate", "teacher_sync_steps"),
+              lambda c: distils(c) and c.teacher_model_kind == "ema"),
+        Reads("distillation_weight > 0 with distillation_mode: topk_logits", ("distillation_topk",),
+              lambda c: distils(c) and c.distillation_mode == "topk_logits"),
+        Reads("distillation_weight > 0 with num_iterations > 1", ("distillation_is_clip",),
+              lambda c: distils(c) and c.num_iterations > 1),
+        # As for sdft and sft: the evaluation compares with the initial model, shown a row's privileged context if any.
+        Reads("eval_before_after: true (the evaluation's teacher is the initial model shown the row's context)",
+              ("teacher_prompt_template", "max_teacher_prompt_length"), lambda c: c.eval_before_after),
+    )
+    metrics = METRICS
+    teacher_prompt_budget = "max_reprompt_length"
+
+    def sources(self, config):
+        return ALWAYS_ON_POLICY
+
+    def objective(self, config) -> SDPOObjective:
+        reused = config.num_iterations > 1
+        policy = PolicySettings(config.loss_type, ClipSettings(config.epsilon_low, config.epsilon_high, dual_clip=None),
+                                config.temperature, config.loss_chunk_size, config.max_new_tokens, reused)
+        distillation = SelfDistillationSettings(config.distillation_mode, config.beta, config.temperature, config.loss_chunk_size,
+                                                config.distillation_topk, config.distillation_is_clip, reused)
+        return SDPOObjective(SDPOSettings(config.distillation_weight, policy, distillation))
+
+    def validate(self, config) -> None:
+        """sdpo's own rules, checked before any model loads; every message names the field and the fix."""
+        if config.num_generations < 2:
+            raise ValueError(f"num_generations must be >= 2 (a group's advantages compare its completions), got "
+                             f"{config.num_generations!r}")
+        if config.advantage_scaling not in ADVANTAGE_SCALINGS:
+            raise ValueError(f"advantage_scaling must be one of {ADVANTAGE_SCALINGS}, got {config.advantage_scaling!r}")
+        self.objective(config)  # its settings check loss_type, distillation_weight and the self-distillation loss's fields
+        configured = rewards(config)
+        span = weighted_range(configured.functions, configured.weights)
+        threshold = config.success_reward_threshold
+        if not math.isfinite(threshold):
+            raise ValueError(f"success_reward_threshold must be a finite number, got {threshold!r}")
+        if span is not None and not span[0] < threshold <= span[1]:
+            raise ValueError(f"success_reward_threshold {threshold} is outside the reward range ({span[0]:g}, {span[1]:g}] "
+                             f"of reward_funcs {list(configured.names)} with weights {configured.weights}: "
+                             + ("no rollout could succeed" if threshold > span[1] else "every rollout would succeed")
+                             + "; set it within the range")
+        if distils(config):
+            check_self_teacher(config)
+            check_distillation(config)
+            check_reprompt_templates(config.reprompt_template, config.solution_template, config.feedback_template)
+            if config.max_reprompt_length < 1:
+                raise ValueError(f"max_reprompt_length must be a positive integer, got {config.max_reprompt_length!r}")
+        policy = ["the policy loss (distillation_weight < 1)"] if config.distillation_weight < 1.0 else []
+        check_sampling_matches_loss(config, policy + (sampled_token_loss(config) if distils(config) else []) + reused_rollouts(config))
+
+    def check_examples(self, config, examples, field: str) -> None:
+        """Answer rewards need an `answer` on every row; feedback needs a row that has some."""
+        names = [str(spec) for spec in config.reward_funcs]
+        needing = [name for name in names if name in ANSWER_REWARDS]
+        missing = [e.index for e in examples if e.answer is None]
+        if needing and missing:
+            raise ValueError(f"{field} row {missing[0]} has no 'answer' ({len(missing)} of {len(examples)} rows lack one), "
+                             f"which reward function {needing[0]} checks completions against; add the column or choose "
+                             "other reward_funcs")
+        if distils(config):
+            check_chat_prompts(examples, field)
+        if distils(config) and config.include_feedback and not any(e.feedback or e.privileged_context for e in examples):
+            raise ValueError(f"include_feedback: no {field} row has a 'feedback' (or 'privileged_context') column to show "
+                             "the self-teacher; add one or set include_feedback: false")
+
+    def records_log_probs(self, config) -> bool:
+        return config.num_iterations > 1
+
+    def group_size(self, config) -> int:
+        return config.num_generations
+
+    def stage(self, config, parts) -> RewardStage:
+        settings = GroupSettings(config.num_generations, config.advantage_scaling, config.success_reward_threshold,
+                                 config.demonstration_from_self, config.include_feedback, config.feedback_only_without_solution,
+                                 config.remove_thinking_from_demonstration)
+        reprompts = None
+        if distils(config):
+            encoder = PromptEncoder(parts.tokenizer, config.max_reprompt_length, config.max_new_tokens, parts.eos_ids)
+            reprompts = Reprompts(encoder, config.reprompt_template, config.solution_template, config.feedback_template)
+        return RewardStage(rewards(config), settings, reprompts, parts.tokenizer, parts.runtime, parts.first_row)
+
+    def hooks(self, config, student, teacher) -> list:
+        if not distils(config) or config.teacher_model_kind != "ema":
+            return []
+        return [EMAUpdate(teacher.copy, student, config.teacher_update_rate, config.teacher_sync_steps)]
+
+    def describe_loss(self, record: dict) -> str:
+        w = record["distillation_weight"]
+        policy = f"group policy gradient ({record['loss_type']}, {record['num_generations']} completions per prompt)"
+        if w == 0:
+            return f"GRPO: {policy} on rewards ({', '.join(map(str, record['reward_funcs']))})"
+        teacher = record["teacher_model_kind"]
+        distillation = (f"self-distillation ({record['distillation_mode']}) toward the {teacher} self-teacher re-prompted with "
+                        "a successful sibling rollout" + (" or feedback" if record["include_feedback"] else ""))
+        return distillation if w == 1 else f"{1 - w:g} x {policy} + {w:g} x {distillation}"
+
+    def card_title(self, record: dict) -> str:
+        if record["distillation_weight"] == 0:
+            return "# Student trained with rewards (GRPO, no teacher)"
+        return "# Student trained with rewards and distilled from itself, re-prompted with its successes (SDPO)"
+
+
+register(SDPO())
