@@ -40,7 +40,7 @@ from distill.config import DistillConfig
 from distill.errors import StepFailure
 from distill.evaluation.evaluator import EvalSettings, Evaluator
 from distill.generation.sync import weight_sync
-from distill.locations import location_of
+from distill.locations import Teachers, location_of
 from distill.methods import get_method
 from distill.methods.registry import StageParts
 from distill.metrics import (
@@ -66,7 +66,7 @@ from distill.rundir.directory import (
 )
 from distill.runtime import StopRequest, phase_clock, start_runtime
 from distill.teachers.ahead import score_step_ahead
-from distill.teachers.build import close_teacher, teachers_of
+from distill.teachers.build import teachers_of
 
 
 class Distiller:
@@ -159,6 +159,7 @@ class Distiller:
         else:
             self.wrapped, self.optimizer = accelerator.prepare(objective, optimizer)
         self.hooks = list(self.method.hooks(config, self.student_for_generation(), self.teacher))
+        self.hooks += self.location.hooks(Teachers(self.teacher, self.eval_teacher))  # checkpointed with the run
         if config.num_iterations > 1:  # the reused rollout is checkpointed like a method's hook
             self.hooks.append(self.rollout)
         sync = weight_sync(config.generation_engine, self.with_student)  # an engine that keeps its own weights
@@ -187,7 +188,7 @@ class Distiller:
             raise
         finally:
             try:
-                close_teacher(self.teacher)
+                self.location.close(Teachers(self.teacher, self.eval_teacher))
             finally:
                 if self.run is not None:
                     self.run.release()

@@ -42,12 +42,33 @@ class FixedTeacher:
         generator = torch.Generator().manual_seed(seed)
         self.table = torch.randn(vocab_size, width, generator=generator)
         self.head = LogitHead(3.0 * torch.randn(vocab_size, width, generator=generator))
-        self.scored = 0
+        self.scored, self.closed = 0, False
+
+    def close(self) -> None:
+        self.closed = True
 
     def score(self, batch, temperature: float) -> DenseSignal:
         self.scored += 1
         tokens = batch.input_ids[:, :-1][predicting_positions(batch.completion_mask)]
         return DenseSignal(self.table[tokens.cpu()].to(batch.input_ids.device), self.head)
+
+
+class StepsSeen:
+    """What the location checkpoints: the optimizer steps its teacher has seen (restored on resume)."""
+
+    name = "fixed_teacher_steps"
+
+    def __init__(self):
+        self.steps = 0
+
+    def after_optimizer_step(self, step: int) -> None:
+        self.steps += 1
+
+    def state_dict(self) -> dict:
+        return {"steps": self.steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.steps = state["steps"]
 
 
 class FixedFunctionLocation(TeacherLocation):
@@ -56,6 +77,7 @@ class FixedFunctionLocation(TeacherLocation):
 
     def __init__(self) -> None:
         self.built: list[FixedTeacher] = []
+        self.counters: list[StepsSeen] = []
         self.reads = (Reads("a fixed-function teacher (teacher: fixed:SEED)", ("teacher",),
                             lambda config: str(config.teacher).startswith(PREFIX)),)
 
@@ -81,6 +103,10 @@ class FixedFunctionLocation(TeacherLocation):
         teacher = FixedTeacher(request.vocab_size, int(request.config.teacher.removeprefix(PREFIX)))
         self.built.append(teacher)
         return Teachers(teacher, teacher)
+
+    def hooks(self, teachers: Teachers) -> list:
+        self.counters.append(StepsSeen())
+        return [self.counters[-1]]
 
 
 @pytest.fixture
@@ -119,7 +145,8 @@ def test_the_location_is_chosen_and_checked_like_a_built_in_one(fixed_location):
 def test_a_location_defined_in_a_test_file_trains_evaluates_and_resumes(tmp_path, model_dirs, fixed_location, capsys):
     straight = tmp_path / "straight"
     assert main(["train", _recipe(tmp_path, model_dirs, "straight"), "--output-dir", str(straight)]) == 0
-    assert fixed_location.built and all(teacher.scored > 0 for teacher in fixed_location.built)
+    assert fixed_location.built and all(teacher.scored > 0 and teacher.closed for teacher in fixed_location.built)
+    assert fixed_location.counters[-1].steps == 4
     records = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == 4 and all(r["loss"] > 0 for r in records)
     initial = load_file(str(model_dirs["student"] / "model.safetensors"))
@@ -138,6 +165,7 @@ def test_a_location_defined_in_a_test_file_trains_evaluates_and_resumes(tmp_path
     resumed = tmp_path / "resumed"
     assert main(["train", _recipe(tmp_path, model_dirs, "resumed", max_steps=2), "--output-dir", str(resumed)]) == 0
     assert main(["train", "--resume", str(resumed), "--max_steps", "4"]) == 0
+    assert fixed_location.counters[-1].steps == 4  # 2 restored from the checkpoint, 2 after
     final = load_file(str(resumed / "model" / "model.safetensors"))
     for name, weight in trained.items():
         assert torch.equal(weight, final[name]), name

@@ -27,11 +27,11 @@ from distill.evaluation.evaluator import (
     build_report,
     write_report,
 )
-from distill.locations import EVAL, TeacherRequest, location_of
+from distill.locations import EVAL, TeacherRequest, Teachers, location_of
 from distill.methods import get_method
 from distill.models import check_context, eos_token_ids, resolve_model_source
 from distill.runtime import check_device, eval_device
-from distill.teachers.build import close_teacher, comparison_vocab_size, load_model
+from distill.teachers.build import comparison_vocab_size, load_model
 
 
 def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
@@ -76,7 +76,7 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
         with torch.no_grad():
             report = build_report(evaluator, {"student": evaluator.evaluate(student)})
     finally:
-        close_teacher(teacher)
+        location.close(Teachers(eval=teacher))
     return report, write_report(report, Path(args.out) if args.out else target / "eval-cli")
 
 

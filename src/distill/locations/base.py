@@ -8,6 +8,8 @@ that needs a teacher (`distill train`, `distill eval`, `distill cache-teacher`):
     location.load_model(source, device)  -> the teacher model it holds on this process, or None
     location.build(request)              -> `Teachers`: the teacher that scores training steps, and the
                                             one the evaluation compares the student with
+    location.hooks(teachers)             -> step hooks: what it checkpoints (none for the built-ins)
+    location.close(teachers)             -> release connections, once, at the end
 
 A `TeacherRequest` carries what a teacher is built against (the student's tokenizer, vocabulary, EOS ids,
 device, a probe prompt) and the purpose (TRAIN, EVAL, CACHE). The trainer, `distill eval`, the model card
@@ -169,6 +171,20 @@ class TeacherLocation:
         config.yaml; empty for a bare student directory) with what the flags (`args.teacher`,
         `args.teacher_url`) say."""
         raise NotImplementedError
+
+    def hooks(self, teachers: Teachers) -> list:
+        """Step hooks for what the built teachers change as training goes (`distill.methods.registry.StepHook`):
+        called after every optimizer step, their state saved in checkpoints and restored on resume. None by
+        default (the built-in locations' teachers keep no state of their own; an EMA self-teacher's is its
+        method's hook)."""
+        return []
+
+    def close(self, teachers: Teachers) -> None:
+        """Release what the built teachers hold open (a server teacher's connections); once, at the end."""
+        for teacher in {id(t): t for t in (teachers.train, teachers.eval) if t is not None}.values():
+            close = getattr(teacher, "close", None)
+            if close is not None:
+                close()
 
     def check_evaluable(self, config) -> None:
         """`distill eval` of a run with this location: ValueError when its teacher cannot score new samples here."""

@@ -88,14 +88,6 @@ def teachers_of(teacher) -> dict[str, object]:
     return teacher.teachers if isinstance(teacher, RoutedTeacher) else {"": teacher}
 
 
-def close_teacher(teacher) -> None:
-    """Release what a teacher holds open (a server teacher's connections)."""
-    for one in teachers_of(teacher).values():
-        close = getattr(one, "close", None)
-        if close is not None:
-            close()
-
-
 def use_cached_completions(teacher, examples, encoded) -> None:
     """A cache teacher scores the completions it holds: they replace the examples' own (`encoded`, in place);
     their prompts must be the run's."""

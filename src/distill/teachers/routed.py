@@ -16,6 +16,12 @@ class RoutedTeacher:
     def __init__(self, teachers: dict[str, object], pad_id: int):
         self.teachers, self.pad_id = teachers, pad_id
 
+    def close(self) -> None:
+        for teacher in self.teachers.values():
+            close = getattr(teacher, "close", None)
+            if close is not None:
+                close()
+
     def score(self, batch: MicroBatch, temperature: float) -> RoutedSignal:
         return self.score_many([batch], temperature)[0]
 
