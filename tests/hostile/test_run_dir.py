@@ -455,3 +455,19 @@ def test_another_rank_of_a_launch_does_not_check_its_main_process_lock(tmp_path,
     monkeypatch.setenv("RANK", "0")
     with pytest.raises(RunLocked):
         check_output_dir(tmp_path / "run", True, {}, resuming=True)
+
+
+def test_only_the_main_process_judges_the_run_directory(tmp_path, monkeypatch):
+    """In a process group started before the run (torchrun around a user's script, the tests' own helper), the
+    main process may have written config.yaml before another rank checks: that rank must not call the directory
+    someone else's run (it once failed test_fsdp at random, under load)."""
+    import distill.rundir.directory as directory
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("method: gkd\n")
+    monkeypatch.setattr(directory, "launch_rank", lambda: 1)
+    directory.check_output_dir(run, overwrite=False, inputs={})
+    monkeypatch.setattr(directory, "launch_rank", lambda: 0)
+    with pytest.raises(ValueError, match="already exists and is not empty"):
+        directory.check_output_dir(run, overwrite=False, inputs={})

@@ -242,8 +242,13 @@ def test_killed_inside_a_reuse_window_and_resumed_matches_an_uninterrupted_run(t
         return original(step, *args, **kwargs)
 
     cut.train_step = interrupted_in_the_fifth
-    with pytest.raises(KeyboardInterrupt):
-        cut.train()
+    before = signal.getsignal(signal.SIGINT)  # SIG_IGN when the tests were started in the background (nohup, &)
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # this test is about a run that catches Ctrl-C
+        with pytest.raises(KeyboardInterrupt):
+            cut.train()
+    finally:
+        signal.signal(signal.SIGINT, before)
     hooks = torch.load(tmp_path / "cut" / "run" / "checkpoints" / "step-000005" / "hooks.pt", weights_only=True)
     assert hooks["rollout"]["step"] == 3 and len(hooks["rollout"]["batches"]) == 2
     distiller(tokenizer, None, resume=True, config=resume_config(tmp_path / "cut" / "run")).train()

@@ -53,8 +53,11 @@ def check_output_dir(run_dir: Path, overwrite: bool, inputs: dict[str, str], res
         raise ValueError(f"output_dir {run_dir} is a file, not a directory; choose another --output_dir")
     check_writable(run_dir)
     check_inputs_outside(run_dir, inputs)
-    if launch_rank() == 0:  # another rank would see its own main process's lock (the main process acquires it)
-        check_unlocked(run_dir, break_lock)
+    if launch_rank() != 0:
+        # Another rank would see its own main process's lock and files: in a process group started before the
+        # run (torchrun around a user's script), the main process may have written them already.
+        return
+    check_unlocked(run_dir, break_lock)
     if resuming:
         return
     if overwrite and run_dir.is_dir():
