@@ -86,7 +86,7 @@ def check_chat_prompts(examples: list[Example], field: str) -> None:
             raise ValueError(f"{field} row {example.index}: {problem}")
 
 
-def _for_row(example: Example, make):
+def for_row(example: Example, make):
     """make(), with a ValueError naming `example`'s row."""
     try:
         return make()
@@ -108,39 +108,5 @@ class TeacherPrompts:
         """(token ids, whether they were truncated) of `example`'s teacher prompt; `context` replaces the
         example's own privileged context when given."""
         context = context if context is not None else example.privileged_context
-        prompt = example.prompt if context is None else _for_row(example, lambda: fill(self.template, example.prompt, context))
+        prompt = example.prompt if context is None else for_row(example, lambda: fill(self.template, example.prompt, context))
         return self.encoder.prompt_ids(prompt)
-
-
-# SDPO (arXiv 2601.20802): the teacher is re-prompted with a successful sibling rollout and/or feedback.
-DEFAULT_REPROMPT_TEMPLATE = "{prompt}{solution}{feedback}\n\nCorrectly solve the original question.\n"
-DEFAULT_SOLUTION_TEMPLATE = "\nCorrect solution:\n\n{demonstration}\n\n"
-DEFAULT_FEEDBACK_TEMPLATE = "\nThe following is feedback from your unsuccessful earlier attempt:\n\n{feedback}\n\n"
-REPROMPT_FIELDS = ("prompt", "solution", "feedback")
-
-
-def check_reprompt_templates(template: str, solution_template: str, feedback_template: str) -> None:
-    """Each of SDPO's templates has its fields and no other (a ValueError naming the field otherwise)."""
-    check_template(template, "reprompt_template", REPROMPT_FIELDS)
-    check_template(solution_template, "solution_template", ("demonstration",))
-    check_template(feedback_template, "feedback_template", ("feedback",))
-
-
-class Reprompts:
-    """Token ids of SDPO's teacher prompts: `reprompt_template` filled with the row's prompt, the solution
-    block (`solution_template` around a demonstration, or empty) and the feedback block (`feedback_template`
-    around the feedback, or empty); truncated to the encoder's budget keeping the end."""
-
-    def __init__(self, encoder: PromptEncoder, template: str, solution_template: str, feedback_template: str):
-        check_reprompt_templates(template, solution_template, feedback_template)
-        self.encoder, self.template = encoder, template
-        self.solution_template, self.feedback_template = solution_template, feedback_template
-
-    def text(self, example: Example, demonstration: str | None, feedback: str | None) -> str | list[dict[str, str]]:
-        solution = "" if demonstration is None else self.solution_template.format(demonstration=demonstration)
-        shown = "" if feedback is None else self.feedback_template.format(feedback=feedback)
-        return _for_row(example, lambda: fill_fields(self.template, example.prompt, solution=solution, feedback=shown))
-
-    def ids(self, example: Example, demonstration: str | None, feedback: str | None) -> tuple[list[int], bool]:
-        """(token ids, whether they were truncated)."""
-        return self.encoder.prompt_ids(self.text(example, demonstration, feedback))

@@ -12,15 +12,15 @@ import torch
 
 from distill import DistillConfig
 from distill.errors import RewardFunctionError
-from distill.methods.sdpo.rewards import Rewards, load_reward_function, weighted_range
-from distill.methods.sdpo.stage import demonstration_rows, group_advantages
-from distill.rundir.directory import resume_config
-from distill.teacher_prompts import (
+from distill.methods.sdpo.reprompts import (
     DEFAULT_FEEDBACK_TEMPLATE,
     DEFAULT_REPROMPT_TEMPLATE,
     DEFAULT_SOLUTION_TEMPLATE,
     Reprompts,
 )
+from distill.methods.sdpo.rewards import Rewards, load_reward_function, weighted_range
+from distill.methods.sdpo.stage import demonstration_rows, group_advantages
+from distill.rundir.directory import resume_config
 from distill.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
 from tests.distributed import (

@@ -14,5 +14,6 @@ no self-teacher built and no teacher pass.
 
 The package: `method.py` (the `Method`: sources, objective, validation, hooks), `stage.py` (the step stage:
 rewards, advantages, demonstrations), `rewards.py` (reward functions), `fields.py` (the config fields it
-reads). Importing the package loads none of them (the config imports `fields` without torch).
+reads), `reprompts.py` (the self-teacher's prompts). Importing the package loads none of them (the
+config imports `fields` and `reprompts`' default templates without torch).
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distill.config_io import setting
-from distill.teacher_prompts import (
+from distill.methods.sdpo.reprompts import (
     DEFAULT_FEEDBACK_TEMPLATE,
     DEFAULT_REPROMPT_TEMPLATE,
     DEFAULT_SOLUTION_TEMPLATE,

@@ -10,6 +10,7 @@ from distill.losses.policy_gradient import ClipSettings
 from distill.methods.mixing import ALWAYS_ON_POLICY
 from distill.methods.registry import Method, Paper, Reads, register
 from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
+from distill.methods.sdpo.reprompts import Reprompts, check_reprompt_templates
 from distill.methods.sdpo.rewards import (
     ANSWER_REWARDS,
     Rewards,
@@ -25,11 +26,7 @@ from distill.methods.self_teacher_rules import (
 from distill.objectives.group_policy import PolicySettings
 from distill.objectives.sdpo import METRICS, SDPOObjective, SDPOSettings
 from distill.objectives.self_distillation import SelfDistillationSettings
-from distill.teacher_prompts import (
-    Reprompts,
-    check_chat_prompts,
-    check_reprompt_templates,
-)
+from distill.teacher_prompts import check_chat_prompts
 from distill.teachers.self_teacher import EMAUpdate
 
 SDPO_PAPER = Paper(

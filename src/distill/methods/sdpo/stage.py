@@ -14,7 +14,7 @@ It runs once per rollout, on every process at once (`distill.rollout.StepStage`)
      (itself excluded unless demonstration_from_self); feedback is the row's `feedback` column, else its
      `privileged_context`, used with include_feedback (only when no sibling succeeded, with
      feedback_only_without_solution); `<think>...</think>` is cut from demonstrations on request;
-  5. the self-teacher's prompt of each row with a demonstration or feedback (`distill.teacher_prompts.Reprompts`);
+  5. the self-teacher's prompt of each row with a demonstration or feedback (`distill.methods.sdpo.reprompts.Reprompts`);
      the other rows get no distillation loss (`Completion.distilled` False).
 
 All of it is a function of the step's completions, so a resumed run re-stages a restored rollout exactly.
@@ -32,8 +32,8 @@ import torch
 
 from distill.batch import Completion, MicroBatch
 from distill.errors import RewardFunctionError
+from distill.methods.sdpo.reprompts import Reprompts
 from distill.methods.sdpo.rewards import Rewards
-from distill.teacher_prompts import Reprompts
 
 logger = logging.getLogger(__name__)
 

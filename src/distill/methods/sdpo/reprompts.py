@@ -1,0 +1,45 @@
+"""sdpo's self-teacher prompts: the row's prompt re-written around a successful sibling rollout (a
+demonstration) and/or the row's feedback (`reprompt_template`, `solution_template`, `feedback_template`).
+Torch-free: the config's defaults come from here."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from distill.teacher_prompts import check_template, fill_fields, for_row
+
+if TYPE_CHECKING:  # annotations only
+    from distill.data import Example, PromptEncoder
+
+# SDPO (arXiv 2601.20802): the teacher is re-prompted with a successful sibling rollout and/or feedback.
+DEFAULT_REPROMPT_TEMPLATE = "{prompt}{solution}{feedback}\n\nCorrectly solve the original question.\n"
+DEFAULT_SOLUTION_TEMPLATE = "\nCorrect solution:\n\n{demonstration}\n\n"
+DEFAULT_FEEDBACK_TEMPLATE = "\nThe following is feedback from your unsuccessful earlier attempt:\n\n{feedback}\n\n"
+REPROMPT_FIELDS = ("prompt", "solution", "feedback")
+
+
+def check_reprompt_templates(template: str, solution_template: str, feedback_template: str) -> None:
+    """Each of SDPO's templates has its fields and no other (a ValueError naming the field otherwise)."""
+    check_template(template, "reprompt_template", REPROMPT_FIELDS)
+    check_template(solution_template, "solution_template", ("demonstration",))
+    check_template(feedback_template, "feedback_template", ("feedback",))
+
+
+class Reprompts:
+    """Token ids of SDPO's teacher prompts: `reprompt_template` filled with the row's prompt, the solution
+    block (`solution_template` around a demonstration, or empty) and the feedback block (`feedback_template`
+    around the feedback, or empty); truncated to the encoder's budget keeping the end."""
+
+    def __init__(self, encoder: PromptEncoder, template: str, solution_template: str, feedback_template: str):
+        check_reprompt_templates(template, solution_template, feedback_template)
+        self.encoder, self.template = encoder, template
+        self.solution_template, self.feedback_template = solution_template, feedback_template
+
+    def text(self, example: Example, demonstration: str | None, feedback: str | None) -> str | list[dict[str, str]]:
+        solution = "" if demonstration is None else self.solution_template.format(demonstration=demonstration)
+        shown = "" if feedback is None else self.feedback_template.format(feedback=feedback)
+        return for_row(example, lambda: fill_fields(self.template, example.prompt, solution=solution, feedback=shown))
+
+    def ids(self, example: Example, demonstration: str | None, feedback: str | None) -> tuple[list[int], bool]:
+        """(token ids, whether they were truncated)."""
+        return self.encoder.prompt_ids(self.text(example, demonstration, feedback))
