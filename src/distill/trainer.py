@@ -101,17 +101,17 @@ class Distiller:
         check_output_dir(self.run_dir, config.overwrite_output_dir, run_inputs(config, self.location), resuming=resume,
                          break_lock=break_lock)
         teacher_source = self.location.model_source(config, teacher)
-        student_given = student is not None
+        student = student_source(config, self.location, student)  # None: the student starts from the teacher's weights
 
         self.objective = self.method.objective(config)
         self.runtime = start_runtime(config, str(self.run_dir))
         self.accelerator, self.device = self.runtime.accelerator, self.runtime.device
         self.sampler = make_sampler(config, self.method, self.runtime, len(self.train_examples))
-        models = load_models(self.location, self.method, student_source(config, self.location, student), teacher_source,
-                             tokenizer, teacher_tokenizer)
+        models = load_models(self.location, self.method, student, teacher_source, tokenizer, teacher_tokenizer)
+        # A student of its own (given, or the location's default model) keeps all its layers unless student_init says.
         (self.student_model, self.tokenizer, self.vocab_size, self.eos_ids, self.pad_id, self.encoder, self.encoded,
          self.teacher, self.eval_teacher) = prepare_models(config, self.method, self.location, self.runtime, models,
-                                                           student_given, self.train_examples, self.eval_examples)
+                                                           student is not None, self.train_examples, self.eval_examples)
         self.rollout = StepRollout(self.plan, self.sampler, self.train_examples, self.encoded,
                                    rollout_settings(config, self.method, self.teacher), self.with_student, self.teacher,
                                    self.eos_ids, self.pad_id, self.vocab_size, self.device, self.runtime.process_index)

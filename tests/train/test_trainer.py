@@ -6,12 +6,13 @@ import datasets
 import pytest
 import torch
 
+from distill.config import DistillConfig
 from distill.methods.mixing import draw_sources
 from distill.objectives import StepContext
 from distill.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
 from tests.skip_guard import needs_extra
-from tests.train.helpers import make_config, make_distiller
+from tests.train.helpers import FAST, make_config, make_distiller
 
 
 def snapshot(model):
@@ -446,3 +447,18 @@ def test_overwrite_removes_only_what_a_run_wrote(tokenizer, tmp_path):
     assert (run / "notes.txt").read_text() == "mine" and (run / "data" / "rows.jsonl").read_text() == "{}"
     assert not stale.exists()  # the previous run's checkpoints are gone, this run's are there
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000002"]
+
+
+@pytest.mark.parametrize("method", ["sft", "gkd"])
+def test_a_student_named_in_the_config_keeps_all_its_layers(tokenizer, model_dirs, tmp_path, method):
+    """student_init's default is 'all' for a student of its own, named by the argument or by `student` in the
+    config (a recipe): only a student made from the teacher's weights drops layers (a refactor once read the
+    argument alone, and a recipe's student lost every third layer)."""
+    four_layers = str(model_dirs["teacher"])
+    if method == "sft":  # no teacher, no mixing fields
+        values = {k: v for k, v in FAST.items() if k not in ("seq_kd", "lmbda_schedule")}
+    else:
+        values = {**FAST, "teacher": four_layers}
+    config = DistillConfig(**values, method=method, student=four_layers, output_dir=str(tmp_path / "run"))
+    distiller = Distiller(config, train_dataset=datasets.Dataset.from_list(chat_rows(8)))
+    assert distiller.student_model.config.num_hidden_layers == 4
