@@ -189,7 +189,7 @@ def test_hub_failure_is_one_line_naming_the_field(monkeypatch):
 def test_cli_reports_dataset_errors_before_loading_any_model(tmp_path, monkeypatch, capsys, flags, parts):
     from distill.cli import main
 
-    forbid_model_loading(monkeypatch, "a model was loaded before the dataset was checked")
+    forbid_model_loading(monkeypatch, "a model was loaded before the dataset was checked", resolving=True)
     data = write(tmp_path, "d.jsonl", jsonl(ROWS))
     empty = write(tmp_path, "empty.jsonl", b"")
     flags = [str(empty) if flag == "EMPTY" else flag for flag in flags]

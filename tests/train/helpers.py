@@ -27,8 +27,9 @@ def make_distiller(tokenizer, tmp_path, rows=None, teacher=None, student=None, e
                      teacher_tokenizer=teacher_tokenizer, train_dataset=dataset, eval_dataset=eval_dataset)
 
 
-def forbid_model_loading(monkeypatch, message: str = "a model was loaded before the error") -> None:
-    """Every place a run loads or resolves a model raises instead (for tests of errors that must come first)."""
+def forbid_model_loading(monkeypatch, message: str = "a model was loaded before the error", resolving: bool = False) -> None:
+    """Every place a run loads a model (with `resolving`, also where it checks a model's path) raises instead,
+    for tests of errors that must come first."""
     import distill.assembly
     import distill.locations.model
 
@@ -37,4 +38,5 @@ def forbid_model_loading(monkeypatch, message: str = "a model was loaded before 
 
     for module in (distill.assembly, distill.locations.model):
         monkeypatch.setattr(module, "load_model", refuse)
-        monkeypatch.setattr(module, "resolve_model_source", refuse)
+        if resolving:
+            monkeypatch.setattr(module, "resolve_model_source", refuse)
