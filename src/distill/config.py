@@ -122,7 +122,10 @@ class RunFields:
                                       "'auto' takes distill's lean decode loop where it applies (a Llama-family model in "
                                       "float32 on CPU: packed weights, preallocated cache; the same distribution as HF "
                                       "generate in about 0.6x its time) and HF generate for any other model; 'lean' or "
-                                      "'hf' (or a registered engine's name) forces one.")
+                                      "'hf' (or a registered engine's name) forces one; 'vllm' samples with vLLM in the "
+                                      "training process (the optional extra; README: vLLM).")
+    vllm_kv_cache_gib: float = setting(1.0, "KV cache of each vLLM replica, in GiB (generation_engine: vllm; one replica "
+                                       "per model it samples from: the student, a teacher, an EMA self-teacher).")
 
     # --- optimisation ----------------------------------------------------------------------------------
     learning_rate: float = setting(3e-4, "AdamW peak learning rate (3e-4: the bundled default run, chosen by measurement).")

@@ -31,10 +31,15 @@ def validate(config):
                                             if getattr(config, name) is None})
     _one_of("lr_scheduler_type", config.lr_scheduler_type, SCHEDULERS)
     if config.generation_engine != AUTO:
-        get_engine(config.generation_engine)
+        engine = get_engine(config.generation_engine)
+        unavailable = engine.availability() if hasattr(engine, "availability") else None
+        if unavailable is not None:
+            raise ValueError(unavailable)
     _one_of("dtype", config.dtype, DTYPES)
     if config.beta is not None:
         check_beta(config.beta)  # the losses' own rule
+    if not config.vllm_kv_cache_gib > 0 or math.isinf(config.vllm_kv_cache_gib):
+        raise ValueError(f"vllm_kv_cache_gib must be a finite number > 0 (GiB), got {config.vllm_kv_cache_gib!r}")
     for name in ("warmup_ratio", "top_p", "teacher_top_p"):
         if getattr(config, name) is not None and not 0.0 <= getattr(config, name) <= 1.0:
             raise ValueError(f"{name} must be in [0, 1], got {getattr(config, name)!r}")

@@ -30,6 +30,7 @@ import torch
 from distill.batch import Completion, MicroBatch, collate
 from distill.data import EncodedExample, Example, StepSampler
 from distill.generation import SamplingParams, generate_completions
+from distill.generation.seeds import row_seeds
 from distill.runtime import phase_clock
 
 logger = logging.getLogger(__name__)
@@ -188,9 +189,10 @@ class StepRollout:
         if on_policy:
             prompts = [self.encoded[j].prompt_ids for i in on_policy for j in groups[i]]
             start = phase_clock(self.device)
+            seeds = row_seeds(len(prompts), self.settings.seed, "student", step, self.process_index)
             outputs = iter(self.with_student(lambda student: generate_completions(
                 student, prompts, self.settings.student_sampling, self.eos_ids, self.pad_id, self.device,
-                vocab_size=self.vocab_size, with_log_probs=self.settings.record_log_probs)))
+                vocab_size=self.vocab_size, with_log_probs=self.settings.record_log_probs, seeds=seeds)))
             _add(timings, "generation_student", phase_clock(self.device) - start)
             generated.update({i: [next(outputs) for _ in groups[i]] for i in on_policy})
         if "teacher" in sources:
@@ -239,7 +241,8 @@ class StepRollout:
         start = phase_clock(self.device)
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(settings.seed * 1_000_003 + first + 104_729 * (self.process_index + 1))
-            outputs = iter(self.teacher.generate(prompts, settings.teacher_sampling, examples=examples))
+            seeds = row_seeds(len(prompts), settings.seed, "teacher", first, self.process_index)
+            outputs = iter(self.teacher.generate(prompts, settings.teacher_sampling, examples=examples, seeds=seeds))
         _add(timings, "generation_teacher", phase_clock(self.device) - start)
         window = {(s, i): [next(outputs) for _ in groups[s][i]] for s, i in keys}
         self._teacher_window = (first, window)

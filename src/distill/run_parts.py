@@ -28,6 +28,7 @@ def run_reads(sources: frozenset[str]) -> tuple[Reads, ...]:
         Reads("warmup_steps: 0 (warmup_steps > 0 overrides it)", ("warmup_ratio",), lambda c: c.warmup_steps == 0),
         Reads("on-policy micro-batches (the student samples; lmbda > 0)", ("sampling_temperature", "top_p", "top_k"),
               lambda c: "student" in sources),
+        Reads("generation_engine: vllm", ("vllm_kv_cache_gib",), lambda c: c.generation_engine == "vllm"),
         Reads("use_peft: true", ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"), lambda c: c.use_peft),
         Reads("eval_before_after: true", ("eval_dataset", "eval_split", "eval_max_prompts", "eval_max_new_tokens",
                                           "eval_batch_size", "eval_examples"), lambda c: c.eval_before_after),

@@ -39,6 +39,7 @@ from distill.assembly import (
 from distill.config import DistillConfig
 from distill.errors import StepFailure
 from distill.evaluation.evaluator import EvalSettings, Evaluator
+from distill.generation.engine import close_engine, configure_engine
 from distill.generation.sync import weight_sync
 from distill.locations import Teachers, location_of
 from distill.methods import get_method
@@ -162,6 +163,7 @@ class Distiller:
         self.hooks += self.location.hooks(Teachers(self.teacher, self.eval_teacher))  # checkpointed with the run
         if config.num_iterations > 1:  # the reused rollout is checkpointed like a method's hook
             self.hooks.append(self.rollout)
+        configure_engine(config)  # an engine's own settings (vLLM's KV cache), before its first decode
         sync = weight_sync(config.generation_engine, self.with_student)  # an engine that keeps its own weights
         if sync is not None:
             self.hooks.append(sync)
@@ -189,6 +191,7 @@ class Distiller:
         finally:
             try:
                 self.location.close(Teachers(self.teacher, self.eval_teacher))
+                close_engine(self.config.generation_engine)
             finally:
                 if self.run is not None:
                     self.run.release()

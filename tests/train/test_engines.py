@@ -39,7 +39,7 @@ class ArgmaxLoop:
         return None
 
     def decode(self, model, input_ids, attention_mask, sampling, eos_ids, pad_id, suppress_tokens, stopping_criteria,
-               with_log_probs, device):
+               with_log_probs, device, seeds):
         self.calls += 1
         ids, mask = input_ids.clone(), attention_mask.clone()
         new, log_probs = [], []
@@ -128,7 +128,7 @@ def test_an_engine_defined_in_a_test_file_trains_end_to_end(tokenizer, tmp_path,
     completion = micro_batches[0].completions[0]
     expected = toy_engine.decode(student, torch.tensor([completion.prompt_ids]), torch.ones(1, len(completion.prompt_ids),
                                  dtype=torch.long), SamplingParams(1.0, 1.0, 0, 6), distiller.eos_ids, distiller.pad_id, [],
-                                 None, False, CPU)[0][0].tolist()
+                                 None, False, CPU, None)[0][0].tolist()
     assert completion.completion_ids == expected[: len(completion.completion_ids)]
     result = distiller.train()
     assert result["steps"] == 2 and toy_engine.calls >= 2

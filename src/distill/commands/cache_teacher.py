@@ -20,6 +20,7 @@ from distill.batch import Completion, collate
 from distill.data import PromptEncoder, examples_from_dataset
 from distill.data_files import load_dataset_spec
 from distill.generation import SamplingParams
+from distill.generation.seeds import row_seeds
 from distill.losses import DEFAULT_CHUNK_SIZE
 from distill.losses.sparse import DEFAULT_MIN_TAIL_MASS, teacher_cells
 from distill.runtime import eval_device
@@ -225,7 +226,8 @@ def _score_shard(job: CacheJob, shard: int, examples, teacher, encoder: PromptEn
         sampling = SamplingParams(job.sampling_temperature, 1.0, 0, job.max_new_tokens)
         with torch.random.fork_rng(devices=[teacher.device] if teacher.device.type == "cuda" else []):
             torch.manual_seed(job.seed * 1_000_003 + shard)
-            completions = [ids for ids, _ in teacher.generate(prompts, sampling, job.batch_size)]
+            seeds = row_seeds(len(prompts), job.seed, "cache", shard)
+            completions = [ids for ids, _ in teacher.generate(prompts, sampling, job.batch_size, seeds=seeds)]
     else:
         completions = [encoder.completion_ids(e.completion) for e in examples]
     records = ShardRecords.empty()

@@ -27,6 +27,7 @@ from distill.evaluation.evaluator import (
     build_report,
     write_report,
 )
+from distill.generation.engine import close_engine, configure_engine
 from distill.locations import EVAL, TeacherRequest, Teachers, location_of
 from distill.methods import get_method
 from distill.models import check_context, eos_token_ids, resolve_model_source
@@ -71,12 +72,14 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
         config, method, EVAL, tokenizer, vocab, eos_ids, tokenizer.pad_token_id, device,
         probe_ids=encoder.prompt_ids(examples[0].prompt)[0], teacher_model=teacher_model,
         teacher_tokenizer=teacher_tokenizer)).eval
+    configure_engine(config)  # the run's engine samples the evaluation, as it did in training
     try:
         evaluator = Evaluator(teacher, tokenizer, encoder, examples, vocab, eos_ids, tokenizer.pad_token_id, device, settings)
         with torch.no_grad():
             report = build_report(evaluator, {"student": evaluator.evaluate(student)})
     finally:
         location.close(Teachers(eval=teacher))
+        close_engine(config.generation_engine)
     return report, write_report(report, Path(args.out) if args.out else target / "eval-cli")
 
 

@@ -19,6 +19,7 @@ from distill.batch import Completion, collate
 from distill.data import Example, PromptEncoder
 from distill.evaluation.answers import contains_answer
 from distill.generation import AUTO, SamplingParams, generate_completions
+from distill.generation.seeds import row_seeds
 from distill.objectives import DivergenceObjective, StepContext
 from distill.objectives.student import student_loss
 from distill.teachers import Teacher
@@ -91,11 +92,13 @@ def headline(metrics: dict) -> tuple[str, str, str]:
 
 
 def _sample(generate, prompts, settings: EvalSettings, device, greedy: bool) -> list[list[int]]:
-    """`generate(prompts, sampling, batch_size)` in a forked RNG seeded by `settings.seed`."""
+    """`generate(prompts, sampling, batch_size, seeds)` in a forked RNG seeded by `settings.seed`, with per-row
+    seeds from it too: every evaluation of a run samples its prompts alike, before training and after."""
     sampling = SamplingParams(1.0, 1.0, 0, settings.max_new_tokens, do_sample=not greedy, engine=settings.generation_engine)
+    seeds = row_seeds(len(prompts), settings.seed, "evaluation")
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(settings.seed)
-        outputs = generate(prompts, sampling, settings.batch_size)
+        outputs = generate(prompts, sampling, settings.batch_size, seeds)
     return [ids for ids, _ in outputs]
 
 
@@ -114,8 +117,8 @@ class Evaluator:
     def _completions(self, samples: list[list[int]], source: str) -> list[Completion]:
         return [Completion(p, c, source, example=e) for p, c, e in zip(self.prompts, samples, self.examples)]
 
-    def _teacher_generate(self, prompts, sampling, batch_size):
-        return self.teacher.generate(prompts, sampling, batch_size, examples=self.examples[: len(prompts)])
+    def _teacher_generate(self, prompts, sampling, batch_size, seeds):
+        return self.teacher.generate(prompts, sampling, batch_size, examples=self.examples[: len(prompts)], seeds=seeds)
 
     def teacher_samples(self) -> list[list[int]]:
         if self._teacher_samples is None:
@@ -135,8 +138,9 @@ class Evaluator:
         return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
 
     def _student_generate(self, student):
-        return lambda prompts, sampling, batch_size: generate_completions(
-            student, prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size, vocab_size=self.vocab_size)
+        return lambda prompts, sampling, batch_size, seeds: generate_completions(
+            student, prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size, vocab_size=self.vocab_size,
+            seeds=seeds)
 
     def evaluate(self, student) -> dict:
         """{"on_teacher_completions": {...}, "on_student_completions": {...}, "answers": [...]}, and

@@ -8,11 +8,15 @@
   (for engines that define `sync_weights`; the built-ins need none).
 - `hf.py`: transformers' `generate` (any model). `lean.py`: distill's lean decode loop (`distill.generation.lean_decode`;
   Llama-family float32 models on CPU: the same distribution in less time).
+- `vllm_engine.py`: vLLM colocated (`generation_engine: vllm`, the optional extra): a `vllm.LLM` replica per
+  model in the training process, its weights reloaded in place whenever the model's change.
+- `seeds.py`: the per-row sampling seeds every caller passes, from (seed, purpose, step, process, row).
 
-`generation_engine: auto` (the default) takes the lean loop where it applies and `generate` otherwise.
+`generation_engine: auto` (the default) takes the lean loop where it applies and `generate` otherwise; vLLM
+only when named.
 """
 
-from distill.generation import hf, lean  # noqa: F401  (they register the built-in engines)
+from distill.generation import hf, lean, vllm_engine  # noqa: F401  (they register the built-in engines)
 from distill.generation.complete import first_eos_mask, generate_completions
 from distill.generation.engine import (
            AUTO,

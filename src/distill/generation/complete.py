@@ -70,6 +70,7 @@ def generate_completions(
     stopping_criteria=None,
     vocab_size: int | None = None,
     with_log_probs: bool = False,
+    seeds: list[int] | None = None,
 ) -> list[tuple]:
     """Sample a completion for each prompt with the engine `sampling.engine` names (module docstring).
 
@@ -78,7 +79,11 @@ def generate_completions(
     `stopping_criteria` (a transformers StoppingCriteriaList) may end rows early; the caller then cuts them.
     `vocab_size`: the tokenizer's size; rows of an output embedding padded past it (e.g. to a multiple of 64)
     are never sampled, since those ids mean nothing to the tokenizer or the loss.
+    `seeds`: one per prompt (`distill.generation.seeds`); every sampler in a run passes them. None is for
+    the built-in engines only (they sample on torch's RNG); an engine that seeds rows itself refuses it.
     """
+    if seeds is not None and len(seeds) != len(prompts):
+        raise ValueError(f"generate_completions: {len(seeds)} seeds for {len(prompts)} prompts; give one per prompt")
     results: list[tuple] = []
     batch_size = batch_size or max(len(prompts), 1)
     engine = choose_engine(sampling.engine, model, device)
@@ -96,7 +101,8 @@ def generate_completions(
             padded_rows = _output_rows(model) - vocab_size if vocab_size is not None else 0
             suppress = list(range(vocab_size, vocab_size + padded_rows)) if padded_rows > 0 else []
             generated, log_probs = engine.decode(model, input_ids, attention_mask, sampling, eos_ids, pad_id, suppress,
-                                                 stopping_criteria, with_log_probs, device)
+                                                 stopping_criteria, with_log_probs, device,
+                                                 None if seeds is None else seeds[start : start + batch_size])
             keep = first_eos_mask(generated, eos_ids)
             for row in range(len(chunk)):
                 ids = generated[row][keep[row]].tolist()

@@ -8,7 +8,14 @@ registered engine, in order of preference, that does not refuse. The built-in en
 weights: they decode the model they are given (the student as it is now, a teacher, a self-teacher). An engine
 that keeps its own copy (vLLM, in the process or behind a server) defines `sync_weights(model)`, and a run
 that names it calls it with the student before the first rollout and after every optimizer step
-(`distill.generation.sync.WeightSync`).
+(`distill.generation.sync.WeightSync`); an engine may instead notice itself that a model's weights changed
+(the vLLM engine compares parameter version counters before each decode, `distill.generation.vllm`).
+
+Seeds. Every caller passes one seed per row (`distill.generation.seeds`: from the run's seed, the step, the
+process and the row). An engine with a sampler of its own (vLLM) must seed each row with it; the built-ins
+sample on torch's process RNG, which the run seeds and checkpoints, and so keep the numbers of every run
+made before seeds existed. Either way identical prompts get different samples and a resumed run draws the
+samples an uninterrupted one drew.
 """
 
 from __future__ import annotations
@@ -42,10 +49,13 @@ class Engine(Protocol):
 
     def decode(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: SamplingParams,
                eos_ids: list[int], pad_id: int, suppress_tokens: list[int], stopping_criteria,
-               with_log_probs: bool, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(B, L) long new tokens on the CPU and, with `with_log_probs`, (B, L) float32 log-probs, or None."""
+               with_log_probs: bool, device: torch.device, seeds: list[int] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, L) long new tokens on the CPU and, with `with_log_probs`, (B, L) float32 log-probs, or None.
+        `seeds`: B per-row seeds (module docstring), or None from a caller outside a run."""
 
-    # Optional: `sync_weights(model) -> None`, for an engine that keeps its own copy of the student's weights.
+    # Optional: `sync_weights(model) -> None`, for an engine that keeps its own copy of the student's weights;
+    # `configure(config) -> None`, for an engine with settings of its own (read once per run, before any decode);
+    # `close() -> None`, for an engine holding resources (called when the run ends).
 
 
 _ENGINES: Registry[Engine] = Registry("generation_engine", "generation engine", also=(AUTO,),
@@ -60,3 +70,19 @@ register_engine, unregister_engine, engine_names, get_engine = _ENGINES.register
 def check_engine_name(name: str) -> None:
     if name != AUTO:
         get_engine(name)
+
+
+def configure_engine(config) -> None:
+    """Give the engine a run names its settings (`configure(config)`, optional), before anything is decoded."""
+    if config.generation_engine != AUTO:
+        engine = get_engine(config.generation_engine)
+        if callable(getattr(engine, "configure", None)):
+            engine.configure(config)
+
+
+def close_engine(name: str) -> None:
+    """Release what the engine `name` holds for the run (`close()`, optional: vLLM's replicas)."""
+    if name != AUTO:
+        engine = get_engine(name)
+        if callable(getattr(engine, "close", None)):
+            engine.close()

@@ -16,7 +16,8 @@ class HFGenerate:
         return None
 
     def decode(self, model, input_ids, attention_mask, sampling: SamplingParams, eos_ids, pad_id, suppress_tokens,
-               stopping_criteria, with_log_probs: bool, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+               stopping_criteria, with_log_probs: bool, device: torch.device, seeds: list[int] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # `seeds` unused: this engine samples on torch's process RNG, which the run seeds and checkpoints (engine.py).
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         kwargs = dict(
             max_new_tokens=sampling.max_new_tokens,

@@ -18,7 +18,8 @@ class LeanDecode:
         return refusal(model, device)
 
     def decode(self, model, input_ids, attention_mask, sampling: SamplingParams, eos_ids, pad_id, suppress_tokens,
-               stopping_criteria, with_log_probs: bool, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+               stopping_criteria, with_log_probs: bool, device: torch.device, seeds: list[int] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # `seeds` unused: this engine samples on torch's process RNG, which the run seeds and checkpoints (engine.py).
         return lean_generate(model, input_ids, attention_mask, max_new_tokens=sampling.max_new_tokens,
                              do_sample=sampling.do_sample, temperature=sampling.temperature, top_k=sampling.top_k,
                              top_p=sampling.top_p, eos_ids=eos_ids, pad_id=pad_id, suppress_tokens=suppress_tokens,

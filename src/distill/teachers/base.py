@@ -27,6 +27,7 @@ class Teacher(Protocol):
     def score(self, batch: MicroBatch, temperature: float): ...
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
-                 examples: list[Example] | None = None) -> list[tuple[list[int], bool]]:
+                 examples: list[Example] | None = None, seeds: list[int] | None = None) -> list[tuple[list[int], bool]]:
         """Completions in student ids for the student's `prompts`; `examples` (the same prompts as dataset
-        examples) are for teachers that render their own prompts (another tokenizer)."""
+        examples) are for teachers that render their own prompts (another tokenizer); `seeds`: one per prompt
+        (`distill.generation.seeds`)."""

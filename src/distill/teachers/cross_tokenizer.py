@@ -158,7 +158,7 @@ class CrossTokenizerTeacher:
 
     # ------------------------------------------------------------------------------ the protocol --
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
-                 examples: list[Example] | None = None) -> list[tuple[list[int], bool]]:
+                 examples: list[Example] | None = None, seeds: list[int] | None = None) -> list[tuple[list[int], bool]]:
         """Sample from the teacher's own prompts (`examples`; the student's `prompts` are not its tokens)."""
         if examples is None or len(examples) != len(prompts):
             raise ValueError("a cross-tokenizer teacher renders its own prompts: generate needs the examples")
@@ -173,7 +173,8 @@ class CrossTokenizerTeacher:
             budget = ByteBudget(self.teacher_bytes, budget_bytes)
             outputs = generate_completions(self.model, chunk, sampling, self.eos_ids, self.pad_id, self.device,
                                            stopping_criteria=StoppingCriteriaList([budget]),
-                                           vocab_size=len(self.teacher_bytes.table))
+                                           vocab_size=len(self.teacher_bytes.table),
+                                           seeds=None if seeds is None else seeds[start : start + size])
             for (ids, hit_max), stopped_at in zip(outputs, budget.stop_lengths(len(chunk)), strict=True):
                 if stopped_at is not None and len(ids) > stopped_at:  # what follows a budget stop is padding, not an EOS
                     ids = ids[:stopped_at]

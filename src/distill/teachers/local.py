@@ -33,7 +33,7 @@ class LocalTeacher:
         return DenseSignal(self.hidden_states(batch.input_ids, batch.attention_mask, batch.completion_mask), self.head)
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
-                 examples=None) -> list[tuple[list[int], bool]]:
+                 examples=None, seeds: list[int] | None = None) -> list[tuple[list[int], bool]]:
         """Samples from the student's prompt ids (same tokenizer); `examples` is not needed."""
         return generate_completions(self.model, prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size,
-                                    vocab_size=self.head.vocab_size)
+                                    vocab_size=self.head.vocab_size, seeds=seeds)

