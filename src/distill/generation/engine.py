@@ -9,7 +9,7 @@ weights: they decode the model they are given (the student as it is now, a teach
 that keeps its own copy (vLLM, in the process or behind a server) defines `sync_weights(model)`, and a run
 that names it calls it with the student before the first rollout and after every optimizer step
 (`distill.generation.sync.WeightSync`); an engine may instead notice itself that a model's weights changed
-(the vLLM engine compares parameter version counters before each decode, `distill.generation.vllm`).
+(the vLLM engine compares a fingerprint of the weights before each decode, `distill.generation.vllm_engine`).
 
 Seeds. Every caller passes one seed per row (`distill.generation.seeds`: from the run's seed, the step, the
 process and the row). An engine with a sampler of its own (vLLM) must seed each row with it; the built-ins

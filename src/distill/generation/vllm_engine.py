@@ -5,10 +5,10 @@ seq_kd samples and a self-teacher's. The engine keeps a replica (a `vllm.LLM`) p
 first use from the model's config (vLLM starts with dummy weights, then loads the model's own through
 `reload_weights`: nothing is written but a config.json in a directory the engine owns and deletes).
 
-Weights. Before each decode the engine compares the model's parameter version counters (and storage) with
-those of its last sync; when they differ (an optimizer step, an EMA teacher's update, a checkpoint loaded at
-resume: every in-place change of a parameter moves its counter) it reloads the replica's weights in place and
-resets vLLM's prefix cache. So the student is synced after every optimizer step that is followed by a rollout:
+Weights. Before each decode the engine compares a fingerprint of the model's weights (each parameter's sum,
+`weights_fingerprint`) with the one of its last sync; when they differ (an optimizer step, an EMA teacher's
+update, a checkpoint loaded at resume) it reloads the replica's weights in place and resets vLLM's prefix
+cache. So the student is synced after every optimizer step that is followed by a rollout:
 after each step, or after each `num_iterations` window when rollouts are reused, and never in between. A LoRA
 student is synced merged: each adapted weight is W + (alpha / r) B A, computed here; the trained model is
 not touched (peft's merge-unmerge would round the base weights).
@@ -49,10 +49,18 @@ INSTALL = ("install the optional extra: pip install -e \".[vllm]\" on a GPU mach
            "on a CPU one (README: vLLM)")
 
 
-def weights_version(model: nn.Module) -> tuple:
-    """What changes whenever a parameter of `model` changes in place or is replaced: each parameter's storage
-    and version counter (an optimizer step, `copy_`, `lerp_` and `load_state_dict` all move the counter)."""
-    return tuple((name, p.data_ptr(), p._version) for name, p in model.named_parameters())
+def vllm_installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+@torch.no_grad()
+def weights_fingerprint(model: nn.Module) -> tuple[float, ...]:
+    """Each parameter's sum in float64: it moves whenever training changes the parameter. Contents, not
+    version counters: torch's fused AdamW updates parameters without moving their `_version` (measured,
+    torch 2.13). One pass over the weights (a reload is a copy of them); an update whose float64 sum is
+    exactly unchanged in every tensor is not a case training produces."""
+    sums = [p.detach().sum(dtype=torch.float64) for p in model.parameters()]
+    return tuple(torch.stack(sums).tolist()) if sums else ()
 
 
 def checkpoint_weights(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
@@ -93,7 +101,7 @@ def _config_of(model: nn.Module):
 class _Replica:
     llm: object
     model: weakref.ref
-    version: tuple
+    fingerprint: tuple
     directory: str
     syncs: int = 0
 
@@ -110,7 +118,7 @@ class VllmEngine:
     # ----------------------------------------------------------------------------------- settings --
     def availability(self) -> str | None:
         """Why this engine cannot run in this environment (vLLM not installed), or None."""
-        if importlib.util.find_spec("vllm") is None:
+        if not vllm_installed():
             return f"generation_engine vllm needs vLLM, which is not installed; {INSTALL}"
         return None
 
@@ -167,19 +175,19 @@ class VllmEngine:
         if replica is not None and replica.model() is not model:  # a new model where a freed one lived
             self._drop(id(model))
             replica = None
-        version = weights_version(model)
+        fingerprint = weights_fingerprint(model)
         if replica is None:
-            replica = self._start(model, version)
-        elif replica.version != version:
+            replica = self._start(model, fingerprint)
+        elif replica.fingerprint != fingerprint:
             start = time.perf_counter()
             replica.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": checkpoint_weights(model),
                                                                  "is_checkpoint_format": True})
             replica.llm.reset_prefix_cache()  # cached prefixes hold the old weights' keys and values
-            replica.version, replica.syncs = version, replica.syncs + 1
+            replica.fingerprint, replica.syncs = fingerprint, replica.syncs + 1
             logger.debug("vLLM replica synced in %.2f s", time.perf_counter() - start)
         return replica
 
-    def _start(self, model: nn.Module, version: tuple) -> _Replica:
+    def _start(self, model: nn.Module, fingerprint: tuple) -> _Replica:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the replica lives in this process
         import vllm
 
@@ -192,7 +200,7 @@ class VllmEngine:
                        dtype=str(weight.dtype).removeprefix("torch."), seed=0, enforce_eager=weight.device.type == "cpu", kv_cache_memory_bytes=self.kv_cache_bytes, generation_config="vllm",
                        logprobs_mode="processed_logprobs", disable_log_stats=True)
         llm.collective_rpc("reload_weights", kwargs={"weights_iterator": checkpoint_weights(model), "is_checkpoint_format": True})
-        replica = _Replica(llm, weakref.ref(model), version, directory)
+        replica = _Replica(llm, weakref.ref(model), fingerprint, directory)
         self._replicas[id(model)] = replica
         logger.info("vLLM replica of a %s started in %.1f s", type(model).__name__, time.perf_counter() - start)
         return replica
@@ -209,4 +217,4 @@ class VllmEngine:
             self._drop(key)
 
 
-register_engine(VllmEngine())
+ENGINE = register_engine(VllmEngine())

