@@ -126,6 +126,11 @@ class RunFields:
                                       "training process (the optional extra; README: vLLM).")
     vllm_kv_cache_gib: float = setting(1.0, "KV cache of each vLLM replica, in GiB (generation_engine: vllm; one replica "
                                        "per model it samples from: the student, a teacher, an EMA self-teacher).")
+    vllm_server_url: str | None = setting(None, "generation_engine: vllm_server: the address of the vLLM server that "
+                                          "samples the student (started with VLLM_SERVER_DEV_MODE=1; README: vLLM).")
+    vllm_weights_dir: str | None = setting(None, "generation_engine: vllm_server: a directory the trainer and the server "
+                                           "both see, where the student's weights are written for the server to reload "
+                                           "after each optimizer step (default: the run directory).")
 
     # --- optimisation ----------------------------------------------------------------------------------
     learning_rate: float = setting(3e-4, "AdamW peak learning rate (3e-4: the bundled default run, chosen by measurement).")

@@ -35,11 +35,11 @@ def validate(config):
         unavailable = engine.availability() if hasattr(engine, "availability") else None
         if unavailable is not None:
             raise ValueError(unavailable)
+        if hasattr(engine, "check_config"):  # the engine's own settings
+            engine.check_config(config)
     _one_of("dtype", config.dtype, DTYPES)
     if config.beta is not None:
         check_beta(config.beta)  # the losses' own rule
-    if not config.vllm_kv_cache_gib > 0 or math.isinf(config.vllm_kv_cache_gib):
-        raise ValueError(f"vllm_kv_cache_gib must be a finite number > 0 (GiB), got {config.vllm_kv_cache_gib!r}")
     for name in ("warmup_ratio", "top_p", "teacher_top_p"):
         if getattr(config, name) is not None and not 0.0 <= getattr(config, name) <= 1.0:
             raise ValueError(f"{name} must be in [0, 1], got {getattr(config, name)!r}")

@@ -29,6 +29,8 @@ def run_reads(sources: frozenset[str]) -> tuple[Reads, ...]:
         Reads("on-policy micro-batches (the student samples; lmbda > 0)", ("sampling_temperature", "top_p", "top_k"),
               lambda c: "student" in sources),
         Reads("generation_engine: vllm", ("vllm_kv_cache_gib",), lambda c: c.generation_engine == "vllm"),
+        Reads("generation_engine: vllm_server", ("vllm_server_url", "vllm_weights_dir"),
+              lambda c: c.generation_engine == "vllm_server"),
         Reads("use_peft: true", ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"), lambda c: c.use_peft),
         Reads("eval_before_after: true", ("eval_dataset", "eval_split", "eval_max_prompts", "eval_max_new_tokens",
                                           "eval_batch_size", "eval_examples"), lambda c: c.eval_before_after),

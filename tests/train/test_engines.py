@@ -185,3 +185,15 @@ def test_the_vllm_engine_without_vllm_installed_fails_before_any_model_loads_nam
 def test_vllm_settings_are_read_only_with_the_vllm_engine(tmp_path):
     with pytest.raises(ValueError, match="vllm_kv_cache_gib is only read with generation_engine: vllm"):
         DistillConfig(**{**FAST, "output_dir": str(tmp_path / "run"), "vllm_kv_cache_gib": 2.0}).validate()
+
+
+@pytest.mark.parametrize("url", [None, "127.0.0.1:8000"])
+def test_the_vllm_server_engine_needs_an_http_address_before_any_model_loads(tmp_path, monkeypatch, url):
+    from tests.train.helpers import forbid_model_loading
+
+    forbid_model_loading(monkeypatch)
+    with pytest.raises(ValueError, match=r"generation_engine vllm_server needs vllm_server_url, the server's http\(s\) address"):
+        Distiller(DistillConfig(**{**FAST, "output_dir": str(tmp_path / "run"), "generation_engine": "vllm_server",
+                                   "vllm_server_url": url}), train_dataset=datasets.Dataset.from_list(chat_rows(4)))
+    with pytest.raises(ValueError, match="vllm_server_url is only read with generation_engine: vllm_server"):
+        DistillConfig(**{**FAST, "output_dir": str(tmp_path / "run"), "vllm_server_url": "http://127.0.0.1:8000"}).validate()

