@@ -4,7 +4,8 @@
 #   2. the distillation loss in bf16 at N = 8192, V = 49152 (benchmarks/loss.py): dense vs distill's chunked loss vs
 #      TRL's chunked kernel vs Liger-Kernel's fused linear JSD, time and peak GPU memory, beta 0 / 0.5 / 1;
 #   3. an on-policy step against TRL's DistillationTrainer, bf16 on CUDA (benchmarks/step.py --vs-trl): the
-#      step-time target of 0.6x TRL's, measured where it can be met (on 2 CPU cores it is below the floor).
+#      step-time target of 0.6x TRL's, measured where it can be met (on 2 CPU cores it is below the floor);
+#   4. the same with both sampling through vLLM colocated (benchmarks/step.py --vs-trl --vllm), where vLLM imports.
 # FSDP is not run: distill shards over processes, NCCL takes one process per GPU, and one process has nothing to
 # shard (distill refuses `fsdp: true` there). FSDP on CUDA needs a machine with 2 or more GPUs.
 #
@@ -87,6 +88,17 @@ check "2. the distillation loss, bf16" 220 "$results/loss_bf16.log" \
 check "3. an on-policy step vs TRL, bf16" 160 "$results/step_vs_trl_bf16.log" \
   "$python" benchmarks/step.py --vs-trl --device "$device" --dtype bfloat16 "${versus[@]}" "${teacher_args[@]}" \
   --out "$results/step_vs_trl_bf16.json"
+# 4. The same with both sampling through vLLM colocated (distill: generation_engine vllm; TRL: use_vllm, colocate).
+# vLLM is not among the bundled wheels (its CUDA wheel is gigabytes): the check runs where the machine has it.
+if [ $smoke = 1 ]; then
+  echo "== 4. skipped in --smoke (vLLM on CPU is checked by scripts/install_vllm_cpu.sh and tests/vllm)"
+elif "$python" -c "import vllm" 2>/dev/null; then
+  check "4. an on-policy step vs TRL, both with vLLM colocated, bf16" 200 "$results/step_vs_trl_vllm_bf16.log" \
+    "$python" benchmarks/step.py --vs-trl --vllm --device "$device" --dtype bfloat16 "${versus[@]}" "${teacher_args[@]}" \
+    --out "$results/step_vs_trl_vllm_bf16.json"
+else
+  echo "== 4. skipped: vLLM does not import on this machine"
+fi
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "== done with failures: ${failed[*]} (results: $results)"

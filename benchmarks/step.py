@@ -68,6 +68,8 @@ def run_distill(args) -> dict:
     if args.mode == "on_policy":  # the settings TRL's trainer gets too
         overrides.update(method="on_policy", beta=args.beta, per_device_train_batch_size=args.batch,
                          gradient_accumulation_steps=1, max_new_tokens=args.new_tokens, learning_rate=1e-4)
+    if args.vllm:  # a vLLM replica per model in the training process
+        overrides.update(generation_engine="vllm", vllm_kv_cache_gib=args.vllm_kv_cache_gib)
     distiller = Distiller(DistillConfig(**overrides))
     distiller.setup()
     step_times, parts = [], {"generation": 0.0, "teacher": 0.0, "student": 0.0}
@@ -133,6 +135,7 @@ def run_trl(args) -> dict:
         use_cpu=not gpu, report_to="none", logging_steps=1, save_strategy="no",
         gradient_checkpointing=False, bf16=args.dtype == "bfloat16",
         temperature=1.0, seed=42,
+        **(dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=args.trl_vllm_memory) if args.vllm else {}),
     )
     trainer = DistillationTrainer(model=student, teacher_model=teacher, args=config, train_dataset=dataset,
                                   processing_class=tokenizer, callbacks=[timer])
@@ -146,7 +149,9 @@ def fresh_process(args, impl: str) -> dict | None:
     """One worker's result; None when TRL's fails (its column is left out, distill's numbers stand)."""
     command = [sys.executable, __file__, "--worker", impl, "--mode", args.mode, "--steps", str(args.steps), "--warmup", str(args.warmup),
                "--batch", str(args.batch), "--new-tokens", str(args.new_tokens), "--beta", str(args.beta),
-               "--device", args.device, "--dtype", args.dtype] + (["--teacher", args.teacher] if args.teacher else [])
+               "--device", args.device, "--dtype", args.dtype] + (["--teacher", args.teacher] if args.teacher else []) \
+        + (["--vllm", "--vllm-kv-cache-gib", str(args.vllm_kv_cache_gib), "--trl-vllm-memory", str(args.trl_vllm_memory)]
+           if args.vllm else [])
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         if impl == "distill":
@@ -171,6 +176,10 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="distill's `dtype` (TRL: bf16 "
                         "for bfloat16, else float32)")
     parser.add_argument("--teacher", default=None, help="distill's `teacher` (default: the bundled default teacher)")
+    parser.add_argument("--vllm", action="store_true", help="both sample with vLLM colocated in the training process "
+                        "(distill: generation_engine vllm; TRL: use_vllm, vllm_mode colocate)")
+    parser.add_argument("--vllm-kv-cache-gib", type=float, default=4.0, help="with --vllm: distill's vllm_kv_cache_gib")
+    parser.add_argument("--trl-vllm-memory", type=float, default=0.3, help="with --vllm: TRL's vllm_gpu_memory_utilization")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "step.json")
     parser.add_argument("--worker", choices=["distill", "trl"], help=argparse.SUPPRESS)
     args = parser.parse_args()
