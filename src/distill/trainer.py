@@ -164,7 +164,8 @@ class Distiller:
         if config.num_iterations > 1:  # the reused rollout is checkpointed like a method's hook
             self.hooks.append(self.rollout)
         configure_engine(config)  # an engine's own settings (vLLM's KV cache), before its first decode
-        sync = weight_sync(config.generation_engine, self.with_student)  # an engine that keeps its own weights
+        sync = weight_sync(config.generation_engine, self.with_student,  # an engine with its own weights
+                           Teachers(self.teacher, self.eval_teacher).sampling_models)
         if sync is not None:
             self.hooks.append(sync)
         if self.run is not None:  # setup called again (train after a manual setup): this Distiller's own lock

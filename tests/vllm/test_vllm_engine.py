@@ -202,6 +202,33 @@ def test_a_lora_student_is_sampled_with_its_adapters_merged(tokenizer, tmp_path)
     assert max(gaps.values()) < TOLERANCE, gaps
 
 
+def test_a_lora_model_with_its_adapters_switched_off_is_sampled_as_its_base(tokenizer):
+    """A base self-teacher of a LoRA student decodes the student inside peft's `disable_adapter()`: a replica of
+    its own, holding the base weights, not the student's merged ones."""
+    needs_extra("peft", "peft")
+    from peft import LoraConfig, get_peft_model
+
+    student = get_peft_model(model(tokenizer, seed=6), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():
+        for name, p in student.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.5)  # adapters that change the distribution
+    sampling = SamplingParams(1.0, 1.0, 0, 6, engine="vllm")
+
+    def gap(m):
+        prompts = [[5, 6, 7], [9, 10]]
+        out = sample(m, prompts, sampling, tokenizer, row_seeds(2, 4), with_log_probs=True)
+        from distill.batch import Completion
+
+        return max((torch.tensor(lp) - _forward_log_probs(m, Completion(p, ids, "student"))).abs().max().item()
+                   for p, (ids, _, lp) in zip(prompts, out))
+
+    assert gap(student) < TOLERANCE
+    with student.disable_adapter():
+        assert gap(student) < TOLERANCE
+    assert len(vllm_engine.ENGINE._replicas) == 2
+
+
 # ------------------------------------------------------------------------------ every method --
 SDFT_ROWS = [{**row, "privileged_context": f"The answer is {i}."} for i, row in enumerate(chat_rows(16))]
 SDPO_ROWS = [{**row, "answer": str(i % 3)} for i, row in enumerate(chat_rows(16))]
@@ -282,3 +309,29 @@ def test_a_killed_run_resumes_to_the_uninterrupted_runs_weights(tokenizer, tmp_p
     actual = load_file(str(killed / "model" / "model.safetensors"))
     for name in expected:
         assert torch.equal(expected[name], actual[name]), name
+
+
+# ------------------------------------------------------------------------------- two processes --
+def _iw_opd_in_two_processes(rank, world_size, out_dir):
+    from tests.conftest import train_tiny_tokenizer
+
+    tokenizer = train_tiny_tokenizer()
+    values = {**FAST, "output_dir": out_dir, "method": "iw_opd", "generation_engine": "vllm", "vllm_kv_cache_gib": 0.25,
+              "max_steps": 3, "eval_before_after": True, "eval_max_prompts": 4, "eval_max_new_tokens": 6}
+    for name in ("seq_kd", "lmbda_schedule"):
+        values.pop(name)
+    distiller = Distiller(DistillConfig(**values), student=model(tokenizer), teacher=model(tokenizer, layers=3, seed=1),
+                          tokenizer=tokenizer, train_dataset=datasets.Dataset.from_list(chat_rows(32)),
+                          eval_dataset=datasets.Dataset.from_list(chat_rows(4, seed=1)))
+    return _gap_after_steps(distiller, {1, 2})
+
+
+def test_each_training_process_samples_from_its_own_replica_synced_after_every_step(tmp_path):
+    """Two processes (gloo): every process builds its replicas at the same point (vLLM's set-up is collective),
+    samples its own rows, and syncs after each step; the main process alone evaluates, before and after."""
+    from tests.distributed import run_in_processes
+
+    gaps = run_in_processes(_iw_opd_in_two_processes, 2, args=(str(tmp_path / "run"),))
+    assert all(set(g) == {1, 2} and max(g.values()) < TOLERANCE for g in gaps), gaps
+    report = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
+    assert set(report["metrics"]) == {"before", "after"}

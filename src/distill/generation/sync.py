@@ -18,16 +18,21 @@ from distill.generation.engine import AUTO, get_engine
 
 class WeightSync:
     """Step hook: `engine.sync_weights(student)` after each optimizer step (and once at `start`), on every
-    process. `with_student(run)` runs `run(student)` (the trainer's: under FSDP the parameters gathered)."""
+    process. `with_student(run)` runs `run(student)` (the trainer's: under FSDP the parameters gathered).
+    `teacher_samplers(visit)` calls `visit(model)` for each model a teacher samples from; at `start` each is
+    given to `engine.prepare(model)` when the engine has it (vLLM builds its replicas then, on every process)."""
 
     name = "engine_weights"
 
-    def __init__(self, engine, with_student: Callable[[Callable], object]):
-        self.engine, self.with_student = engine, with_student
+    def __init__(self, engine, with_student: Callable[[Callable], object],
+                 teacher_samplers: Callable[[Callable], None] | None = None):
+        self.engine, self.with_student, self.teacher_samplers = engine, with_student, teacher_samplers
         self.syncs = 0
 
     def start(self) -> None:
         self._sync()
+        if self.teacher_samplers is not None and callable(getattr(self.engine, "prepare", None)):
+            self.teacher_samplers(self.engine.prepare)
 
     def after_optimizer_step(self, step: int) -> None:
         self._sync()
@@ -43,10 +48,11 @@ class WeightSync:
         pass
 
 
-def weight_sync(engine_name: str, with_student: Callable[[Callable], object]) -> WeightSync | None:
+def weight_sync(engine_name: str, with_student: Callable[[Callable], object],
+                teacher_samplers: Callable[[Callable], None] | None = None) -> WeightSync | None:
     """The hook for the engine a run names, when that engine keeps its own weights; None otherwise
     (`auto` takes a built-in engine, which decodes the model it is given)."""
     if engine_name == AUTO:
         return None
     engine = get_engine(engine_name)
-    return WeightSync(engine, with_student) if callable(getattr(engine, "sync_weights", None)) else None
+    return WeightSync(engine, with_student, teacher_samplers) if callable(getattr(engine, "sync_weights", None)) else None

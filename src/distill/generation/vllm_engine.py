@@ -22,12 +22,18 @@ reports are those of the processed distribution (`logprobs_mode="processed_logpr
 other engines. vLLM stops at the run's EOS ids (`stop_token_ids`) and at nothing else (`ignore_eos`: its own
 idea of the EOS may differ from the run's).
 
+Several training processes: each has its replicas and samples its own rows. vLLM's set-up is collective
+over the process group, so every replica a run may need is built at start on every process
+(`sync_weights`: the student, and each teacher that samples); after that a process may decode alone (the
+main process's evaluation).
+
 Not supported, refused with the reason: a stopping criterion (gold's byte budget for a cross-tokenizer
-teacher's samples), several training processes (each would need its own replica and vLLM's process group).
+teacher's samples).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import math
@@ -42,7 +48,13 @@ import torch
 from torch import nn
 
 from distill.generation.engine import SamplingParams, register_engine
-from distill.generation.weights import checkpoint_weights, config_of, vllm_installed, weights_fingerprint
+from distill.generation.weights import (
+    adapters_off,
+    checkpoint_weights,
+    config_of,
+    vllm_installed,
+    weights_fingerprint,
+)
 
 logger = logging.getLogger("distill.rollout")
 
@@ -66,7 +78,8 @@ class VllmEngine:
 
     def __init__(self):
         self.kv_cache_bytes = 1 << 30
-        self._replicas: dict[int, _Replica] = {}
+        self._replicas: dict[tuple[int, bool], _Replica] = {}
+        self._group_before_vllm = False  # whether torch's default process group existed before the first replica
 
     # ----------------------------------------------------------------------------------- settings --
     def availability(self) -> str | None:
@@ -88,9 +101,16 @@ class VllmEngine:
             return unavailable
         if not hasattr(model, "config") or not hasattr(model, "named_parameters"):
             return "vLLM decodes transformers models (with a config) only"
-        if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
-            return "the vLLM engine runs in a single training process for now (each process would need its own replica)"
         return None
+
+    def sync_weights(self, model: nn.Module) -> None:
+        """A replica of `model`, built now if it has none (its weights are reloaded at the next decode that
+        finds them changed). The run calls it on every process at the same point, at start, for the student
+        and, with several processes, for each teacher that samples: vLLM's set-up is collective over the
+        process group, so a replica built later by one process alone (the main process's evaluation) would
+        wait forever."""
+        if self._key(model) not in self._replicas:
+            self._start(model, weights_fingerprint(model))
 
     # ------------------------------------------------------------------------------------- decode --
     def decode(self, model, input_ids, attention_mask, sampling: SamplingParams, eos_ids, pad_id, suppress_tokens,
@@ -125,15 +145,31 @@ class VllmEngine:
                 log_probs[row, : len(ids)] = torch.tensor([step[t].logprob for step, t in zip(sample.logprobs, ids)])
         return tokens, log_probs
 
+    def prepare(self, model: nn.Module) -> None:
+        """A model a teacher samples from, given at start on every process: with several processes its
+        replica is built now (see `sync_weights`); a single process builds it when it first samples."""
+        if _processes() > 1:
+            self.sync_weights(model)
+
     # ----------------------------------------------------------------------------------- replicas --
+    @staticmethod
+    def _key(model: nn.Module) -> tuple[int, bool]:
+        """A replica per model, and per state of its LoRA adapters (a base self-teacher is the student with
+        its adapters off)."""
+        return id(model), adapters_off(model)
+
     def _replica(self, model: nn.Module) -> _Replica:
         """The replica of `model` with `model`'s current weights (built, or reloaded, when needed)."""
-        replica = self._replicas.get(id(model))
+        key = self._key(model)
+        replica = self._replicas.get(key)
         if replica is not None and replica.model() is not model:  # a new model where a freed one lived
-            self._drop(id(model))
+            self._drop(key)
             replica = None
         fingerprint = weights_fingerprint(model)
         if replica is None:
+            if _processes() > 1:
+                raise RuntimeError("generation_engine vllm: a model without a replica in a run of several processes "
+                                   "(replicas are built at start, on every process: see VllmEngine.sync_weights)")
             replica = self._start(model, fingerprint)
         elif replica.fingerprint != fingerprint:
             start = time.perf_counter()
@@ -149,23 +185,27 @@ class VllmEngine:
         import vllm
 
         start = time.perf_counter()
+        if not self._replicas:
+            self._group_before_vllm = torch.distributed.is_available() and torch.distributed.is_initialized()
         directory = tempfile.mkdtemp(prefix="distill-vllm-")
         config_of(model).save_pretrained(directory)  # config.json only: the weights go straight to vLLM
         weight = next(p for p in model.parameters() if p.is_floating_point())
         # CUDA graphs on a GPU; eager on a CPU, where vLLM would otherwise compile the model at start (minutes).
         llm = vllm.LLM(model=directory, skip_tokenizer_init=True, load_format="dummy",
-                       dtype=str(weight.dtype).removeprefix("torch."), seed=0, enforce_eager=weight.device.type == "cpu", kv_cache_memory_bytes=self.kv_cache_bytes, generation_config="vllm",
+                       dtype=str(weight.dtype).removeprefix("torch."), seed=0, enforce_eager=weight.device.type == "cpu",
+                       kv_cache_memory_bytes=self.kv_cache_bytes, generation_config="vllm",
                        logprobs_mode="processed_logprobs", disable_log_stats=True)
         llm.collective_rpc("reload_weights", kwargs={"weights_iterator": checkpoint_weights(model), "is_checkpoint_format": True})
         replica = _Replica(llm, weakref.ref(model), fingerprint, directory)
-        self._replicas[id(model)] = replica
+        self._replicas[self._key(model)] = replica
         logger.info("vLLM replica of a %s started in %.1f s", type(model).__name__, time.perf_counter() - start)
         return replica
 
-    def _drop(self, key: int) -> None:
+    def _drop(self, key: tuple[int, bool]) -> None:
         replica = self._replicas.pop(key)
-        del replica.llm
-        gc.collect()
+        with _sparing_the_process_group(self._group_before_vllm):
+            del replica.llm
+            gc.collect()
         shutil.rmtree(replica.directory, ignore_errors=True)  # the engine's own directory: a config.json
 
     def close(self) -> None:
@@ -175,3 +215,24 @@ class VllmEngine:
 
 
 ENGINE = register_engine(VllmEngine())
+
+
+def _processes() -> int:
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    return torch.distributed.get_world_size() if distributed else 1
+
+
+@contextlib.contextmanager
+def _sparing_the_process_group(spare: bool):
+    """vLLM's shutdown destroys torch's default process group (`destroy_distributed_environment`). When the
+    group was there before vLLM (the run's own, of several processes, which vLLM joined), `spare` it: vLLM
+    destroys only its own groups. Otherwise vLLM made it (world size 1) and takes it down."""
+    if not spare:
+        yield
+        return
+    destroy = torch.distributed.destroy_process_group
+    torch.distributed.destroy_process_group = lambda group=None: None if group is None else destroy(group)
+    try:
+        yield
+    finally:
+        torch.distributed.destroy_process_group = destroy

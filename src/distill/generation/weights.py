@@ -23,10 +23,17 @@ def weights_fingerprint(model: nn.Module) -> tuple[float, ...]:
     return tuple(torch.stack(sums).tolist()) if sums else ()
 
 
+def adapters_off(model: nn.Module) -> bool:
+    """Whether `model`'s LoRA adapters are switched off now (peft's `disable_adapter()`: a base self-teacher
+    decodes the student this way, and must not be sampled from the student's merged weights)."""
+    return any(getattr(module, "disable_adapters", False) for module in model.modules() if hasattr(module, "lora_A"))
+
+
 def checkpoint_weights(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
     """`model`'s weights under their names in a transformers checkpoint (its state dict: a tied lm_head is
     listed, which vLLM's in-place reload needs to finish the layer), a LoRA model's merged:
-    W + scaling * B @ A for each adapted linear layer, the adapters themselves left out."""
+    W + scaling * B @ A for each adapted linear layer (W alone while the adapters are off), the adapters
+    themselves left out."""
     try:
         from peft import PeftModel
         from peft.tuners.lora import LoraLayer
@@ -39,7 +46,7 @@ def checkpoint_weights(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
     for module_name, module in base.named_modules():
         if isinstance(module, LoraLayer):
             weight = module.get_base_layer().weight.detach()
-            for adapter in module.active_adapters:
+            for adapter in ([] if module.disable_adapters else module.active_adapters):  # off: the base model
                 if adapter in module.lora_A:
                     weight = weight + module.get_delta_weight(adapter).detach().to(weight.dtype)
             merged[f"{module_name}.weight"] = weight

@@ -75,6 +75,13 @@ class Teachers:
     train: Any = None
     eval: Any = None
 
+    def sampling_models(self, visit) -> None:
+        """`visit(model)` for each model these teachers sample from (a generation engine with replicas
+        prepares them at start)."""
+        for teacher in {id(t): t for t in (self.train, self.eval) if t is not None}.values():
+            if getattr(teacher, "can_generate", False) and hasattr(teacher, "sampling_models"):
+                teacher.sampling_models(visit)
+
 
 class TeacherLocation:
     """Where a teacher lives. Subclasses set `name` and implement `claims`, `signal_kind` and `build`;

@@ -32,6 +32,10 @@ class LocalTeacher:
         # The full distribution travels as hidden states: the loss applies `temperature` to both sides.
         return DenseSignal(self.hidden_states(batch.input_ids, batch.attention_mask, batch.completion_mask), self.head)
 
+    def sampling_models(self, visit) -> None:
+        """`visit(model)` for the model `generate` samples from (a generation engine prepares it)."""
+        visit(self.model)
+
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
                  examples=None, seeds: list[int] | None = None) -> list[tuple[list[int], bool]]:
         """Samples from the student's prompt ids (same tokenizer); `examples` is not needed."""

@@ -129,6 +129,12 @@ class SelfTeacher:
                          loss_skip=completion.loss_skip)
         return row, truncated
 
+    def sampling_models(self, visit) -> None:
+        """`visit(model)` for the model `generate` samples from, as `generate` holds it (a base teacher of a
+        LoRA student: the student with its adapters off)."""
+        with self.model() as model:
+            visit(model)
+
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
                  examples: list[Example] | None = None, seeds: list[int] | None = None) -> list[tuple[list[int], bool]]:
         """Samples after each example's teacher prompt (`prompts`, the student's, are not used: the teacher's
