@@ -9,10 +9,29 @@ Token tensors are torch.long, even when every completion is empty.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 import torch
 
 from distill.data import Example
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Annotation(Generic[T]):
+    """A per-row value a part writes on completions after the rollout (a method's step stage) for another part
+    to read (the self-teacher, an objective), declared by the part that reads it: `KEY.of(completion)` (the
+    default where nothing was written), `KEY.put(completion, value)`. Shared types carry no method's state."""
+
+    name: str
+    default: Any = None
+
+    def of(self, completion: "Completion") -> T:
+        return completion.annotations.get(self.name, self.default)
+
+    def put(self, completion: "Completion", value: T) -> None:
+        completion.annotations[self.name] = value
 
 
 @dataclass
@@ -32,10 +51,7 @@ class Completion:
     rollout_log_probs: list[float] | None = None  # per completion token, when the method records them
     trained: bool = True  # False: the row gets no loss (a method's `trains_row`), its tokens leave the denominator
     loss_skip: int = 0  # the first this many completion tokens get no loss (num_loss_tokens_to_skip)
-    # Set after the step's rollout by a method's step stage (`StepRollout.stage`; sdpo's rewards):
-    advantage: float | None = None  # the row's advantage (policy-gradient methods)
-    reprompt: tuple[list[int], bool] | None = None  # the self-teacher's prompt ids for this row, and whether cut
-    distilled: bool = True  # False: no self-distillation loss on this row (sdpo rows without a demonstration)
+    annotations: dict[str, Any] = field(default_factory=dict, repr=False)  # `Annotation`s, by name
 
     def loss_span(self) -> range:
         """Indices into `completion_ids` of the tokens trained on."""
@@ -51,7 +67,7 @@ class MicroBatch:
     completion_mask: (B, T) bool, True at the completion tokens trained on (`Completion.loss_span`: all of
         them unless a method leaves rows or leading tokens out).
     rollout_log_probs: (N,) float32 over the N trained tokens in row-major order, or None (module docstring).
-    advantages: (B,) float32, each row's advantage, or None (set with the completions' by a step stage).
+    advantages: (B,) float32, each row's advantage for a policy gradient, or None (a step stage sets them).
     """
 
     input_ids: torch.Tensor
@@ -67,12 +83,6 @@ class MicroBatch:
         return int(self.completion_mask.sum())
 
     @property
-    def num_distilled_tokens(self) -> int:
-        """Trained tokens of the rows that get a self-distillation loss (`Completion.distilled`; all rows but
-        sdpo's without a demonstration)."""
-        return sum(len(c.loss_span()) for c in self.completions if c.distilled)
-
-    @property
     def num_rows(self) -> int:
         """Rows with at least one trained token."""
         return int(self.completion_mask.any(dim=1).sum())
@@ -81,10 +91,6 @@ class MicroBatch:
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return MicroBatch(self.input_ids.to(device), self.attention_mask.to(device), self.completion_mask.to(device),
                           self.source, self.completions, move(self.rollout_log_probs), move(self.advantages))
-
-    def set_advantages(self) -> None:
-        """`advantages` from the completions' (after a step stage set them)."""
-        self.advantages = torch.tensor([c.advantage for c in self.completions], dtype=torch.float32)
 
 
 def collate(completions: list[Completion], source: str, pad_id: int) -> MicroBatch:

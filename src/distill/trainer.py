@@ -68,6 +68,7 @@ from distill.rundir.directory import (
 from distill.runtime import StopRequest, phase_clock, start_runtime
 from distill.teachers.ahead import score_step_ahead
 from distill.teachers.build import teachers_of
+from distill.teachers.self_teacher import distilled_tokens
 
 
 class Distiller:
@@ -265,7 +266,7 @@ class Distiller:
                 window.add_mean(name, numerator, denominator)
         step_tokens, step_rows, step_distilled_tokens = self.runtime.global_sums(
             [sum(mb.num_completion_tokens for mb in micro_batches), sum(mb.num_rows for mb in micro_batches),
-             sum(mb.num_distilled_tokens for mb in micro_batches)])
+             sum(distilled_tokens(mb) for mb in micro_batches)])
         scale = self.runtime.num_processes / step_tokens if step_tokens else 0.0
         sizes = dict(step_tokens=step_tokens, step_rows=step_rows, step_distilled_tokens=step_distilled_tokens,
                      step_micro_batches=len(micro_batches) * self.runtime.num_processes,

@@ -19,8 +19,9 @@ from distill.methods.sdpo.reprompts import (
     Reprompts,
 )
 from distill.methods.sdpo.rewards import Rewards, load_reward_function, weighted_range
-from distill.methods.sdpo.stage import demonstration_rows, group_advantages
+from distill.methods.sdpo.stage import ADVANTAGE, demonstration_rows, group_advantages
 from distill.rundir.directory import resume_config
+from distill.teachers.self_teacher import DISTILLED, TEACHER_PROMPT
 from distill.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
 from tests.distributed import (
@@ -248,15 +249,15 @@ def test_failed_rollouts_are_distilled_toward_the_teacher_shown_a_successful_sib
     for i, c in enumerate(completions):
         group = range(i - i % 4, i - i % 4 + 4)
         sibling = next((j for j in group if success[j] and j != i), None)
-        assert c.distilled == (sibling is not None)
+        assert DISTILLED.of(c) == (sibling is not None)
         if sibling is not None:
             expected = run.rollout.stage.reprompts.ids(c.example, texts[sibling], None)
-            assert c.reprompt == expected and texts[sibling] in tokenizer.decode(c.reprompt[0])
-        assert c.advantage == pytest.approx(naive_advantages([float(s) for s in success], 4, "group")[i], rel=1e-6)
-    assert torch.equal(micro_batches[0].advantages, torch.tensor([c.advantage for c in completions[:4]], dtype=torch.float32))
+            assert TEACHER_PROMPT.of(c) == expected and texts[sibling] in tokenizer.decode(TEACHER_PROMPT.of(c)[0])
+        assert ADVANTAGE.of(c) == pytest.approx(naive_advantages([float(s) for s in success], 4, "group")[i], rel=1e-6)
+    assert torch.equal(micro_batches[0].advantages, torch.tensor([ADVANTAGE.of(c) for c in completions[:4]], dtype=torch.float32))
     signal = run.teacher.score(micro_batches[0], 1.0)
     lengths = [len(c.completion_ids) for c in micro_batches[0].completions]
-    expected_mask = torch.tensor([c.distilled for c in micro_batches[0].completions]).repeat_interleave(torch.tensor(lengths))
+    expected_mask = torch.tensor([DISTILLED.of(c) for c in micro_batches[0].completions]).repeat_interleave(torch.tensor(lengths))
     assert torch.equal(signal.distilled if signal.distilled is not None else torch.ones_like(expected_mask), expected_mask)
     assert signal.hidden[~expected_mask].abs().sum() == 0 and signal.hidden[expected_mask].abs().sum() > 0
 
@@ -321,8 +322,8 @@ def test_a_resumed_run_equals_an_uninterrupted_one_ema_teacher_and_reused_rollou
         assert torch.equal(expected[name], actual[name]), name
     for (name, a), (_, b) in zip(straight.teacher.copy.named_parameters(), resumed.teacher.copy.named_parameters()):
         assert torch.equal(a, b), name
-    straight_last = [c.reprompt for mb in straight.rollout._reused[1] for c in mb.completions]
-    resumed_last = [c.reprompt for mb in resumed.rollout._reused[1] for c in mb.completions]
+    straight_last = [TEACHER_PROMPT.of(c) for mb in straight.rollout._reused[1] for c in mb.completions]
+    resumed_last = [TEACHER_PROMPT.of(c) for mb in resumed.rollout._reused[1] for c in mb.completions]
     assert straight_last == resumed_last  # the demonstration choice of the restored rollout
 
 
@@ -344,7 +345,7 @@ def _sdpo_step(rank, world_size, tmp, batch, accumulation, overrides):
         completions = [c for mb in run.rollout(0, {}) for c in mb.completions]
         result["local_tokens"] = sum(len(c.completion_ids) for c in completions)
         result["texts"] = [tokenizer.decode(c.completion_ids, skip_special_tokens=True) for c in completions]
-        result["reprompts"] = [None if c.reprompt is None else tokenizer.decode(c.reprompt[0]) for c in completions]
+        result["reprompts"] = [None if TEACHER_PROMPT.of(c) is None else tokenizer.decode(TEACHER_PROMPT.of(c)[0]) for c in completions]
         return result
     finally:
         distill.rollout.generate_completions = original

@@ -50,7 +50,7 @@ class StepContext:
 
     step_tokens: trained completion tokens of the step, all micro-batches and processes; step_rows: rows
     with a trained token, likewise; step_micro_batches: micro-batches of the step over all processes;
-    step_distilled_tokens: the trained tokens of rows with a self-distillation loss (`Completion.distilled`),
+    step_distilled_tokens: the trained tokens of rows with a self-distillation loss (`self_teacher.DISTILLED`),
     likewise (sdpo's distillation term is a mean over those).
 
     fresh_rollout: this step trains on a rollout generated for it (always with num_iterations 1; the first

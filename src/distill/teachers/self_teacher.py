@@ -13,7 +13,9 @@ prompt with the privileged context filled in (`distill.teacher_prompts`). Which 
            library once had the two weights swapped.)
 
 It returns a `SelfSignal` (dense: hidden states at the N trained positions + the lm_head, detached), and
-samples from the teacher prompt for `generate_from_teacher`. The teacher pass runs in eval mode (no
+samples from the teacher prompt for `generate_from_teacher`. A method's step stage may annotate rows
+(`distill.batch.Annotation`, read here): `TEACHER_PROMPT`, the row's own teacher prompt (sdpo's reprompt),
+and `DISTILLED`, False for a row that gets no self-distillation loss (sdpo's rows without a demonstration). The teacher pass runs in eval mode (no
 dropout) and in the run's autocast.
 """
 
@@ -26,7 +28,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from distill.batch import Completion, MicroBatch, collate
+from distill.batch import Annotation, Completion, MicroBatch, collate
 from distill.data import Example
 from distill.generation import SamplingParams, generate_completions
 from distill.losses import LogitHead
@@ -36,6 +38,15 @@ from distill.teacher_prompts import TeacherPrompts
 from distill.teachers.hidden import backbone_hidden, predicting_positions
 
 KINDS = ("base", "live", "ema")
+
+
+TEACHER_PROMPT: Annotation[tuple[list[int], bool] | None] = Annotation("teacher_prompt", None)  # ids, whether cut
+DISTILLED: Annotation[bool] = Annotation("distilled", True)
+
+
+def distilled_tokens(micro_batch: MicroBatch) -> int:
+    """Trained tokens of the rows that get a self-distillation loss (all rows unless a stage says otherwise)."""
+    return sum(len(c.loss_span()) for c in micro_batch.completions if DISTILLED.of(c))
 
 
 def is_peft_model(model: nn.Module) -> bool:
@@ -97,7 +108,7 @@ class SelfTeacher:
         stage marked not distilled (`Completion.distilled`) skip the teacher pass: zeros at their positions,
         and `SelfSignal.distilled` says which positions are real."""
         completions = batch.completions
-        scored = [c for c in completions if c.distilled]
+        scored = [c for c in completions if DISTILLED.of(c)]
         rows = [self._teacher_row(c) for c in scored]
         with self.model() as model, self.autocast():
             head = _detached(logit_head(model, self.vocab_size))
@@ -109,18 +120,18 @@ class SelfTeacher:
         hidden, distilled = hidden.float(), None
         if len(scored) < len(completions):  # place the scored rows' positions among all N
             lengths = torch.tensor([len(c.loss_span()) for c in completions], device=self.device)
-            distilled = torch.tensor([c.distilled for c in completions], device=self.device).repeat_interleave(lengths)
+            distilled = torch.tensor([DISTILLED.of(c) for c in completions], device=self.device).repeat_interleave(lengths)
             full = hidden.new_zeros(distilled.shape[0], hidden.shape[1])
             full[distilled] = hidden
             hidden = full
-        without_context = sum(not c.distilled or (c.reprompt is None and (c.example is None or c.example.privileged_context is None))
-                              for c in completions)
+        without_context = sum(not DISTILLED.of(c) or (TEACHER_PROMPT.of(c) is None and (
+            c.example is None or c.example.privileged_context is None)) for c in completions)
         return SelfSignal(hidden, head, rows=len(completions), prompts_truncated=sum(cut for _, cut in rows),
                           rows_without_context=without_context, distilled=distilled)
 
     def _teacher_row(self, completion: Completion) -> tuple[Completion, bool]:
-        if completion.reprompt is not None:  # a step stage wrote this row's teacher prompt (sdpo)
-            ids, truncated = completion.reprompt
+        if TEACHER_PROMPT.of(completion) is not None:  # a step stage wrote this row's teacher prompt (sdpo)
+            ids, truncated = TEACHER_PROMPT.of(completion)
         elif completion.example is None:
             raise ValueError("a self-teacher needs each completion's dataset example (its prompt and privileged context)")
         else:

@@ -15,7 +15,7 @@ It runs once per rollout, on every process at once (`distill.rollout.StepStage`)
      `privileged_context`, used with include_feedback (only when no sibling succeeded, with
      feedback_only_without_solution); `<think>...</think>` is cut from demonstrations on request;
   5. the self-teacher's prompt of each row with a demonstration or feedback (`distill.methods.sdpo.reprompts.Reprompts`);
-     the other rows get no distillation loss (`Completion.distilled` False).
+     the other rows get no distillation loss (the self-teacher's `DISTILLED` annotation False).
 
 All of it is a function of the step's completions, so a resumed run re-stages a restored rollout exactly.
 Metrics are count-weighted across processes: per rollout (each process adds its rows), per group (the
@@ -30,10 +30,11 @@ from dataclasses import dataclass
 
 import torch
 
-from distill.batch import Completion, MicroBatch
+from distill.batch import Annotation, Completion, MicroBatch
 from distill.errors import RewardFunctionError
 from distill.methods.sdpo.reprompts import Reprompts
 from distill.methods.sdpo.rewards import Rewards
+from distill.teachers.self_teacher import DISTILLED, TEACHER_PROMPT
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ THINKING = re.compile(r"<think>.*?</think>", re.DOTALL)
 STEP_METRICS = ("reward/mean", "reward/std", "reward/group_std", "sdpo/success_group_fraction",
                 "sdpo/equal_reward_group_fraction", "sdpo/success_sample_fraction", "sdpo/feedback_fraction",
                 "sdpo/reprompt_sample_fraction")
+
+ADVANTAGE: Annotation[float] = Annotation("advantage")  # a row's group-relative advantage (sdpo's own state)
 
 
 def function_metrics(names: list[str]) -> list[str]:
@@ -127,8 +130,8 @@ class RewardStage:
         demonstrations = demonstration_rows(total, s.generations, s.threshold, s.demonstration_from_self)
         local = range(self.first_row, self.first_row + len(completions))
         used_feedback = [self._annotate(c, float(advantages[r]), demonstrations[r], all_ids) for c, r in zip(completions, local)]
-        for mb in micro_batches:
-            mb.set_advantages()
+        for mb in micro_batches:  # the policy gradient's row weights
+            mb.advantages = torch.tensor([ADVANTAGE.of(c) for c in mb.completions], dtype=torch.float32)
         self._warn(step, total)
         return self._metrics(all_values, total, completions, local, demonstrations, used_feedback)
 
@@ -150,20 +153,23 @@ class RewardStage:
         return values
 
     def _annotate(self, completion: Completion, advantage: float, demonstration: int | None, all_ids: list[list[int]]) -> bool:
-        """Set the completion's advantage and teacher prompt; returns whether its reprompt shows feedback."""
+        """Annotate the completion with its advantage and, for the self-teacher, whether it is distilled and
+        its teacher prompt (the reprompt); returns whether its reprompt shows feedback."""
         s, example = self.settings, completion.example
-        completion.advantage = advantage
+        ADVANTAGE.put(completion, advantage)
         feedback = example.feedback if example.feedback is not None else example.privileged_context
         use_feedback = (s.include_feedback and feedback is not None and bool(feedback.strip())
                         and not (s.feedback_only_without_solution and demonstration is not None))
-        completion.distilled = self.reprompts is not None and (demonstration is not None or use_feedback)
-        completion.reprompt = None
-        if completion.distilled:
+        distilled = self.reprompts is not None and (demonstration is not None or use_feedback)
+        DISTILLED.put(completion, distilled)
+        reprompt = None
+        if distilled:
             text = None if demonstration is None else self._decode(all_ids[demonstration])
             if text is not None and s.remove_thinking:
                 text = THINKING.sub("", text).strip()
-            completion.reprompt = self.reprompts.ids(example, text, feedback if use_feedback else None)
-        return completion.distilled and use_feedback
+            reprompt = self.reprompts.ids(example, text, feedback if use_feedback else None)
+        TEACHER_PROMPT.put(completion, reprompt)
+        return distilled and use_feedback
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -188,7 +194,7 @@ class RewardStage:
         metrics = {"reward/mean": (float(total[rows].sum()), n),
                    "sdpo/success_sample_fraction": (float(sum(demonstrations[r] is not None for r in rows)), n),
                    "sdpo/feedback_fraction": (float(sum(used_feedback)), n),
-                   "sdpo/reprompt_sample_fraction": (float(sum(c.distilled for c in completions)), n)}
+                   "sdpo/reprompt_sample_fraction": (float(sum(DISTILLED.of(c) for c in completions)), n)}
         for k, name in enumerate(self.rewards.names):
             metrics[f"reward/{name}/mean"] = (float(all_values[rows, k].sum()), n)
         once = 1.0 if self.runtime.is_main_process else 0.0  # the step's values, counted once over all processes
