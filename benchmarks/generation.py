@@ -52,15 +52,20 @@ def prompts(tokenizer, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
+def arguments(doc: str, rows: int, new_tokens: int, out: str) -> argparse.Namespace:
+    """--rows, --new-tokens, --rounds and --out (benchmarks/results/`out`), the generation benchmarks' own."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=rows)
+    parser.add_argument("--new-tokens", type=int, default=new_tokens)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / out)
+    return parser.parse_args()
+
+
 def main() -> None:
     from distill.generation.lean_decode import lean_generate
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=4)
-    parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "generation.json")
-    args = parser.parse_args()
+    args = arguments(__doc__, 4, 64, "generation.json")
 
     models, tokenizer = load_pair()
     ids, mask = prompts(tokenizer, args.rows)

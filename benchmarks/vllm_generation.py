@@ -15,16 +15,14 @@ benchmarks/results/vllm_generation.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
-from generation import load_pair  # benchmarks/generation.py: the default student and teacher
+from generation import arguments, load_pair  # benchmarks/generation.py: its arguments, the default pair
 
 
 def step_prompts(tokenizer, rows: int) -> list[list[int]]:
@@ -40,12 +38,7 @@ def main() -> None:
     from distill.generation.seeds import row_seeds
     from distill.generation.vllm_engine import ENGINE
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=8)
-    parser.add_argument("--new-tokens", type=int, default=48)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "vllm_generation.json")
-    args = parser.parse_args()
+    args = arguments(__doc__, 8, 48, "vllm_generation.json")
 
     models, tokenizer = load_pair()
     prompts = step_prompts(tokenizer, args.rows)

@@ -40,3 +40,23 @@ def forbid_model_loading(monkeypatch, message: str = "a model was loaded before 
         monkeypatch.setattr(module, "load_model", refuse)
         if resolving:
             monkeypatch.setattr(module, "resolve_model_source", refuse)
+
+
+def kill_at_checkpoint(command: list[str], run_dir, step: int, timeout: float = 300) -> int:
+    """Start `command` (a `distill train` writing `run_dir`), SIGKILL it as soon as its checkpoint of `step` is
+    complete, and return its pid; fails when the run finished before it could be killed."""
+    import signal
+    import subprocess
+    import time
+
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + timeout
+    while time.time() < deadline and process.poll() is None:
+        if (run_dir / "checkpoints" / f"step-{step:06d}" / "state.json").exists():
+            process.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    return process.pid
+

