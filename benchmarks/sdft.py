@@ -36,8 +36,11 @@ from distill.data_files import BUNDLED_DATASET, load_dataset_spec
 from distill.evaluation.answers import contains_answer
 from distill.evaluation.evaluator import EvalSettings, Evaluator
 from distill.generation import SamplingParams, generate_completions
+from distill.methods.self_teacher_prompts import (
+    DEFAULT_TEACHER_PROMPT_TEMPLATE,
+    TeacherPrompts,
+)
 from distill.models import DEFAULT_TEACHER, eos_token_ids, student_vocab_size
-from distill.teacher_prompts import DEFAULT_TEACHER_PROMPT_TEMPLATE, TeacherPrompts
 from distill.teachers.build import load_model
 from distill.teachers.self_teacher import SelfTeacher
 

@@ -14,12 +14,12 @@ from distill import DistillConfig
 from distill.batch import Completion, collate
 from distill.cli import main
 from distill.data import Example
-from distill.rundir.directory import resume_config
-from distill.teacher_prompts import (
+from distill.methods.self_teacher_prompts import (
     DEFAULT_TEACHER_PROMPT_TEMPLATE,
     check_template,
     fill,
 )
+from distill.rundir.directory import resume_config
 from distill.teachers.hidden import backbone_hidden, predicting_positions
 from distill.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
@@ -119,7 +119,7 @@ def test_the_dataset_type_is_checked_when_the_run_is_built(tmp_path, base, given
 def test_a_conversation_ending_after_its_last_user_turn_is_refused_with_its_row(tmp_path):
     """The teacher prompt replaces the last user turn; an assistant turn after it would follow the privileged
     context (the teacher would continue that turn). Refused, naming the row, before any model loads."""
-    from distill.teacher_prompts import TeacherPrompts
+    from distill.methods.self_teacher_prompts import TeacherPrompts
 
     rows = context_rows(6)
     rows[4]["prompt"] = rows[4]["prompt"] + [{"role": "assistant", "content": "An earlier answer."}]

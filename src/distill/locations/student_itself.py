@@ -14,9 +14,9 @@ from distill.config_io import OBJECT_RECORD
 from distill.data import PromptEncoder
 from distill.locations.base import TeacherLocation, TeacherRequest, Teachers, locations
 from distill.methods.registry import Method
+from distill.methods.self_teacher_prompts import TeacherPrompts
 from distill.models import check_context, make_student
 from distill.signals import DENSE
-from distill.teacher_prompts import TeacherPrompts
 from distill.teachers.build import load_model
 from distill.teachers.self_teacher import SelfTeacher
 

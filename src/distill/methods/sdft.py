@@ -14,6 +14,7 @@ from __future__ import annotations
 from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
 from distill.methods.registry import Method, Paper, Reads, register
 from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
+from distill.methods.self_teacher_prompts import check_chat_prompts, check_template
 from distill.methods.self_teacher_rules import (
     check_distillation,
     check_self_teacher,
@@ -24,7 +25,6 @@ from distill.objectives.self_distillation import (
     SelfDistillationObjective,
     SelfDistillationSettings,
 )
-from distill.teacher_prompts import check_chat_prompts, check_template
 from distill.teachers.self_teacher import EMAUpdate
 
 SDFT_PAPER = Paper(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distill.config_io import setting
-from distill.teacher_prompts import DEFAULT_TEACHER_PROMPT_TEMPLATE
+from distill.methods.self_teacher_prompts import DEFAULT_TEACHER_PROMPT_TEMPLATE
 
 SELF_TEACHER_KINDS = ("base", "live", "ema")
 DISTILLATION_MODES = ("full_logits", "topk_logits", "sampled_token")

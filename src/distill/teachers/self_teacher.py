@@ -1,7 +1,7 @@
 """The student as its own teacher, shown privileged context (self-distillation: SDFT, and later SDPO).
 
 The self-teacher scores the same completion tokens as the student, after its own prompt: the row's
-prompt with the privileged context filled in (`distill.teacher_prompts`). Which weights it runs with is
+prompt with the privileged context filled in (`distill.methods.self_teacher_prompts`). Which weights it runs with is
 `teacher_model_kind`:
 
     base   the initial weights, frozen: a copy made before training (and before a resumed run loads its
@@ -32,9 +32,9 @@ from distill.batch import Annotation, Completion, MicroBatch, collate
 from distill.data import Example
 from distill.generation import SamplingParams, generate_completions
 from distill.losses import LogitHead
+from distill.methods.self_teacher_prompts import TeacherPrompts
 from distill.models import logit_head
 from distill.signals import SelfSignal
-from distill.teacher_prompts import TeacherPrompts
 from distill.teachers.hidden import backbone_hidden, predicting_positions
 
 KINDS = ("base", "live", "ema")

@@ -18,6 +18,7 @@ from distill.methods.sdpo.rewards import (
     weighted_range,
 )
 from distill.methods.sdpo.stage import ADVANTAGE_SCALINGS, GroupSettings, RewardStage
+from distill.methods.self_teacher_prompts import check_chat_prompts
 from distill.methods.self_teacher_rules import (
     check_distillation,
     check_self_teacher,
@@ -26,7 +27,6 @@ from distill.methods.self_teacher_rules import (
 from distill.objectives.group_policy import PolicySettings
 from distill.objectives.sdpo import METRICS, SDPOObjective, SDPOSettings
 from distill.objectives.self_distillation import SelfDistillationSettings
-from distill.teacher_prompts import check_chat_prompts
 from distill.teachers.self_teacher import EMAUpdate
 
 SDPO_PAPER = Paper(

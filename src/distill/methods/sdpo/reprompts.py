@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from distill.teacher_prompts import check_template, fill_fields, for_row
+from distill.methods.self_teacher_prompts import check_template, fill_fields, for_row
 
 if TYPE_CHECKING:  # annotations only
     from distill.data import Example, PromptEncoder
