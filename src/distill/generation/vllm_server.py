@@ -3,7 +3,7 @@ the trainer pushes the student's weights to it (`generation_engine: vllm_server`
 
 The protocol, all of it stock vLLM (0.32), with the server started in development mode
 (`VLLM_SERVER_DEV_MODE=1 python -m vllm.entrypoints.openai.api_server --model STUDENT_DIR
---logprobs-mode processed_logprobs ...`, README: vLLM):
+--logprobs-mode processed_logprobs ...`, docs/vllm.md):
 - weights: the trainer writes the student's weights as a transformers checkpoint (`model.safetensors`, LoRA
   merged, names as `distill.generation.weights.checkpoint_weights`) into a directory both machines see
   (`vllm_weights_dir`, default: the run directory), then asks the server to reload them in place:
