@@ -107,3 +107,113 @@ def benchmark_reference() -> str:
 
 PAGES = {"reference/config.md": config_reference, "reference/cli.md": cli_reference,
          "reference/benchmarks.md": benchmark_reference}
+
+
+# TRL 1.16.0's config fields -> distill's: (TRL field, distill field(s) or None, note). tests/test_docs.py checks
+# that every distill name is a config field and, where trl is installed, that every TRL name is the config's.
+TRL_CONFIGS = {
+    "GKDConfig": ("trl.experimental.gkd", "gkd", [
+        ("teacher_model_name_or_path", "teacher", "or `teacher_url` / `teacher_cache` for a teacher outside the process"),
+        ("lmbda", "lmbda", "the same; distill adds `lmbda_schedule` (constant, linear, step)"),
+        ("beta", "beta", "the same for student samples; `off_policy_beta` may differ for dataset and teacher completions"),
+        ("seq_kd", "seq_kd", "the same; `seq_kd_generation_steps` samples several steps' teacher completions at once"),
+        ("max_new_tokens", "max_new_tokens", ""),
+        ("temperature", "temperature, sampling_temperature", "TRL uses one temperature for sampling and the loss; distill two fields"),
+        ("disable_dropout", None, "the teacher always runs in eval mode; the student trains as its config says"),
+    ]),
+    "DistillationConfig": ("trl", "on_policy", [
+        ("teacher_model_name_or_path", "teacher", ""),
+        ("beta", "beta", ""),
+        ("max_completion_length", "max_new_tokens", ""),
+        ("temperature", "sampling_temperature, temperature", "one value in TRL, two fields here"),
+        ("top_p", "top_p", ""),
+        ("top_k", "top_k", ""),
+        ("use_vllm", "generation_engine", "`vllm` (colocated) or `vllm_server`"),
+        ("vllm_mode", "generation_engine", "`colocate` -> `vllm`, `server` -> `vllm_server`"),
+        ("vllm_server_base_url", "vllm_server_url", "distill pushes weights through a shared directory (docs: vLLM)"),
+        ("vllm_gpu_memory_utilization", "vllm_kv_cache_gib", "a KV cache size in GiB instead of a memory fraction"),
+    ]),
+    "GOLDConfig": ("trl.experimental.gold", "gold", [
+        ("teacher_model_name_or_path", "teacher", "its own tokenizer comes with it"),
+        ("lmbda", "lmbda", ""),
+        ("beta", "beta", "read with `uld_use_hybrid_loss: true`"),
+        ("seq_kd", "seq_kd", ""),
+        ("max_completion_length", "max_new_tokens", ""),
+        ("use_uld_loss", "method", "`method: gold` is ULD"),
+        ("uld_use_hybrid_loss", "uld_use_hybrid_loss", ""),
+        ("uld_hybrid_matched_weight", "uld_hybrid_matched_weight", ""),
+        ("uld_hybrid_unmatched_weight", "uld_hybrid_unmatched_weight", ""),
+        ("uld_crossentropy_weight", "uld_crossentropy_weight", ""),
+    ]),
+    "IWOPDConfig": ("trl.experimental.iw_opd", "iw_opd", [
+        ("teacher_model_name_or_path", "teacher", ""),
+        ("teacher_model_server_url", "teacher_url", "any server speaking vLLM's prompt log-probs"),
+        ("iw_opd_gamma", "iw_opd_gamma", ""),
+        ("iw_opd_epsilon", "iw_opd_epsilon", ""),
+        ("max_completion_length", "max_new_tokens", ""),
+        ("max_prompt_length", "max_prompt_length", ""),
+    ]),
+    "SDFTConfig": ("trl.experimental.sdft", "sdft", [
+        ("teacher_model_kind", "teacher_model_kind", ""),
+        ("teacher_update_rate", "teacher_update_rate", "r is the student's share: (1 - r) teacher + r student"),
+        ("teacher_sync_steps", "teacher_sync_steps", ""),
+        ("teacher_prompt_template", "teacher_prompt_template", ""),
+        ("distillation_mode", "distillation_mode", ""),
+        ("distillation_topk", "distillation_topk", ""),
+        ("distillation_is_clip", "distillation_is_clip", ""),
+        ("generate_from_teacher", "generate_from_teacher", ""),
+        ("num_loss_tokens_to_skip", "num_loss_tokens_to_skip", ""),
+        ("num_iterations", "num_iterations", ""),
+        ("max_completion_length", "max_new_tokens", ""),
+        ("max_prompt_length", "max_prompt_length", ""),
+    ]),
+    "SDPOConfig": ("trl.experimental.sdpo", "sdpo", [
+        ("num_generations", "num_generations", ""),
+        ("reward_weights", "reward_weights", "reward functions: `reward_funcs` (module:function names)"),
+        ("scale_rewards", "advantage_scaling", "'group', 'batch' or 'none'"),
+        ("loss_type", "loss_type", ""),
+        ("epsilon", "epsilon_low", ""),
+        ("epsilon_high", "epsilon_high", ""),
+        ("distillation_weight", "distillation_weight", "0 is GRPO"),
+        ("success_reward_threshold", "success_reward_threshold", ""),
+        ("dont_reprompt_on_self_success", "demonstration_from_self", "inverted: true there is false here"),
+        ("include_environment_feedback", "include_feedback", "the `feedback` column"),
+        ("environment_feedback_only_without_solution", "feedback_only_without_solution", ""),
+        ("remove_thinking_from_demonstration", "remove_thinking_from_demonstration", ""),
+        ("reprompt_template", "reprompt_template", ""),
+        ("solution_template", "solution_template", ""),
+        ("feedback_template", "feedback_template", ""),
+        ("max_reprompt_len", "max_reprompt_length", ""),
+        ("teacher_model_kind", "teacher_model_kind", ""),
+        ("teacher_update_rate", "teacher_update_rate", ""),
+        ("num_iterations", "num_iterations", ""),
+    ]),
+}
+
+
+def trl_reference() -> str:
+    lines = ["# Migrating from TRL", "",
+             "TRL's trainer configs and the distill fields that do the same (TRL 1.16.0; the table is checked against "
+             "both libraries by `tests/test_docs.py`). Fields shared with `TrainingArguments` (`learning_rate`, "
+             "`per_device_train_batch_size`, `gradient_accumulation_steps`, `max_steps`, `seed`, `logging_steps`, "
+             "`save_steps`, `report_to`, ...) keep their names. A TRL field not listed has no distill equivalent.", "",
+             "Behaviours that differ on purpose:", "",
+             "- **The loss denominator**: the sum over the whole optimizer step's completion tokens, divided by their "
+             "count over every micro-batch and process (TRL divides per micro-batch): the gradient does not depend on "
+             "how a step is split ([Using it](../usage.md)). sdpo's distillation term is a mean over the step's "
+             "distilled tokens.",
+             "- **Metrics** are token-weighted over the step and the processes.",
+             "- **Temperatures**: the loss temperature (`temperature`) and the sampling temperatures are separate fields.",
+             "- **Bad input fails before a model loads**, naming the field; a field the run would not read is an error.",
+             ""]
+    for name, (module, method, rows) in TRL_CONFIGS.items():
+        lines += [f"## `{name}` -> `method: {method}`", "", f"(`{module}.{name}`)", "",
+                  "| TRL | distill | note |", "| --- | --- | --- |"]
+        for trl_name, ours, note in rows:
+            mapped = ", ".join(f"[`{n.strip()}`](config.md#{n.strip()})" for n in ours.split(",")) if ours else "—"
+            lines.append(f"| `{trl_name}` | {mapped} | {note} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+PAGES["reference/trl.md"] = trl_reference

@@ -13,6 +13,7 @@ import yaml
 
 from distill.cli import COMMANDS
 from distill.config import DistillConfig
+from tests.skip_guard import needs_extra
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,3 +71,20 @@ def test_the_readme_is_a_front_page_whose_links_resolve():
     for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme):
         if "://" not in target:
             assert (ROOT / target).exists(), target
+
+
+def test_the_trl_migration_table_names_real_fields_on_both_sides():
+    reference = _reference_pages()
+    ours = set(DistillConfig.field_names())
+    for name, (module, method, rows) in reference.TRL_CONFIGS.items():
+        from distill.methods import method_names
+
+        assert method in method_names()
+        for _, mapped, _ in rows:
+            assert mapped is None or {n.strip() for n in mapped.split(",")} <= ours, mapped
+    trl = needs_extra("trl", "trl")
+    assert trl.__version__ == "1.16.0"
+    for name, (module, _, rows) in reference.TRL_CONFIGS.items():
+        config = getattr(importlib.import_module(module), name)
+        theirs = {f.name for f in dataclasses.fields(config)}
+        assert {trl_name for trl_name, _, _ in rows} <= theirs, name
