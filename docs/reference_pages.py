@@ -4,6 +4,8 @@ stale (`docs/hooks.py` adds them to the site; `tests/test_docs.py` checks them a
 - `config_reference()`: every config field, grouped by the part of a run that reads it (`distill.field_help`),
   with its type, default and help (the help includes which methods read it, generated from the registry);
 - `cli_reference()`: every `distill` command's `--help`, as the argument parser prints it;
+- `methods_reference()`: every registered method: what it reads and when, its defaults, metrics and recipes;
+- `trl_reference()`: TRL's config fields and distill's equivalents (`TRL_CONFIGS`);
 - `benchmark_reference()`: the tables of `benchmarks/results/*.json`, as the benchmarks wrote them.
 """
 
@@ -105,8 +107,43 @@ def benchmark_reference() -> str:
     return "\n".join(lines)
 
 
+def methods_reference() -> str:
+    """Each registered method from its registry entry: summary, paper, the fields it reads (and when), its
+    defaults for the fields left at None, its metrics, and the bundled recipes that use it."""
+    import yaml
+
+    from distill.methods import get_method, method_names
+
+    recipes = {}
+    for path in sorted((ROOT / "src" / "distill" / "recipes").glob("*.yaml")):
+        recipes.setdefault(yaml.safe_load(path.read_text()).get("method"), []).append(path)
+    lines = ["# Methods", "", "Generated from the method registry (`distill.methods`): what each method reads, its "
+             "defaults and metrics, and the bundled recipes that use it. The guides discuss them.", ""]
+    for name in method_names():
+        method = get_method(name)
+        lines += [f"## `{name}`", "", method.summary + ".", ""]
+        if method.paper is not None:
+            p = method.paper
+            lines += [f"Paper: {p.authors}, *{p.title}* ([arXiv {p.arxiv}](https://arxiv.org/abs/{p.arxiv})).", ""]
+        teacher = {"external": "a teacher model, server or cache (`teacher`, `teacher_url`, `teacher_cache`)",
+                   "self": "the student itself, shown privileged context or a reprompt", "none": "none"}.get(method.teacher, method.teacher)
+        lines += [f"Teacher: {teacher}{'; its own tokenizer' if method.cross_tokenizer else ''}.", ""]
+        if method.reads:
+            lines += ["| reads | when |", "| --- | --- |"]
+            lines += [f"| {', '.join(f'[`{n}`](config.md#{n})' for n in part.names)} | {part.needs} |" for part in method.reads]
+            lines.append("")
+        if method.defaults:
+            lines += ["Defaults for fields left at None: " + ", ".join(f"`{k}: {v!r}`" for k, v in method.defaults.items()) + ".", ""]
+        if method.metrics:
+            lines += ["Metrics (token-weighted means in `metrics.jsonl`): " + ", ".join(f"`{m}`" for m in method.metrics) + ".", ""]
+        for path in recipes.get(name, []):
+            lines += [f"Recipe `distill train {path.stem}` (`{path.relative_to(ROOT)}`):", "", "```yaml",
+                      path.read_text().rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
 PAGES = {"reference/config.md": config_reference, "reference/cli.md": cli_reference,
-         "reference/benchmarks.md": benchmark_reference}
+         "reference/methods.md": methods_reference, "reference/benchmarks.md": benchmark_reference}
 
 
 # TRL 1.16.0's config fields -> distill's: (TRL field, distill field(s) or None, note). tests/test_docs.py checks

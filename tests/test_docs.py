@@ -42,6 +42,15 @@ def test_the_cli_reference_has_every_command_with_its_flags():
     assert "--per_device_train_batch_size" in reference.command_help("train")  # the config fields, as flags
 
 
+def test_the_methods_reference_has_every_method_and_every_recipe():
+    from distill.methods import method_names
+
+    page = _reference_pages().methods_reference()
+    assert re.findall(r"^## `(\w+)`$", page, flags=re.MULTILINE) == list(method_names())
+    for recipe in (ROOT / "src" / "distill" / "recipes").glob("*.yaml"):
+        assert f"Recipe `distill train {recipe.stem}`" in page
+
+
 def test_every_benchmark_result_has_a_section():
     page = _reference_pages().benchmark_reference()
     for path in (ROOT / "benchmarks" / "results").glob("*.json"):
