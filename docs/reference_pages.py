@@ -1,6 +1,7 @@
 """The reference pages of the documentation site, generated from the code at build time so that they cannot go
 stale (`docs/hooks.py` adds them to the site; `tests/test_docs.py` checks them against the code):
 
+- `front_page()`: the README, as the home page (one text for both);
 - `config_reference()`: every config field, grouped by the part of a run that reads it (`distill.field_help`),
   with its type, default and help (the help includes which methods read it, generated from the registry);
 - `cli_reference()`: every `distill` command's `--help`, as the argument parser prints it;
@@ -142,7 +143,12 @@ def methods_reference() -> str:
     return "\n".join(lines)
 
 
-PAGES = {"reference/config.md": config_reference, "reference/cli.md": cli_reference,
+def front_page() -> str:
+    """The site's home page: the README, its links into docs/ made relative to the site."""
+    return (ROOT / "README.md").read_text().replace("](docs/", "](")
+
+
+PAGES = {"index.md": front_page, "reference/config.md": config_reference, "reference/cli.md": cli_reference,
          "reference/methods.md": methods_reference, "reference/benchmarks.md": benchmark_reference}
 
 
