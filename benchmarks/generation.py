@@ -112,6 +112,11 @@ def main() -> None:
             ratio = f"{row['ratio']:.2f}" if loop == "lean" else "1.00"
             print(f"{name:>8} {loop:>6} {r['seconds_per_call']:>8.2f} {r['ms_per_decode_step']:>8.1f} {r['tokens']:>7.0f} {ratio:>12}")
         print(f"{name:>8} greedy tokens equal to generate's: {greedy_equal}")
+    write_results(args, results)
+
+
+def write_results(args: argparse.Namespace, results: dict) -> None:
+    """`args.out`: the settings, the machine and `results`, as JSON."""
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"rows": args.rows, "new_tokens": args.new_tokens, "machine": platform.machine(),
                                     "threads": torch.get_num_threads(), "results": results}, indent=2))

@@ -15,14 +15,12 @@ benchmarks/results/vllm_generation.json.
 
 from __future__ import annotations
 
-import json
-import platform
 import statistics
 import time
 
 import torch
 
-from generation import arguments, load_pair  # benchmarks/generation.py: its arguments, the default pair
+from generation import arguments, load_pair, write_results  # benchmarks/generation.py: arguments, the pair, output
 
 
 def step_prompts(tokenizer, rows: int) -> list[list[int]]:
@@ -90,10 +88,7 @@ def main() -> None:
               + (f"; weight sync after a step {row['vllm_weight_sync_s']:.2f} s" if "vllm_weight_sync_s" in row else ""))
         results[name] = row
     ENGINE.close()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"rows": args.rows, "new_tokens": args.new_tokens, "machine": platform.machine(),
-                                    "threads": torch.get_num_threads(), "results": results}, indent=2))
-    print(f"wrote {args.out}")
+    write_results(args, results)
 
 
 if __name__ == "__main__":

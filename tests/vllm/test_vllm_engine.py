@@ -127,7 +127,7 @@ def test_each_row_draws_from_its_own_seed(tokenizer):
     assert len({tuple(ids) for ids, _ in first}) == 4  # identical prompts, different samples
     again = sample(m, same_prompt, sampling, tokenizer, row_seeds(4, 0, "student", 3, 0))
     assert again == first  # the same seeds, the same samples (what a resumed run relies on)
-    with pytest.raises(ValueError, match="the vLLM engine seeds every row"):
+    with pytest.raises(ValueError, match="generation_engine vllm seeds every row"):
         sample(m, same_prompt, sampling, tokenizer, None)
 
 

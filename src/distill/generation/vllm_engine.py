@@ -50,8 +50,10 @@ from torch import nn
 from distill.generation.engine import SamplingParams, register_engine
 from distill.generation.weights import (
     adapters_off,
+    check_decodable,
     checkpoint_weights,
     config_of,
+    padded,
     vllm_installed,
     weights_fingerprint,
 )
@@ -116,11 +118,7 @@ class VllmEngine:
     def decode(self, model, input_ids, attention_mask, sampling: SamplingParams, eos_ids, pad_id, suppress_tokens,
                stopping_criteria, with_log_probs: bool, device: torch.device,
                seeds: list[int] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if seeds is None:
-            raise ValueError("the vLLM engine seeds every row: pass seeds (distill.generation.seeds) to generate_completions")
-        if stopping_criteria is not None:
-            raise ValueError("generation_engine vllm cannot apply a stopping criterion (a cross-tokenizer teacher's byte "
-                             "budget); sample those with generation_engine: auto")
+        check_decodable(self.name, seeds, stopping_criteria)
         import vllm
         from vllm.inputs import TokensPrompt
 
@@ -133,17 +131,11 @@ class VllmEngine:
             temperature=sampling.temperature if sampling.do_sample else 0.0,
             top_p=sampling.top_p if sampling.do_sample else 1.0, top_k=sampling.top_k if sampling.do_sample else 0,
         ) for seed in seeds]
-        outputs = replica.llm.generate(prompts, params, use_tqdm=False)
-        width = max((len(o.outputs[0].token_ids) for o in outputs), default=0)
-        tokens = torch.full((len(outputs), width), pad_id, dtype=torch.long)
-        log_probs = torch.zeros(len(outputs), width) if with_log_probs else None
-        for row, output in enumerate(outputs):
-            sample = output.outputs[0]
-            ids = list(sample.token_ids)
-            tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            if with_log_probs:
-                log_probs[row, : len(ids)] = torch.tensor([step[t].logprob for step, t in zip(sample.logprobs, ids)])
-        return tokens, log_probs
+        samples = [output.outputs[0] for output in replica.llm.generate(prompts, params, use_tqdm=False)]
+        rows = [list(sample.token_ids) for sample in samples]
+        log_probs = ([[step[t].logprob for step, t in zip(sample.logprobs, ids)] for sample, ids in zip(samples, rows)]
+                     if with_log_probs else None)
+        return padded(rows, log_probs, pad_id)
 
     def prepare(self, model: nn.Module) -> None:
         """A model a teacher samples from, given at start on every process: with several processes its

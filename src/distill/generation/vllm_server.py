@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from distill.generation.engine import SamplingParams, register_engine
-from distill.generation.weights import checkpoint_weights, config_of, weights_fingerprint
+from distill.generation.weights import check_decodable, checkpoint_weights, config_of, padded, weights_fingerprint
 
 logger = logging.getLogger("distill.rollout")
 
@@ -90,10 +90,7 @@ class VllmServerEngine:
     def decode(self, model, input_ids, attention_mask, sampling: SamplingParams, eos_ids, pad_id, suppress_tokens,
                stopping_criteria, with_log_probs: bool, device: torch.device,
                seeds: list[int] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if seeds is None:
-            raise ValueError("the vLLM server engine seeds every row: pass seeds (distill.generation.seeds)")
-        if stopping_criteria is not None:
-            raise ValueError("generation_engine vllm_server cannot apply a stopping criterion; use generation_engine: auto")
+        check_decodable(self.name, seeds, stopping_criteria)
         if self._student is None or self._student() is not model:
             raise ValueError("generation_engine vllm_server samples the student only (the server holds the student's "
                              "weights); a run that samples a teacher or a self-teacher needs generation_engine vllm or auto")
@@ -113,14 +110,7 @@ class VllmServerEngine:
 
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             answers = list(pool.map(request, zip(rows, seeds)))
-        width = max((len(ids) for ids, _ in answers), default=0)
-        tokens = torch.full((len(answers), width), pad_id, dtype=torch.long)
-        log_probs = torch.zeros(len(answers), width) if with_log_probs else None
-        for row, (ids, values) in enumerate(answers):
-            tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            if with_log_probs:
-                log_probs[row, : len(ids)] = torch.tensor(values)
-        return tokens, log_probs
+        return padded([ids for ids, _ in answers], [values for _, values in answers] if with_log_probs else None, pad_id)
 
     # ------------------------------------------------------------------------------------ weights --
     def _push_if_changed(self, model: nn.Module) -> None:

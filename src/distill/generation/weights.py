@@ -1,5 +1,5 @@
-"""What the vLLM engines share about a model's weights: how they are named for vLLM, merged when LoRA is on,
-and how a change is noticed."""
+"""What the vLLM engines share: how a model's weights are named for vLLM, merged when LoRA is on, and how a
+change is noticed; what they refuse; how their per-row answers become the engine interface's tensors."""
 
 from __future__ import annotations
 
@@ -62,3 +62,25 @@ def checkpoint_weights(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
 def config_of(model: nn.Module):
     """The transformers config of `model` (a LoRA model's: its base model's)."""
     return model.get_base_model().config if hasattr(model, "get_base_model") else model.config
+
+
+def check_decodable(engine: str, seeds, stopping_criteria) -> None:
+    """A vLLM engine seeds every row, and cannot run a stopping criterion (gold's byte budget)."""
+    if seeds is None:
+        raise ValueError(f"generation_engine {engine} seeds every row: pass seeds (distill.generation.seeds) to "
+                         "generate_completions")
+    if stopping_criteria is not None:
+        raise ValueError(f"generation_engine {engine} cannot apply a stopping criterion (a cross-tokenizer teacher's byte "
+                         "budget); sample those with generation_engine: auto")
+
+
+def padded(rows: list[list[int]], log_probs: list[list[float]] | None, pad_id: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(B, L) new tokens, padded with `pad_id`, and (B, L) float32 log-probs (zeros past each row) or None."""
+    width = max((len(ids) for ids in rows), default=0)
+    tokens = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    values = torch.zeros(len(rows), width) if log_probs is not None else None
+    for row, ids in enumerate(rows):
+        tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        if values is not None:
+            values[row, : len(ids)] = torch.tensor(log_probs[row], dtype=torch.float32)
+    return tokens, values
