@@ -237,13 +237,26 @@ COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "serve-teach
             "cache-teacher": cmd_cache_teacher, "recipes": cmd_recipes}
 
 
+class _CurrentStderr(logging.StreamHandler):
+    """A handler writing to whatever `sys.stderr` is when a line is logged, not the stream it was made with
+    (a caller that swaps or closes sys.stderr, as a test harness does, would otherwise leave it a dead stream)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def show_progress_notes() -> None:
     """distill's info lines (the end-of-turn token, student_init's layers, a resumed checkpoint, the decode loop)
     on stderr, from the main process of a launch only; other libraries keep their own levels."""
     logger = logging.getLogger("distill")
     if logger.handlers:
         return
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _CurrentStderr()
     handler.setFormatter(logging.Formatter("distill: %(message)s"))
     logger.addHandler(handler)
     logger.setLevel(logging.INFO if os.environ.get("RANK", "0") == "0" else logging.WARNING)

@@ -98,3 +98,24 @@ def test_eval_of_a_server_run_talks_to_the_server_as_training_did(tmp_path, mode
     with pytest.raises(Stop):
         main(["eval", str(run), "--dataset", str(data), "--split", "train"])
     assert seen == [ServerSettings("http://127.0.0.1:9", 11, "t", 3, 5, 7.5, 9)]
+
+
+def test_distills_info_lines_follow_sys_stderr_when_it_is_swapped(monkeypatch):
+    """The handler `main` installs writes to the current sys.stderr: one made under an earlier (now closed)
+    stderr, as in a test session that ran the CLI before, does not fail with 'I/O operation on closed file'."""
+    import io
+    import logging
+
+    from distill.cli import show_progress_notes
+
+    logger = logging.getLogger("distill")
+    monkeypatch.setattr(logger, "handlers", [])
+    monkeypatch.setattr(logger, "level", logger.level)
+    first = io.StringIO()
+    monkeypatch.setattr("sys.stderr", first)
+    show_progress_notes()
+    first.close()
+    second = io.StringIO()
+    monkeypatch.setattr("sys.stderr", second)
+    logging.getLogger("distill.probe").info("a line")
+    assert second.getvalue() == "distill: a line\n"
