@@ -1,5 +1,7 @@
 """MkDocs hooks (mkdocs.yml: `hooks`): the generated reference pages (`reference_pages.PAGES`) join the site
-when it is built, so they always describe the code being documented."""
+when it is built, so they always describe the code being documented, and every written page's macros
+(`macros.py`: benchmark tables and values from `benchmarks/results/*.json`, the methods' generated sections)
+are expanded."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from mkdocs.structure.files import File
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from macros import render  # noqa: E402
 from reference_pages import PAGES  # noqa: E402
 
 
@@ -17,8 +20,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def on_files(files, config):
-    for path, render in PAGES.items():
-        files.append(File.generated(config, path, content=render()))
+    for path, render_page in PAGES.items():
+        files.append(File.generated(config, path, content=render_page()))
     for picture in sorted((ROOT / "benchmarks" / "results").glob("*.png")):  # the guides show the benchmarks' plots
         files.append(File.generated(config, f"benchmarks/results/{picture.name}", abs_src_path=str(picture)))
     return files
+
+
+def on_page_markdown(markdown, page, config, files):
+    return render(markdown, page.file.src_uri)

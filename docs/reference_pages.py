@@ -108,39 +108,81 @@ def benchmark_reference() -> str:
     return "\n".join(lines)
 
 
-def methods_reference() -> str:
-    """Each registered method from its registry entry: summary, paper, the fields it reads (and when), its
-    defaults for the fields left at None, its metrics, and the bundled recipes that use it."""
+def _recipes_by_method() -> dict[str, list[Path]]:
     import yaml
-
-    from distill.methods import get_method, method_names
 
     recipes = {}
     for path in sorted((ROOT / "src" / "distill" / "recipes").glob("*.yaml")):
         recipes.setdefault(yaml.safe_load(path.read_text()).get("method"), []).append(path)
-    lines = ["# Methods", "", "Generated from the method registry (`distill.methods`): what each method reads, its "
-             "defaults and metrics, and the bundled recipes that use it. The guides discuss them.", ""]
-    for name in method_names():
-        method = get_method(name)
-        lines += [f"## `{name}`", "", method.summary + ".", ""]
-        if method.paper is not None:
-            p = method.paper
-            lines += [f"Paper: {p.authors}, *{p.title}* ([arXiv {p.arxiv}](https://arxiv.org/abs/{p.arxiv})).", ""]
-        teacher = {"external": "a teacher model, server or cache (`teacher`, `teacher_url`, `teacher_cache`)",
-                   "self": "the student itself, shown privileged context or a reprompt", "none": "none"}.get(method.teacher, method.teacher)
-        lines += [f"Teacher: {teacher}{'; its own tokenizer' if method.cross_tokenizer else ''}.", ""]
-        if method.reads:
-            lines += ["| reads | when |", "| --- | --- |"]
-            lines += [f"| {', '.join(f'[`{n}`](config.md#{n})' for n in part.names)} | {part.needs} |" for part in method.reads]
-            lines.append("")
-        if method.defaults:
-            lines += ["Defaults for fields left at None: " + ", ".join(f"`{k}: {v!r}`" for k, v in method.defaults.items()) + ".", ""]
-        if method.metrics:
-            lines += ["Metrics (token-weighted means in `metrics.jsonl`): " + ", ".join(f"`{m}`" for m in method.metrics) + ".", ""]
-        for path in recipes.get(name, []):
-            lines += [f"Recipe `distill train {path.stem}` (`{path.relative_to(ROOT)}`):", "", "```yaml",
-                      path.read_text().rstrip(), "```", ""]
+    return recipes
+
+
+def method_section(name: str, heading_level: int | None = 2, config_page: str = "config.md") -> str:
+    """One registered method from its registry entry: summary, paper, the fields it reads (and when), its
+    defaults for the fields left at None, its metrics, and the bundled recipes that use it. `config_page` is
+    the Config fields page relative to the page the section lands on (the method guides include it too, without
+    a heading: `heading_level=None`)."""
+    from distill.methods import get_method
+
+    method = get_method(name)
+    lines = ([f"{'#' * heading_level} `{name}`", ""] if heading_level else []) + [method.summary + ".", ""]
+    if method.paper is not None:
+        p = method.paper
+        lines += [f"Paper: {p.authors}, *{p.title}* ([arXiv {p.arxiv}](https://arxiv.org/abs/{p.arxiv})).", ""]
+    teacher = {"external": "a teacher model, server or cache (`teacher`, `teacher_url`, `teacher_cache`)",
+               "self": "the student itself, shown privileged context or a reprompt", "none": "none"}.get(method.teacher, method.teacher)
+    lines += [f"Teacher: {teacher}{'; its own tokenizer' if method.cross_tokenizer else ''}.", ""]
+    if method.reads:
+        lines += ["| reads | when |", "| --- | --- |"]
+        lines += [f"| {', '.join(f'[`{n}`]({config_page}#{n})' for n in part.names)} | {part.needs} |" for part in method.reads]
+        lines.append("")
+    if method.defaults:
+        lines += ["Defaults for fields left at None: " + ", ".join(f"`{k}: {v!r}`" for k, v in method.defaults.items()) + ".", ""]
+    if method.metrics:
+        lines += ["Metrics (token-weighted means in `metrics.jsonl`): " + ", ".join(f"`{m}`" for m in method.metrics) + ".", ""]
+    for path in _recipes_by_method().get(name, []):
+        lines += [f"Recipe `distill train {path.stem}` (`{path.relative_to(ROOT)}`):", "", "```yaml",
+                  path.read_text().rstrip(), "```", ""]
     return "\n".join(lines)
+
+
+def methods_reference() -> str:
+    from distill.methods import method_names
+
+    lines = ["# Methods", "", "Generated from the method registry (`distill.methods`): what each method reads, its "
+             "defaults and metrics, and the bundled recipes that use it. Each method's guide discusses it.", ""]
+    return "\n".join(lines + [method_section(name) for name in method_names()])
+
+
+def error_classes() -> list[type]:
+    """Every exception class distill defines, found by importing each of its modules (a module that needs an
+    optional extra that is not installed is skipped: its classes are listed where the extra is)."""
+    import importlib
+    import pkgutil
+
+    import distill
+
+    classes = {}
+    for module_info in pkgutil.walk_packages(distill.__path__, "distill."):
+        if module_info.name.endswith("__main__"):  # `python -m distill`: importing it runs the command line
+            continue
+        try:
+            module = importlib.import_module(module_info.name)
+        except ImportError:
+            continue
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == module.__name__:
+                classes[f"{value.__module__}.{value.__qualname__}"] = value
+    return [classes[name] for name in sorted(classes)]
+
+
+def error_reference() -> str:
+    """A table of `error_classes()`: name, base, module and the first paragraph of the docstring."""
+    lines = ["| error class | a kind of | raised when |", "| --- | --- | --- |"]
+    for error in error_classes():
+        doc = " ".join((error.__doc__ or "").strip().split("\n\n")[0].split())
+        lines.append(f"| `{error.__name__}` (`{error.__module__}`) | `{error.__bases__[0].__name__}` | {doc} |")
+    return "\n".join(lines) + "\n"
 
 
 def front_page() -> str:

