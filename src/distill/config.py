@@ -97,6 +97,16 @@ class RunFields:
     teacher_retries: int = setting(3, "Retries of a failed teacher-server request (connection errors, timeouts, 5xx, "
                                    "malformed answers), with exponential backoff from 0.5 s; then the run checkpoints "
                                    "and stops with the error.")
+    teacher_payload: str = setting("topk", "What a teacher server or cache gives per completion token: 'topk' (K "
+                                   "log-probs, the completion token's and a tail bucket: a lower bound of the divergence; "
+                                   "any vLLM server) or 'hidden' (the teacher's final hidden states, H numbers, made into the "
+                                   "exact full distribution by the teacher's lm_head held on the trainer: `distill "
+                                   "serve-teacher`, or a cache written with `cache-teacher --payload hidden`).")
+    teacher_head: str | None = setting(None, "teacher_payload hidden, a server: a directory of the served teacher's files "
+                                       "whose safetensors hold its lm_head (read without loading the model). None: the server "
+                                       "sends its head once at start. Either is checked against the server's fingerprint.")
+    teacher_hidden_dtype: str = setting("float32", "teacher_payload hidden, a server: the hidden states' dtype on the wire, "
+                                        "'float32' (exact) or 'bfloat16' (half the bytes).")
 
     # --- the loss --------------------------------------------------------------------------------------
     beta: float | None = setting(None, "Generalized JSD interpolation for student-sampled completions: 0 = forward "

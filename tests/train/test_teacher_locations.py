@@ -84,7 +84,7 @@ class FixedFunctionLocation(TeacherLocation):
     def claims(self, config, method) -> bool:
         return method.teacher == "external" and str(config.teacher).startswith(PREFIX)
 
-    def signal_kind(self, method) -> str:
+    def signal_kind(self, method, config) -> str:
         return DENSE
 
     def validate(self, config, method, sources) -> None:

@@ -9,6 +9,11 @@ distill's server teacher uses, so the same client talks to this server and to a 
     POST /tokenize        {"prompt": "text"} -> {"tokens": [...], "count": n, "max_model_len": N}
     GET  /health, GET /v1/models
 
+and the hidden-state payload (`distill.teachers.hidden_payload`): the teacher's final hidden states at the
+positions a client asks for, in float32 or bfloat16, as a safetensors body, plus the teacher's lm_head once
+(`GET /distill/v1/head`) and its fingerprint (`GET /distill/v1/info`). With the head on the trainer they give
+the exact full distribution at any temperature: H numbers per token instead of K log-probs.
+
 Temperature: stock vLLM computes prompt log-probs from the raw logits whatever the request's temperature.
 This server honours `prompt_logprobs_temperature` (the name of vLLM's proposed parameter) and falls back to
 1. The client probes for it at start-up, so a server that ignores it fails early instead of training at
@@ -44,7 +49,16 @@ import torch
 
 from distill.losses import LogitHead
 from distill.models import context_length, logit_head
+from distill.teachers.head import head_bytes, head_fingerprint
 from distill.teachers.hidden import backbone_hidden
+from distill.teachers.hidden_payload import (
+    CONTENT_TYPE,
+    DTYPES,
+    PAYLOAD_FORMAT,
+    PAYLOAD_VERSION,
+    check_hidden_request,
+    encode_hidden,
+)
 from distill.teachers.topk import topk_log_probs
 
 logger = logging.getLogger(__name__)
@@ -115,10 +129,13 @@ def padded_slices(prompts: list[list[int]], max_batch_tokens: int) -> list[slice
 
 @dataclass
 class ScoreJob:
+    """prompts, and what to compute for them: key ("topk", k, temperature) or ("hidden", dtype name), with
+    `starts` (the first predicted token of each prompt) for hidden states."""
+
     prompts: list[list[int]]
-    k: int
-    temperature: float
+    key: tuple
     future: asyncio.Future = field(repr=False)
+    starts: list[int] | None = None
 
     @property
     def width(self) -> int:
@@ -135,17 +152,36 @@ class ScoringEngine:
         self.decoded = tokenizer.convert_ids_to_tokens(list(range(self.vocab_size)))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.max_model_len = context_length(model)
+        self.hidden_size = self.head.weight.shape[1]
+        self.head_sha256 = head_fingerprint(self.head)
 
-    @torch.inference_mode()
-    def score(self, prompts: list[list[int]], k: int, temperature: float) -> list[dict]:
-        """One vLLM-shaped choice per prompt: prompt_logprobs and a greedy next token."""
+    def run(self, key: tuple, prompts: list[list[int]], starts: list[int] | None) -> list:
+        """One result per prompt: a vLLM-shaped choice ("topk") or a (len - start, H) tensor ("hidden")."""
+        if key[0] == "hidden":
+            return self.hidden_states(prompts, starts, DTYPES[key[1]])
+        return self.score(prompts, key[1], key[2])
+
+    def _padded(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         attention = torch.zeros_like(input_ids)
         for row, ids in enumerate(prompts):
             input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
             attention[row, : len(ids)] = 1
-        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        return input_ids.to(self.device), attention.to(self.device)
+
+    @torch.inference_mode()
+    def hidden_states(self, prompts: list[list[int]], starts: list[int], dtype: torch.dtype) -> list[torch.Tensor]:
+        """Per prompt, the final hidden states (len - start, H) at positions start-1 .. len-2 (those predicting
+        tokens start .. len-1), on the CPU in `dtype`."""
+        input_ids, attention = self._padded(prompts)
+        hidden = backbone_hidden(self.model, input_ids, attention)
+        return [hidden[row, start - 1 : len(prompt) - 1].to("cpu", dtype) for row, (prompt, start) in enumerate(zip(prompts, starts))]
+
+    @torch.inference_mode()
+    def score(self, prompts: list[list[int]], k: int, temperature: float) -> list[dict]:
+        """One vLLM-shaped choice per prompt: prompt_logprobs and a greedy next token."""
+        input_ids, attention = self._padded(prompts)
         hidden = backbone_hidden(self.model, input_ids, attention)
         # Positions 0..L-2 of each row predict tokens 1..L-1; position L-1 predicts the generated token.
         scored = attention.bool().clone()
@@ -187,9 +223,10 @@ class Batcher:
     def start(self) -> None:
         self.worker = asyncio.get_running_loop().create_task(self._run())
 
-    async def submit(self, prompts: list[list[int]], k: int, temperature: float) -> list[dict]:
+    async def submit(self, prompts: list[list[int]], key: tuple, starts: list[int] | None = None) -> list:
+        """One result per prompt (`ScoringEngine.run`)."""
         future = asyncio.get_running_loop().create_future()
-        await self.queue.put(ScoreJob(prompts, k, temperature, future))
+        await self.queue.put(ScoreJob(prompts, key, future, starts))
         return await future
 
     async def _run(self) -> None:
@@ -203,16 +240,17 @@ class Batcher:
                     break
                 jobs.append(self.queue.get_nowait())
                 rows, width = rows + len(candidate.prompts), max(width, candidate.width)
-            # One forward per (k, temperature): requests in a batch normally share both.
-            groups: dict[tuple[int, float], list[ScoreJob]] = {}
+            # One forward per key ((k, temperature) or the hidden states' dtype): a batch's requests normally share it.
+            groups: dict[tuple, list[ScoreJob]] = {}
             for job in jobs:
-                groups.setdefault((job.k, job.temperature), []).append(job)
-            for (k, temperature), group in groups.items():
+                groups.setdefault(job.key, []).append(job)
+            for key, group in groups.items():
                 prompts = [p for job in group for p in job.prompts]
+                starts = [s for job in group for s in (job.starts or [None] * len(job.prompts))]
                 try:
-                    choices = []
+                    results = []
                     for part in padded_slices(prompts, self.max_batch_tokens):
-                        choices += await asyncio.to_thread(self.engine.score, prompts[part], k, temperature)
+                        results += await asyncio.to_thread(self.engine.run, key, prompts[part], starts[part])
                 except Exception as error:  # answered as a 500 on each request of the batch
                     for job in group:
                         if not job.future.done():
@@ -220,9 +258,7 @@ class Batcher:
                     continue
                 start = 0
                 for job in group:
-                    part = choices[start : start + len(job.prompts)]
-                    for index, choice in enumerate(part):
-                        choice["index"] = index
+                    part = results[start : start + len(job.prompts)]
                     start += len(job.prompts)
                     if not job.future.done():
                         job.future.set_result(part)
@@ -313,7 +349,7 @@ async def read_json(request, max_bytes: int) -> object:
 def build_app(engine: ScoringEngine, model_name: str, max_batch_tokens: int = 16384, limits: ServerLimits | None = None):
     """The FastAPI application (exposed for tests and embedding); `limits` defaults to ServerLimits()."""
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, Response
 
     limits = limits or ServerLimits()
     if not _is_int(max_batch_tokens) or max_batch_tokens < 1:
@@ -372,15 +408,52 @@ def build_app(engine: ScoringEngine, model_name: str, max_batch_tokens: int = 16
         except BadRequest as bad:
             return error(bad.status, str(bad))
         try:
-            choices = await batcher.submit(prompts, k, temperature)
+            choices = await batcher.submit(prompts, ("topk", k, temperature))
         except Exception as failure:  # a model error: the client retries 5xx
             logger.exception("scoring failed")
             return error(500, f"scoring failed: {failure}")
+        for index, choice in enumerate(choices):
+            choice["index"] = index
         tokens = sum(len(p) for p in prompts)
         # JSONResponse serialises with json.dumps directly (FastAPI's generic encoder walks every entry in Python).
         return JSONResponse({"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                              "model": model_name, "choices": choices,
                              "usage": {"prompt_tokens": tokens, "completion_tokens": len(prompts), "total_tokens": tokens + len(prompts)}})
+
+    head_file: list[bytes] = []  # the head's safetensors bytes, made on the first request for them
+
+    @app.get("/distill/v1/info")
+    async def info():
+        return {"format": PAYLOAD_FORMAT, "version": PAYLOAD_VERSION, "model": model_name, "hidden_size": engine.hidden_size,
+                "vocab_size": engine.vocab_size, "head_sha256": engine.head_sha256, "dtypes": sorted(DTYPES),
+                "max_model_len": engine.max_model_len}
+
+    @app.get("/distill/v1/head")
+    async def head():
+        if not head_file:
+            head_file.append(await asyncio.to_thread(head_bytes, engine.head))
+        return Response(head_file[0], media_type=CONTENT_TYPE)
+
+    @app.post("/distill/v1/hidden_states")
+    async def hidden_states(request: Request):
+        try:
+            body = await json_object(request)
+            if body.get("model") not in (None, model_name):
+                raise BadRequest(f"model {body.get('model')!r} is not served here; this server serves {model_name!r}")
+            try:
+                prompts, starts, dtype = check_hidden_request(body, engine.vocab_size, limits.max_prompt_tokens,
+                                                              engine.max_model_len)
+            except ValueError as bad:
+                raise BadRequest(str(bad)) from None
+        except BadRequest as bad:
+            return error(bad.status, str(bad))
+        try:
+            states = await batcher.submit(prompts, ("hidden", dtype), starts)
+        except Exception as failure:
+            logger.exception("hidden states failed")
+            return error(500, f"hidden states failed: {failure}")
+        payload = await asyncio.to_thread(encode_hidden, torch.cat(states), [len(s) for s in states], engine.head_sha256)
+        return Response(payload, media_type=CONTENT_TYPE)
 
     return app
 

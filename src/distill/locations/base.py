@@ -109,8 +109,9 @@ class TeacherLocation:
         """Whether this run's teacher lives here."""
         raise NotImplementedError
 
-    def signal_kind(self, method: Method) -> str | None:
-        """The signal kind (`distill.signals`) it gives `method`'s objective; None: no signal."""
+    def signal_kind(self, method: Method, config) -> str | None:
+        """The signal kind (`distill.signals`) it gives `method`'s objective with this run's `config`; None: no
+        signal."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------------ checks, no model --

@@ -12,16 +12,16 @@ from distill.methods.registry import Method
 class ExternalLocation(TeacherLocation):
     """A teacher apart from the student, chosen by the user for any method whose `teacher` is "external"."""
 
-    def gives(self, method: Method) -> str:
+    def gives(self, method: Method, config) -> str:
         """The signal it gives, in words, for the error that refuses a method that cannot learn from it."""
         return f"the {self.name} teacher"
 
     def validate(self, config, method: Method, sources: frozenset[str]) -> None:
-        kind = self.signal_kind(method)
+        kind = self.signal_kind(method, config)
         accepted = method.objective(config).signals
         if kind not in accepted:
             raise ValueError(f"method {method.name}'s objective takes {sorted(accepted)} teacher signals, and "
-                             f"{self.gives(method)} gives {kind} ones; choose a teacher location the method can learn from")
+                             f"{self.gives(method, config)} gives {kind} ones; choose a teacher location the method can learn from")
         if not self.samples and "teacher" in sources:
             raise ValueError("seq_kd: true needs a teacher that samples, and a server or cache teacher only scores. Set "
                              "seq_kd: false (dataset completions), or cache teacher-written completions with "

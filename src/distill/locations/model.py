@@ -29,10 +29,10 @@ class ModelLocation(ExternalLocation):
     def claims(self, config, method: Method) -> bool:
         return method.teacher == "external"
 
-    def signal_kind(self, method: Method) -> str:
+    def signal_kind(self, method: Method, config) -> str:
         return ALIGNED if method.cross_tokenizer else DENSE
 
-    def gives(self, method: Method) -> str:
+    def gives(self, method: Method, config) -> str:
         return "a teacher model with its own tokenizer" if method.cross_tokenizer else "a teacher model with the student's tokenizer"
 
     def card_teacher(self, record: dict) -> str:

@@ -1,5 +1,6 @@
 """The teacher is a server (`teacher_url`: `distill serve-teacher` or stock vLLM, several routed by
-teacher_id): sparse top-k log-probs over HTTP, scored for the whole step in one concurrent round."""
+teacher_id): sparse top-k log-probs over HTTP, or (`teacher_payload: hidden`, `distill serve-teacher`) the
+teacher's hidden states with its head on the trainer, scored for the whole step in one concurrent round."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import urllib.parse
 
 from distill.locations.base import TeacherRequest, Teachers, location_of
 from distill.locations.routes import parse_routes
-from distill.locations.sparse import SparseLocation
+from distill.locations.sparse import SparseLocation, hidden_payload
 from distill.methods.registry import Method, Reads, get_method
 from distill.teachers.build import (
     check_routes,
+    hidden_server_teacher,
     one_or_routed,
     server_settings,
     server_teacher,
@@ -28,7 +30,10 @@ class ServerLocation(SparseLocation):
             return location_of(config, get_method(config.method)) is self
 
         self.reads = (
-            Reads("a server or cache teacher", ("teacher_logprobs",), here),
+            Reads("a server or cache teacher", ("teacher_payload",), here),
+            Reads("teacher_payload: topk", ("teacher_logprobs",), lambda c: here(c) and not hidden_payload(c)),
+            Reads("teacher_payload: hidden with a server", ("teacher_head", "teacher_hidden_dtype"),
+                  lambda c: here(c) and hidden_payload(c)),
             Reads("teacher_url (a server teacher)", ("teacher_url", "teacher_model_name", "teacher_concurrency",
                                                      "teacher_request_size", "teacher_timeout", "teacher_retries"), here),
         )
@@ -48,9 +53,15 @@ class ServerLocation(SparseLocation):
 
     def build(self, request: TeacherRequest) -> Teachers:
         config = request.config
-        teachers = {tid: server_teacher(server_settings(config, url), request.tokenizer, request.vocab_size,
-                                        request.temperature, request.probe_ids)
-                    for tid, url in parse_routes(config.teacher_url, "teacher_url").items()}
+
+        def one(url: str):
+            settings = server_settings(config, url)
+            if hidden_payload(config):
+                return hidden_server_teacher(settings, request.tokenizer, request.vocab_size, config.teacher_head,
+                                             config.teacher_hidden_dtype)
+            return server_teacher(settings, request.tokenizer, request.vocab_size, request.temperature, request.probe_ids)
+
+        teachers = {tid: one(url) for tid, url in parse_routes(config.teacher_url, "teacher_url").items()}
         teacher = one_or_routed(teachers, request.pad_id)
         check_routes(teacher, request.examples + request.eval_examples)
         return Teachers(teacher, teacher)

@@ -31,7 +31,7 @@ class StudentOnlyLocation(TeacherLocation):
     title = ""  # the model card's title line
     student_origin = "the default model"
 
-    def signal_kind(self, method: Method) -> str | None:
+    def signal_kind(self, method: Method, config) -> str | None:
         return self.signal
 
     def card_title(self, record: dict) -> str:

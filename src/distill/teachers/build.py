@@ -24,6 +24,7 @@ from distill.models import (
 )
 from distill.teachers.cache import prompt_crc
 from distill.teachers.cross_tokenizer import CrossTokenizerTeacher, uld_settings
+from distill.teachers.hidden_server import HiddenStateServerTeacher
 from distill.teachers.local import LocalTeacher
 from distill.teachers.routed import RoutedTeacher
 from distill.teachers.server import ServerSettings, ServerTeacher
@@ -58,6 +59,18 @@ def server_teacher(settings: ServerSettings, tokenizer, vocab_size: int, tempera
     teacher = ServerTeacher(settings, vocab_size)
     teacher.check(tokenizer)
     teacher.check_temperature(temperature, probe_ids)
+    return teacher
+
+
+def hidden_server_teacher(settings: ServerSettings, tokenizer, vocab_size: int, head_path: str | None,
+                          dtype: str) -> HiddenStateServerTeacher:
+    """A hidden-state server teacher checked against the student's tokenizer, with its head loaded and verified."""
+    teacher = HiddenStateServerTeacher(settings, vocab_size, dtype)
+    try:
+        teacher.check(tokenizer, head_path)
+    except BaseException:
+        teacher.close()
+        raise
     return teacher
 
 

@@ -101,8 +101,9 @@ class CompletionsClient:
             response = connection.getresponse()
         return response, response.read()
 
-    def request(self, method: str, path: str, payload: dict | None = None, parse=lambda body: body) -> object:
-        """Send one request, retrying transient failures; `parse(decoded_json)` may raise MalformedResponse."""
+    def request(self, method: str, path: str, payload: dict | None = None, parse=lambda body: body, binary: bool = False) -> object:
+        """Send one request, retrying transient failures; `parse(decoded_json)` (the raw body when `binary`) may
+        raise MalformedResponse. A 4xx answer raises TeacherServerError at once, its `status` set."""
         attempts = self.settings.retries + 1
         last = "no attempt"
         for attempt in range(attempts):
@@ -115,12 +116,16 @@ class CompletionsClient:
                 last = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
                 continue
             if 400 <= response.status < 500:
-                raise TeacherServerError(f"teacher server {self.settings.url} refused {path} ({response.status}): "
-                                         f"{raw[:500].decode(errors='replace')}")
+                refused = TeacherServerError(f"teacher server {self.settings.url} refused {path} ({response.status}): "
+                                             f"{raw[:500].decode(errors='replace')}")
+                refused.status = response.status
+                raise refused
             if response.status >= 500:
                 last = f"HTTP {response.status}: {raw[:200].decode(errors='replace')}"
                 continue
             try:
+                if binary:
+                    return parse(raw)
                 decoded = json.loads(raw) if raw.strip() else None  # vLLM's /health answers with an empty body
                 return parse(decoded)
             except (ValueError, MalformedResponse) as error:
@@ -193,19 +198,8 @@ class ServerTeacher:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     def check(self, tokenizer) -> None:
-        """At set-up: the server answers, shares the student's tokenizer, and honours the loss temperature."""
-        self.client.request("GET", "/health")
-        if self.model_name is None:  # older vLLM versions require `model`: take the server's (first) model
-            self.model_name = self.client.request(
-                "GET", "/v1/models", parse=lambda b: b["data"][0]["id"] if isinstance(b, dict) and b.get("data") else _bad("data"))
-        probe = ("The quick brown fox explains photosynthesis, gravity and the largest planet in 12345 words; "
-                 "Größe, café, naïve, 東京, ありがとう, 🙂 <|im_end|>\n<|im_start|>assistant\n")
-        served = self.client.request("POST", "/tokenize", {"prompt": probe, "add_special_tokens": False, **self._model()},
-                                     parse=lambda b: b["tokens"] if isinstance(b, dict) and isinstance(b.get("tokens"), list) else _bad("tokens"))
-        local = tokenizer(probe, add_special_tokens=False)["input_ids"]
-        if served != local:
-            raise ValueError(f"teacher_url: the server's tokenizer differs from the student's (probe {probe!r}: server {served}, "
-                             f"student {local}); a server teacher needs the same tokenizer (cross-tokenizer: method gold)")
+        """At set-up: the server answers and shares the student's tokenizer (the temperature: `check_temperature`)."""
+        self.model_name = check_server(self.client, tokenizer, self.model_name)
 
     def check_temperature(self, temperature: float, probe_ids: list[int]) -> None:
         """A server that ignores `prompt_logprobs_temperature` (stock vLLM) would train at T=1 silently."""
@@ -242,16 +236,11 @@ class ServerTeacher:
 
     def score_many(self, batches: list[MicroBatch], temperature: float) -> list[SparseSignal]:
         """All micro-batches of a step in one concurrent round of requests; one signal per micro-batch."""
-        prompts, starts = [], []
-        for batch in batches:
-            for completion in batch.completions:
-                if completion.completion_ids:  # an empty completion has no position to score
-                    prompts.append(completion.prompt_ids + completion.completion_ids)
-                    starts.append(len(completion.prompt_ids))
+        prompts, starts = completion_prompts(batches)
         results = iter(self.prompt_logprobs(prompts, starts, temperature) if prompts else [])
         k, signals = self.settings.top_k, []
         for batch in batches:
-            parts = [next(results) for c in batch.completions if c.completion_ids]
+            parts = [next(results) for c in batch.completions if len(c.loss_span())]
             ids = torch.cat([r.ids for r in parts]) if parts else torch.empty(0, k, dtype=torch.long)
             lps = torch.cat([r.log_probs for r in parts]) if parts else torch.empty(0, k)
             target = torch.cat([r.target_log_probs for r in parts]) if parts else torch.empty(0)
@@ -259,6 +248,39 @@ class ServerTeacher:
                 raise TeacherServerError(f"the server scored {ids.shape[0]} positions for {batch.num_completion_tokens} completion tokens")
             signals.append(SparseSignal(ids, lps, target, None, temperature))
         return signals
+
+
+def check_server(client: CompletionsClient, tokenizer, model_name: str | None) -> str | None:
+    """The server answers and tokenizes a probe as the student's tokenizer does; returns the model name to send
+    (the server's first model when `model_name` is None: older vLLM versions require one)."""
+    client.request("GET", "/health")
+    if model_name is None:
+        model_name = client.request(
+            "GET", "/v1/models", parse=lambda b: b["data"][0]["id"] if isinstance(b, dict) and b.get("data") else _bad("data"))
+    probe = ("The quick brown fox explains photosynthesis, gravity and the largest planet in 12345 words; "
+             "Größe, café, naïve, 東京, ありがとう, 🙂 <|im_end|>\n<|im_start|>assistant\n")
+    named = {"model": model_name} if model_name else {}
+    served = client.request("POST", "/tokenize", {"prompt": probe, "add_special_tokens": False, **named},
+                            parse=lambda b: b["tokens"] if isinstance(b, dict) and isinstance(b.get("tokens"), list) else _bad("tokens"))
+    local = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    if served != local:
+        raise ValueError(f"teacher_url: the server's tokenizer differs from the student's (probe {probe!r}: server {served}, "
+                         f"student {local}); a server teacher needs the same tokenizer (cross-tokenizer: method gold)")
+    return model_name
+
+
+def completion_prompts(batches: list[MicroBatch]) -> tuple[list[list[int]], list[int]]:
+    """Every completion of `batches` with tokens trained on, as (prompt + completion ids, index of its first
+    trained token), in the row-major order of the micro-batches' completion positions (`MicroBatch`: the
+    tokens of `Completion.loss_span`; a completion with none has nothing to score)."""
+    prompts, starts = [], []
+    for batch in batches:
+        for completion in batch.completions:
+            span = completion.loss_span()
+            if len(span):
+                prompts.append(completion.prompt_ids + completion.completion_ids)
+                starts.append(len(completion.prompt_ids) + span.start)
+    return prompts, starts
 
 
 def _bad(what: str):
