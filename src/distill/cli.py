@@ -182,18 +182,25 @@ def cmd_serve_teacher(argv: list[str]) -> int:
 
 def cmd_cache_teacher(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="distill cache-teacher",
-                                     description="Precompute a teacher's top-K log-probs of a dataset's completions to disk.")
+                                     description="Precompute a teacher's top-K log-probs (or its hidden states) of a dataset's "
+                                     "completions to disk.")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--teacher", help="a local teacher model (directory, .gguf, hub id, smollm2-135m-instruct)")
     source.add_argument("--teacher-url", help="a teacher server (vLLM or `distill serve-teacher`)")
     parser.add_argument("--tokenizer", help="with --teacher-url: the (shared) tokenizer, e.g. the student's directory")
     parser.add_argument("--dataset", required=True, help="dataset (same forms as the `dataset` config field)")
     parser.add_argument("--split", default="train")
-    parser.add_argument("--top-k", type=int, required=True, help="K: log-probs kept per token")
+    parser.add_argument("--top-k", type=int, default=None, help="K: log-probs kept per token (the top-k payload)")
+    parser.add_argument("--payload", choices=("topk", "hidden"), default="topk",
+                        help="topk: K log-probs, the token's and a tail per token; hidden: the teacher's final hidden states "
+                        "and its lm_head (train with teacher_payload: hidden: the exact distribution at any temperature)")
+    parser.add_argument("--hidden-dtype", choices=("float32", "bfloat16", "int8"), default="float32",
+                        help="with --payload hidden: how the states are stored (4H, 2H or H + 4 bytes per token)")
     parser.add_argument("--out", required=True, help="cache directory (re-running resumes it)")
     parser.add_argument("--overwrite", action="store_true", help="rebuild --out from scratch: deletes only the cache's own "
                         "files (manifest.json, shard-NNNNN.safetensors, their temporary files), never other files")
-    parser.add_argument("--temperature", type=float, default=1.0, help="loss temperature the log-probs are computed at")
+    parser.add_argument("--temperature", type=float, default=None, help="loss temperature the log-probs are computed at "
+                        "(default 1; not with --payload hidden)")
     parser.add_argument("--generate", action="store_true", help="the teacher writes the completions (sequence-level KD)")
     parser.add_argument("--sampling-temperature", type=float, default=1.0, help="with --generate: sampling temperature")
     parser.add_argument("--max-new-tokens", type=int, default=48)
@@ -209,10 +216,11 @@ def cmd_cache_teacher(argv: list[str]) -> int:
     job = CacheJob(args.teacher, args.teacher_url, args.tokenizer, args.dataset, args.split, args.top_k, args.out,
                    args.temperature, args.generate, args.max_new_tokens, args.max_prompt_length, args.shard_size,
                    args.batch_size, args.seed, args.sampling_temperature, args.device, not args.no_progress,
-                   overwrite=args.overwrite)
+                   overwrite=args.overwrite, payload=args.payload, hidden_dtype=args.hidden_dtype)
     manifest = run_cache_teacher(job)
+    kind = f"K={manifest['top_k']}" if args.payload == "topk" else f"hidden states in {args.hidden_dtype}, H={manifest['hidden_size']}"
     print(f"{args.out}: {manifest['num_examples']} examples, {manifest['tokens']} tokens, "
-          f"{manifest['bytes_per_token']:.1f} bytes/token on disk ({manifest['token_bytes_per_token']:.0f} in per-token arrays; K={manifest['top_k']})")
+          f"{manifest['bytes_per_token']:.1f} bytes/token on disk ({manifest['token_bytes_per_token']:.0f} in per-token arrays; {kind})")
     return 0
 
 

@@ -1,4 +1,5 @@
-"""`distill cache-teacher`: run a teacher over a dataset once and store its sparse log-probs on disk.
+"""`distill cache-teacher`: run a teacher over a dataset once and store its sparse log-probs on disk, or
+(`--payload hidden`) its final hidden states and its lm_head, in float32, bfloat16 or int8 (`--hidden-dtype`).
 
 The completions scored are the dataset's own, or, with `--generate`, ones the teacher samples (seeded per
 shard, so a resumed run samples the same ones). The format is documented in `distill.teachers.cache`.
@@ -27,10 +28,12 @@ from distill.runtime import eval_device
 from distill.signals import DenseSignal, SparseSignal
 from distill.teachers.cache import (
     FORMAT,
+    HIDDEN_ARRAYS,
     MANIFEST,
     ONLY_CACHE_FILES,
     SETTING_KEYS,
     VERSION,
+    HiddenShardRecords,
     ShardRecords,
     cache_files,
     id_bytes_for,
@@ -38,9 +41,11 @@ from distill.teachers.cache import (
     sha256_file,
     shard_name,
     tokenizer_hash,
+    write_head,
     write_manifest,
     write_shard,
 )
+from distill.teachers.head import head_fingerprint
 from distill.teachers.hidden import completion_targets
 from distill.teachers.topk import TopK, topk_log_probs
 
@@ -52,9 +57,9 @@ class CacheJob:
     tokenizer: str | None
     dataset: str
     split: str
-    top_k: int
+    top_k: int | None
     out: str
-    temperature: float = 1.0
+    temperature: float | None = 1.0
     generate: bool = False
     max_new_tokens: int = 48
     max_prompt_length: int = 256
@@ -65,6 +70,8 @@ class CacheJob:
     device: str = "auto"
     progress: bool = True
     overwrite: bool = False
+    payload: str = "topk"
+    hidden_dtype: str = "float32"
 
 
 def sparse_top_k(signal, batch, k: int, temperature: float) -> TopK:
@@ -96,10 +103,12 @@ def _open_teacher(job: CacheJob, device: torch.device):
         resolve_model_source,
     )
 
-    method = get_method("gkd")  # a same-tokenizer method: the cache holds the teacher's own top-k
+    method = get_method("gkd")  # a same-tokenizer method: the cache holds the teacher's own top-k or hidden states
+    remote = {} if job.teacher_url is None else (
+        {"teacher_payload": "hidden"} if job.payload == "hidden" else {"teacher_logprobs": job.top_k})
     config = DistillConfig(method=method.name, teacher=job.teacher or DEFAULT_TEACHER, teacher_url=job.teacher_url,
-                           teacher_logprobs=job.top_k, temperature=job.temperature,
-                           max_prompt_length=job.max_prompt_length, max_new_tokens=job.max_new_tokens)
+                           temperature=job.temperature or 1.0, max_prompt_length=job.max_prompt_length,
+                           max_new_tokens=job.max_new_tokens, **remote)
     location = location_of(config, method)
     if job.generate and not location.samples:
         raise ValueError(f"--generate needs a local --teacher model: a {location.name} teacher only scores")
@@ -115,7 +124,7 @@ def _open_teacher(job: CacheJob, device: torch.device):
     probe = tokenizer("The quick brown fox jumps over the lazy dog.", add_special_tokens=False)["input_ids"]
     teacher = location.build(TeacherRequest(
         config, method, CACHE, tokenizer, len(tokenizer), eos_token_ids(tokenizer, model), tokenizer.pad_token_id, device,
-        probe_ids=probe, temperature=job.temperature, teacher_model=model, teacher_tokenizer=tokenizer)).train
+        probe_ids=probe, temperature=config.temperature, teacher_model=model, teacher_tokenizer=tokenizer)).train
     return teacher, tokenizer, job.teacher_url or job.teacher
 
 
@@ -123,8 +132,9 @@ def run_cache_teacher(job: CacheJob) -> dict:
     """Write (or finish) the cache; returns the manifest."""
     if (job.teacher is None) == (job.teacher_url is None):
         raise ValueError("give exactly one of --teacher MODEL and --teacher-url URL")
-    if job.top_k < 1 or job.shard_size < 1 or job.batch_size < 1 or not job.temperature > 0:
-        raise ValueError("--top-k, --shard-size and --batch-size must be >= 1 and --temperature > 0")
+    _check_payload(job)
+    if job.shard_size < 1 or job.batch_size < 1:
+        raise ValueError("--shard-size and --batch-size must be >= 1")
     out = Path(job.out)
     _check_out(out, job.overwrite)
     examples = examples_from_dataset(load_dataset_spec(job.dataset, job.split, "dataset"), "dataset")
@@ -140,12 +150,17 @@ def run_cache_teacher(job: CacheJob) -> dict:
     eos_ids = eos_token_ids(tokenizer, getattr(teacher, "model", None))
     encoder = PromptEncoder(tokenizer, job.max_prompt_length, job.max_new_tokens, eos_ids)
     vocab = len(tokenizer)
+    head = teacher.head if job.payload == "hidden" else None
     settings = {"teacher": teacher_name, "tokenizer_hash": tokenizer_hash(tokenizer), "vocab_size": vocab, "top_k": job.top_k,
                 "temperature": job.temperature, "max_prompt_length": job.max_prompt_length, "max_new_tokens": job.max_new_tokens,
                 "completions": f"generated (temperature {job.sampling_temperature})" if job.generate else "dataset",
                 "dataset": str(job.dataset), "split": job.split, "shard_size": job.shard_size, "num_examples": len(examples),
-                "seed": job.seed}
+                "seed": job.seed, "payload": job.payload,
+                "hidden_dtype": job.hidden_dtype if head is not None else None,
+                "head_sha256": head_fingerprint(head) if head is not None else None}
     manifest = {"format": FORMAT, "version": VERSION, **settings, "id_bytes": id_bytes_for(vocab), "shards": [], "complete": False}
+    if head is not None:
+        manifest["hidden_size"] = head.weight.shape[1]
     if job.overwrite:
         if out.is_dir():
             _check_out(out, True)  # again, just before deleting: the teacher took a while to load
@@ -155,7 +170,7 @@ def run_cache_teacher(job: CacheJob) -> dict:
         import json
 
         existing = json.loads((out / MANIFEST).read_text())
-        differing = [k for k in SETTING_KEYS if existing.get(k) != settings[k]]
+        differing = [k for k in SETTING_KEYS if existing.get(k, "topk" if k == "payload" else None) != settings[k]]
         if differing:
             shown = ", ".join(f"{k}: {existing.get(k)!r} vs {settings[k]!r}" for k in differing)
             raise ValueError(f"--out {out} holds a cache made with other settings ({shown}); re-run with the same settings "
@@ -164,6 +179,9 @@ def run_cache_teacher(job: CacheJob) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     if not (out / MANIFEST).is_file():
         write_manifest(out, manifest)  # before the first shard: a run interrupted inside it still resumes
+    if head is not None:
+        manifest["head"] = write_head(out, head)
+        write_manifest(out, manifest)
 
     num_shards = math.ceil(len(examples) / job.shard_size)
     done = {s["file"]: s for s in manifest["shards"] if (out / s["file"]).is_file() and sha256_file(out / s["file"]) == s["sha256"]}
@@ -180,7 +198,8 @@ def run_cache_teacher(job: CacheJob) -> dict:
             entries.append(done[name])
         else:
             records = _score_shard(job, shard, part, teacher, encoder, tokenizer.pad_token_id, eos_ids)
-            entries.append(write_shard(out, shard, records, manifest["id_bytes"], job.top_k))
+            hidden = (job.hidden_dtype, head.weight.shape[1]) if head is not None else None
+            entries.append(write_shard(out, shard, records, manifest["id_bytes"], job.top_k, hidden))
             manifest["shards"] = sorted(entries + [s for s in manifest["shards"] if s["file"] not in {e["file"] for e in entries}],
                                         key=lambda s: s["file"])
             write_manifest(out, manifest)
@@ -198,6 +217,27 @@ def run_cache_teacher(job: CacheJob) -> dict:
     return manifest
 
 
+
+
+def _check_payload(job: CacheJob) -> None:
+    """--top-k and --temperature belong to a top-k cache; hidden states hold neither (the loss applies any)."""
+    if job.payload not in ("topk", "hidden"):
+        raise ValueError(f"--payload must be topk or hidden, got {job.payload!r}")
+    if job.payload == "hidden":
+        if job.top_k is not None or job.temperature is not None:
+            raise ValueError("--top-k and --temperature: a hidden-state cache keeps the teacher's hidden states and head, "
+                             "which give the full distribution at any temperature; drop them")
+        if job.hidden_dtype not in HIDDEN_ARRAYS:
+            raise ValueError(f"--hidden-dtype must be one of {sorted(HIDDEN_ARRAYS)}, got {job.hidden_dtype!r}")
+        return
+    if job.hidden_dtype != "float32":
+        raise ValueError("--hidden-dtype is read with --payload hidden only")
+    if job.top_k is None or job.top_k < 1:
+        raise ValueError("--top-k K (>= 1): the log-probs kept per token (or --payload hidden)")
+    if job.temperature is None:
+        job.temperature = 1.0
+    if not job.temperature > 0:
+        raise ValueError("--temperature must be > 0")
 
 
 def _check_out(out: Path, overwrite: bool) -> None:
@@ -230,13 +270,22 @@ def _score_shard(job: CacheJob, shard: int, examples, teacher, encoder: PromptEn
             completions = [ids for ids, _ in teacher.generate(prompts, sampling, job.batch_size, seeds=seeds)]
     else:
         completions = [encoder.completion_ids(e.completion) for e in examples]
-    records = ShardRecords.empty()
+    records = ShardRecords.empty() if job.payload == "topk" else HiddenShardRecords.empty()
     for start in range(0, len(examples), job.batch_size):
         rows = [Completion(p, c, "cache", example=e) for p, c, e in
                 zip(prompts[start : start + job.batch_size], completions[start : start + job.batch_size], examples[start : start + job.batch_size])]
         batch = collate(rows, "cache", pad_id)
         device = getattr(teacher, "device", torch.device("cpu"))
-        top = sparse_top_k(teacher.score(batch.to(device), job.temperature), batch, job.top_k, job.temperature)
+        signal = teacher.score(batch.to(device), job.temperature or 1.0)
+        if job.payload == "hidden":
+            position = 0
+            for row in rows:
+                n = len(row.completion_ids)
+                records.add(row.example.index, prompt_crc(row.prompt_ids), np.asarray(row.completion_ids, dtype=np.int64),
+                            signal.hidden[position : position + n])
+                position += n
+            continue
+        top = sparse_top_k(signal, batch, job.top_k, job.temperature)
         position = 0
         for row in rows:
             n = len(row.completion_ids)

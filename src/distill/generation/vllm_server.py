@@ -38,7 +38,13 @@ import torch
 from torch import nn
 
 from distill.generation.engine import SamplingParams, register_engine
-from distill.generation.weights import check_decodable, checkpoint_weights, config_of, padded, weights_fingerprint
+from distill.generation.weights import (
+    check_decodable,
+    checkpoint_weights,
+    config_of,
+    padded,
+    weights_fingerprint,
+)
 
 logger = logging.getLogger("distill.rollout")
 

@@ -1,5 +1,6 @@
 """The teacher is a cache on disk (`teacher_cache`: `distill cache-teacher` output, several routed by
-teacher_id): sparse top-k log-probs of the completions it holds, which replace the dataset's own. It
+teacher_id): sparse top-k log-probs of the completions it holds, or (`teacher_payload: hidden`) the teacher's
+hidden states and head, which give the exact full distribution; its completions replace the dataset's own. It
 cannot score new samples, so every micro-batch must use its completions and nothing evaluates against it."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 from distill.locations.base import TeacherRequest, Teachers, location_of
 from distill.locations.external import NOT_EVALUABLE
 from distill.locations.routes import parse_routes
-from distill.locations.sparse import SparseLocation
+from distill.locations.sparse import SparseLocation, hidden_payload
 from distill.methods.registry import Method, Reads, get_method
 from distill.teachers.build import check_routes, one_or_routed, use_cached_completions
 from distill.teachers.cache import TeacherCache
@@ -25,7 +26,8 @@ class CacheLocation(SparseLocation):
         def here(config) -> bool:
             return location_of(config, get_method(config.method)) is self
 
-        self.reads = (Reads("a server or cache teacher", ("teacher_logprobs",), here),
+        self.reads = (Reads("a server or cache teacher", ("teacher_payload",), here),
+                      Reads("teacher_payload: topk", ("teacher_logprobs",), lambda c: here(c) and not hidden_payload(c)),
                       Reads("teacher_cache", ("teacher_cache",), here))
 
     def claims(self, config, method: Method) -> bool:
@@ -55,7 +57,10 @@ class CacheLocation(SparseLocation):
         for tid, directory in parse_routes(config.teacher_cache, "teacher_cache").items():
             cache = TeacherCache(directory)
             cache.check_run(request.tokenizer, config.teacher_logprobs, config.temperature, config.max_prompt_length,
-                            config.max_new_tokens)
+                            config.max_new_tokens, config.teacher_payload)
+            if cache.head is not None and cache.head.vocab_size != request.vocab_size:
+                raise ValueError(f"teacher_cache {directory}: its teacher head has {cache.head.vocab_size} rows, the student's "
+                                 f"vocabulary {request.vocab_size}")
             teachers[tid] = OfflineTeacher(cache)
         teacher = one_or_routed(teachers, request.pad_id)
         check_routes(teacher, request.examples + request.eval_examples)

@@ -20,6 +20,19 @@ T completion tokens in total:
     token_logprobs  (T,)      float16  the log-prob of the completion token itself
     tail_logprobs   (T,)      float16  log of the mass outside top-K and the completion token
 
+A cache of the hidden-state payload (`cache-teacher --payload hidden`, manifest `payload: "hidden"`) holds
+instead of the four top-k arrays the teacher's final hidden states at each completion token's predicting
+position, in the manifest's `hidden_dtype`, and the teacher's lm_head once (`head.safetensors`, float32,
+`distill.teachers.head`), whose fingerprint the manifest records (`head_sha256`) and the reader verifies:
+
+    hidden          (T, H)    float32  (hidden_dtype float32: exact)
+    hidden_bf16     (T, H)    int16    (bfloat16: the states' bfloat16 bits, 2H bytes per token)
+    hidden_int8     (T, H)    int8     (int8: round(h / s) with s = max |h| / 127 per token,
+    hidden_scale    (T,)      float32   H + 4 bytes per token)
+
+Hidden states hold no temperature: the loss applies the run's, exactly, so such a cache serves any
+temperature and any K. The manifest's `top_k` and `temperature` are null.
+
 `id_bytes` is 2 when the vocabulary fits in 16 bits, else 3 (24 bits; 16.7M ids). Per token that is
 K (b + 2) + b + 4 bytes: 4K + 6 with b = 2 (86 bytes at K = 20), 5K + 7 with b = 3, within 6K + 4 for
 every K >= 3. Each file adds a small header and 16 bytes per example (ids, offsets, prompt CRC);
@@ -31,8 +44,8 @@ interrupted `cache-teacher` resumes by skipping shards whose checksum matches; a
 match its checksum is detected when the cache is opened (and rewritten by re-running `cache-teacher`).
 
 The cache's own files, the only ones `cache-teacher --overwrite` deletes (`cache_files`): manifest.json of this
-format, shard-NNNNN.safetensors files holding exactly the arrays above, and the temporary files
-.manifest.json.tmp and .shard-NNNNN.safetensors.tmp. A file with one of these names but other contents (a
+format, shard-NNNNN.safetensors files holding exactly the arrays above (of one payload), head.safetensors holding a
+teacher head, and the temporary files .manifest.json.tmp, .shard-NNNNN.safetensors.tmp and .head.safetensors.tmp. A file with one of these names but other contents (a
 user's manifest.json, say) is never deleted: it stops `--overwrite` with its name instead.
 """
 
@@ -52,13 +65,17 @@ import torch
 FORMAT = "distill-teacher-cache"
 VERSION = 1
 MANIFEST = "manifest.json"
-SHARD_ARRAYS = frozenset(("example_ids", "prompt_crc", "offsets", "tokens", "topk_ids", "topk_logprobs", "token_logprobs",
-                          "tail_logprobs"))
+HEAD_FILE = "head.safetensors"
+EXAMPLE_ARRAYS = ("example_ids", "prompt_crc", "offsets", "tokens")
+TOPK_ARRAYS = ("topk_ids", "topk_logprobs", "token_logprobs", "tail_logprobs")
+HIDDEN_ARRAYS = {"float32": ("hidden",), "bfloat16": ("hidden_bf16",), "int8": ("hidden_int8", "hidden_scale")}
+SHARD_ARRAYS = frozenset((*EXAMPLE_ARRAYS, *TOPK_ARRAYS))
+SHARD_ARRAY_SETS = (SHARD_ARRAYS, *(frozenset((*EXAMPLE_ARRAYS, *names)) for names in HIDDEN_ARRAYS.values()))
 _SHARD_NAME = re.compile(r"shard-\d{5,}\.safetensors")
-_TEMPORARY_NAME = re.compile(r"\.(shard-\d{5,}\.safetensors|manifest\.json)\.tmp")
+_TEMPORARY_NAME = re.compile(r"\.(shard-\d{5,}\.safetensors|manifest\.json|head\.safetensors)\.tmp")
 # Settings that must agree between a cache and the run (or the cache-teacher re-run) that uses it.
 SETTING_KEYS = ("teacher", "tokenizer_hash", "vocab_size", "top_k", "temperature", "max_prompt_length", "max_new_tokens",
-                "completions", "dataset", "split", "shard_size", "num_examples", "seed")
+                "completions", "dataset", "split", "shard_size", "num_examples", "seed", "payload", "hidden_dtype", "head_sha256")
 
 
 def tokenizer_hash(tokenizer) -> str:
@@ -111,8 +128,21 @@ def is_cache_shard(path: Path) -> bool:
 
     try:
         with safe_open(str(path), framework="numpy") as handle:
-            return set(handle.keys()) == SHARD_ARRAYS
+            return set(handle.keys()) in SHARD_ARRAY_SETS
     except (SafetensorError, OSError, ValueError):  # not safetensors at all, or unreadable
+        return False
+
+
+def is_cache_head(path: Path) -> bool:
+    """A safetensors file holding a teacher head (`distill.teachers.head`, checked from its header)."""
+    from safetensors import SafetensorError, safe_open
+
+    from distill.teachers.head import HEAD_FORMAT
+
+    try:
+        with safe_open(str(path), framework="numpy") as handle:
+            return (handle.metadata() or {}).get("format") == HEAD_FORMAT
+    except (SafetensorError, OSError, ValueError):
         return False
 
 
@@ -144,6 +174,8 @@ def cache_files(directory: Path) -> tuple[list[Path], list[Path]]:
         elif _SHARD_NAME.fullmatch(name):
             (own if path.is_file() and ((name in listed and _starts_like_safetensors(path)) or is_cache_shard(path))
              else foreign).append(path)
+        elif name == HEAD_FILE:
+            (own if path.is_file() and is_cache_head(path) else foreign).append(path)
         elif _TEMPORARY_NAME.fullmatch(name):
             (own if path.is_file() else foreign).append(path)
     return own, foreign
@@ -167,6 +199,15 @@ class CachedExample:
     topk_logprobs: torch.Tensor
     token_logprobs: torch.Tensor
     tail_logprobs: torch.Tensor
+    prompt_crc: int
+
+
+@dataclass
+class CachedHidden:
+    """One example of a hidden-payload cache: tokens (L,) long; hidden (L, H) float32 (dequantised)."""
+
+    tokens: torch.Tensor
+    hidden: torch.Tensor
     prompt_crc: int
 
 
@@ -208,20 +249,84 @@ class ShardRecords:
         }
 
 
-def write_shard(directory: Path, index: int, records: ShardRecords, id_bytes: int, k: int) -> dict:
-    """Write shard `index` atomically; returns its manifest entry."""
+def quantize_hidden(hidden: torch.Tensor, dtype: str) -> dict[str, np.ndarray]:
+    """A shard's hidden-state arrays for (T, H) float32 states in `dtype` (module docstring)."""
+    hidden = hidden.detach().to("cpu", torch.float32).contiguous()
+    if dtype == "float32":
+        return {"hidden": hidden.numpy()}
+    if dtype == "bfloat16":
+        return {"hidden_bf16": hidden.to(torch.bfloat16).view(torch.int16).numpy()}
+    if dtype == "int8":
+        scale = hidden.abs().amax(dim=1) / 127.0
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+        return {"hidden_int8": (hidden / scale[:, None]).round().clamp(-127, 127).to(torch.int8).numpy(),
+                "hidden_scale": scale.numpy()}
+    raise ValueError(f"hidden dtype must be one of {sorted(HIDDEN_ARRAYS)}, got {dtype!r}")
+
+
+def dequantize_hidden(arrays: dict[str, np.ndarray], dtype: str) -> torch.Tensor:
+    """(T, H) float32 from `quantize_hidden`'s arrays."""
+    if dtype == "float32":
+        return torch.from_numpy(np.ascontiguousarray(arrays["hidden"], dtype=np.float32))
+    if dtype == "bfloat16":
+        return torch.from_numpy(np.ascontiguousarray(arrays["hidden_bf16"])).view(torch.bfloat16).float()
+    scale = torch.from_numpy(np.ascontiguousarray(arrays["hidden_scale"], dtype=np.float32))
+    return torch.from_numpy(np.ascontiguousarray(arrays["hidden_int8"])).float() * scale[:, None]
+
+
+@dataclass
+class HiddenShardRecords:
+    """What a hidden-payload shard writer collects: per example its id, prompt CRC, tokens (L,) and states (L, H)."""
+
+    example_ids: list[int]
+    prompt_crcs: list[int]
+    tokens: list[np.ndarray]
+    hidden: list[torch.Tensor]
+
+    @classmethod
+    def empty(cls) -> "HiddenShardRecords":
+        return cls([], [], [], [])
+
+    def add(self, example_id: int, crc: int, tokens, hidden: torch.Tensor) -> None:
+        self.example_ids.append(example_id)
+        self.prompt_crcs.append(crc)
+        self.tokens.append(np.asarray(tokens))
+        self.hidden.append(hidden.detach().to("cpu", torch.float32))
+
+    def arrays(self, id_bytes: int, dtype: str, hidden_size: int) -> dict[str, np.ndarray]:
+        lengths = [len(t) for t in self.tokens]
+        tokens = np.concatenate(self.tokens).astype(np.int64) if self.tokens else np.zeros((0,), np.int64)
+        states = torch.cat(self.hidden) if self.hidden else torch.zeros(0, hidden_size)
+        return {"example_ids": np.asarray(self.example_ids, dtype=np.int64), "prompt_crc": np.asarray(self.prompt_crcs, dtype=np.int64),
+                "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), "tokens": pack_ids(tokens, id_bytes),
+                **quantize_hidden(states, dtype)}
+
+
+def write_shard(directory: Path, index: int, records: ShardRecords | HiddenShardRecords, id_bytes: int, k: int | None,
+                hidden: tuple[str, int] | None = None) -> dict:
+    """Write shard `index` atomically; returns its manifest entry. `hidden`: (dtype, H) for a hidden-payload shard."""
     from safetensors.numpy import save_file
 
     name = shard_name(index)
-    arrays = records.arrays(id_bytes, k)
+    arrays = records.arrays(id_bytes, *hidden) if hidden is not None else records.arrays(id_bytes, k)
     temporary = directory / f".{name}.tmp"
     save_file(arrays, str(temporary))
     os.replace(temporary, directory / name)
-    per_token = ("tokens", "topk_ids", "topk_logprobs", "token_logprobs", "tail_logprobs")
+    per_token = [n for n in arrays if n not in ("example_ids", "prompt_crc", "offsets")]
     return {"file": name, "first": int(records.example_ids[0]) if records.example_ids else None,
             "examples": len(records.example_ids), "tokens": int(arrays["offsets"][-1]),
             "token_bytes": int(sum(arrays[n].nbytes for n in per_token)),
             "bytes": (directory / name).stat().st_size, "sha256": sha256_file(directory / name)}
+
+
+def write_head(directory: Path, head) -> dict:
+    """The teacher head of a hidden-payload cache, written atomically; returns its manifest entry."""
+    from distill.teachers.head import head_bytes
+
+    temporary = directory / f".{HEAD_FILE}.tmp"
+    temporary.write_bytes(head_bytes(head))
+    os.replace(temporary, directory / HEAD_FILE)
+    return {"file": HEAD_FILE, "bytes": (directory / HEAD_FILE).stat().st_size, "sha256": sha256_file(directory / HEAD_FILE)}
 
 
 def write_manifest(directory: Path, manifest: dict) -> None:
@@ -287,6 +392,25 @@ class TeacherCache:
             self._index.append({name: handle.get_tensor(name) for name in ("example_ids", "offsets", "prompt_crc")})
             for local, example_id in enumerate(self._index[number]["example_ids"].tolist()):
                 self.location[example_id] = (number, local)
+        self.head = self._read_head() if self.payload == "hidden" else None
+
+    @property
+    def payload(self) -> str:
+        """"topk" (sparse log-probs) or "hidden" (final hidden states and the teacher's head)."""
+        return self.manifest.get("payload", "topk")
+
+    def _read_head(self):
+        from distill.teachers.head import head_fingerprint, head_from_bytes
+
+        path = self.directory / HEAD_FILE
+        if not path.is_file():
+            raise ValueError(f"teacher_cache: {path} is missing (a hidden-payload cache holds the teacher's head); re-run "
+                             "the same `distill cache-teacher` command to rewrite it")
+        head = head_from_bytes(path.read_bytes(), f"teacher_cache: {path}")
+        if head_fingerprint(head) != self.manifest.get("head_sha256"):
+            raise ValueError(f"teacher_cache: {path} is not the head of the teacher that wrote the cache's hidden states "
+                             "(fingerprint mismatch); re-run the same `distill cache-teacher` command with --overwrite")
+        return head
 
     @property
     def top_k(self) -> int:
@@ -306,23 +430,34 @@ class TeacherCache:
     def __contains__(self, example_id: int) -> bool:
         return example_id in self.location
 
-    def get(self, example_id: int) -> CachedExample:
+    def get(self, example_id: int) -> CachedExample | CachedHidden:
         if example_id not in self.location:
             raise KeyError(f"teacher_cache {self.directory} has no example {example_id}")
         number, local = self.location[example_id]
         index, handle = self._index[number], self._handle(number)
         lo, hi = int(index["offsets"][local]), int(index["offsets"][local + 1])
         rows = lambda name: handle.get_slice(name)[lo:hi]  # noqa: E731
+        if self.payload == "hidden":
+            dtype = self.manifest["hidden_dtype"]
+            hidden = dequantize_hidden({name: rows(name) for name in HIDDEN_ARRAYS[dtype]}, dtype)
+            return CachedHidden(torch.from_numpy(unpack_ids(rows("tokens"))), hidden, int(index["prompt_crc"][local]))
         as_float = lambda name: torch.from_numpy(np.ascontiguousarray(rows(name), dtype=np.float32))  # noqa: E731
         return CachedExample(
             torch.from_numpy(unpack_ids(rows("tokens"))), torch.from_numpy(unpack_ids(rows("topk_ids"))),
             as_float("topk_logprobs"), as_float("token_logprobs"), as_float("tail_logprobs"), int(index["prompt_crc"][local]),
         )
 
-    def check_run(self, tokenizer, top_k: int, temperature: float, max_prompt_length: int, max_new_tokens: int) -> None:
-        """Reject a cache made with another tokenizer, K, temperature, prompt or completion budget than the run asks for."""
-        wanted = {"tokenizer_hash": tokenizer_hash(tokenizer), "top_k": top_k, "temperature": temperature,
-                  "max_prompt_length": max_prompt_length, "max_new_tokens": max_new_tokens}
+    def check_run(self, tokenizer, top_k: int, temperature: float, max_prompt_length: int, max_new_tokens: int,
+                  payload: str = "topk") -> None:
+        """Reject a cache of another payload, or made with another tokenizer, K, temperature (top-k log-probs
+        only: hidden states serve any), prompt or completion budget than the run asks for."""
+        if payload != self.payload:
+            raise ValueError(f"teacher_cache {self.directory} holds {'hidden states' if self.payload == 'hidden' else 'top-k log-probs'}: "
+                             f"set teacher_payload: {self.payload}")
+        wanted = {"tokenizer_hash": tokenizer_hash(tokenizer), "max_prompt_length": max_prompt_length,
+                  "max_new_tokens": max_new_tokens}
+        if payload == "topk":
+            wanted.update(top_k=top_k, temperature=temperature)
         fixes = {"tokenizer_hash": "use the student tokenizer the cache was made for, or re-cache with it",
                  "top_k": "set teacher_logprobs to the cache's K", "temperature": "set temperature to the cache's",
                  "max_prompt_length": "set max_prompt_length to the cache's",

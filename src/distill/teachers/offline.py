@@ -1,11 +1,12 @@
-"""A teacher read from disk (`teacher_cache`): sparse log-probs from a `distill cache-teacher` directory."""
+"""A teacher read from disk (`teacher_cache`): sparse log-probs, or hidden states with the teacher's head (a
+dense signal, exact at any temperature), from a `distill cache-teacher` directory."""
 
 from __future__ import annotations
 
 import torch
 
 from distill.batch import MicroBatch
-from distill.signals import SparseSignal
+from distill.signals import DenseSignal, SparseSignal
 from distill.teachers.cache import TeacherCache
 
 
@@ -17,8 +18,9 @@ class OfflineTeacher:
     def __init__(self, cache: TeacherCache):
         self.cache = cache
 
-    def score(self, batch: MicroBatch, temperature: float) -> SparseSignal:
-        if abs(temperature - self.cache.temperature) > 1e-9:
+    def score(self, batch: MicroBatch, temperature: float) -> SparseSignal | DenseSignal:
+        hidden = self.cache.payload == "hidden"
+        if not hidden and abs(temperature - self.cache.temperature) > 1e-9:
             raise ValueError(f"teacher_cache holds log-probs at temperature {self.cache.temperature}, not {temperature}")
         parts = []
         for completion in batch.completions:
@@ -27,7 +29,14 @@ class OfflineTeacher:
             entry = self.cache.get(completion.example.index)
             if entry.tokens.tolist() != list(completion.completion_ids):
                 raise ValueError(f"example {completion.example.index}: the completion is not the one the cache scored")
+            span = completion.loss_span()
+            if len(span) != len(completion.completion_ids):
+                raise ValueError("an offline teacher scores whole completions (this run leaves some tokens out of the loss)")
             parts.append(entry)
+        if hidden:
+            width = self.cache.head.weight.shape[1]
+            states = torch.cat([p.hidden for p in parts]) if parts else torch.empty(0, width)
+            return DenseSignal(states, self.cache.head)
         k = self.cache.top_k
         cat = lambda name, empty: torch.cat([getattr(p, name) for p in parts]) if parts else empty  # noqa: E731
         return SparseSignal(cat("topk_ids", torch.empty(0, k, dtype=torch.long)), cat("topk_logprobs", torch.empty(0, k)),
