@@ -27,7 +27,8 @@ class CacheLocation(SparseLocation):
             return location_of(config, get_method(config.method)) is self
 
         self.reads = (Reads("a server or cache teacher", ("teacher_payload",), here),
-                      Reads("a server or cache teacher with teacher_payload: topk", ("teacher_logprobs",), lambda c: here(c) and not hidden_payload(c)),
+                      Reads("a server or cache teacher with teacher_payload: topk", ("teacher_logprobs",),
+                            lambda c: here(c) and not hidden_payload(c)),
                       Reads("teacher_cache", ("teacher_cache",), here))
 
     def claims(self, config, method: Method) -> bool:

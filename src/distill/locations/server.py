@@ -31,7 +31,8 @@ class ServerLocation(SparseLocation):
 
         self.reads = (
             Reads("a server or cache teacher", ("teacher_payload",), here),
-            Reads("a server or cache teacher with teacher_payload: topk", ("teacher_logprobs",), lambda c: here(c) and not hidden_payload(c)),
+            Reads("a server or cache teacher with teacher_payload: topk", ("teacher_logprobs",),
+                  lambda c: here(c) and not hidden_payload(c)),
             Reads("teacher_payload: hidden with a server", ("teacher_head", "teacher_hidden_dtype"),
                   lambda c: here(c) and hidden_payload(c)),
             Reads("teacher_url (a server teacher)", ("teacher_url", "teacher_model_name", "teacher_concurrency",
