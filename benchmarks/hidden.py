@@ -204,6 +204,7 @@ def main() -> None:
         print(json.dumps(step_child(args.child, Path(args.work), args.steps, args.k, args.url)))
         return
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-hidden-"))
+    work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     result = {"machine": platform.machine(), "teacher": TEACHER, "examples": args.examples, "k": args.k}
     prompts, _ = make_data_and_student(argparse.Namespace(examples=args.examples), work)
