@@ -10,8 +10,10 @@ from distill.locations.base import TeacherRequest, Teachers, location_of
 from distill.locations.routes import parse_routes
 from distill.locations.sparse import SparseLocation, hidden_payload
 from distill.methods.registry import Method, Reads, get_method
+from distill.signals import ALIGNED
 from distill.teachers.build import (
     check_routes,
+    cross_tokenizer_server_teacher,
     hidden_server_teacher,
     one_or_routed,
     server_settings,
@@ -42,6 +44,12 @@ class ServerLocation(SparseLocation):
     def claims(self, config, method: Method) -> bool:
         return method.teacher == "external" and config.teacher_url is not None
 
+    def signal_kind(self, method: Method, config) -> str:
+        """Hidden states of a teacher with its own tokenizer are aligned here (gold); top-k log-probs cannot be."""
+        if hidden_payload(config) and method.cross_tokenizer:
+            return ALIGNED
+        return super().signal_kind(method, config)
+
     def card_teacher(self, record: dict) -> str:
         return f"the teacher server {record['teacher_url']}"
 
@@ -51,12 +59,18 @@ class ServerLocation(SparseLocation):
             if parsed.scheme not in ("http", "https") or not parsed.hostname:
                 raise ValueError(f"teacher_url must look like http://host:port (scheme and host), got {url!r}")
         super().validate(config, method, sources)
+        if hidden_payload(config) and method.cross_tokenizer and config.teacher_head is None:
+            raise ValueError(f"teacher_head: method {method.name} with a hidden-state server aligns the completions with the "
+                             "teacher's own tokenizer: set teacher_head to the served teacher's directory (its tokenizer and "
+                             "lm_head are read from there)")
 
     def build(self, request: TeacherRequest) -> Teachers:
         config = request.config
 
         def one(url: str):
             settings = server_settings(config, url)
+            if hidden_payload(config) and request.method.cross_tokenizer:
+                return cross_tokenizer_server_teacher(settings, config, request)
             if hidden_payload(config):
                 return hidden_server_teacher(settings, request.tokenizer, request.vocab_size, config.teacher_head,
                                              config.teacher_hidden_dtype)

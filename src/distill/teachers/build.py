@@ -74,6 +74,17 @@ def hidden_server_teacher(settings: ServerSettings, tokenizer, vocab_size: int, 
     return teacher
 
 
+def cross_tokenizer_server_teacher(settings: ServerSettings, config, request) -> CrossTokenizerTeacher:
+    """A hidden-state server of a teacher with its own tokenizer (method gold): the tokenizer and the head come
+    from `teacher_head`, the alignment and the group prefixes are computed here (`CrossTokenizerTeacher`)."""
+    teacher_tokenizer = load_tokenizer(resolve_model_source(config.teacher_head, "teacher_head"))
+    remote = hidden_server_teacher(settings, teacher_tokenizer, len(teacher_tokenizer), config.teacher_head,
+                                   config.teacher_hidden_dtype)
+    settings_uld = uld_settings(config, request.tokenizer, teacher_tokenizer, request.vocab_size, len(teacher_tokenizer))
+    return CrossTokenizerTeacher(None, teacher_tokenizer, request.tokenizer, request.eos_ids, config.max_prompt_length,
+                                 settings_uld, request.device, remote=remote)
+
+
 def server_settings(config, url: str) -> ServerSettings:
     """How to talk to the teacher server at `url`, as the run's config says (training and `distill eval` alike)."""
     return ServerSettings(url, config.teacher_logprobs, config.teacher_model_name, config.teacher_concurrency,

@@ -13,6 +13,10 @@ ended with the teacher's EOS (also when pad == eos on either side), cut to max_n
 A teacher without an EOS id samples up to max_new_tokens, and no substitute stop token is invented.
 When both sides have the same vocabulary, ids pass through unchanged both ways (one token per group): a text
 round trip could re-tokenize differently at BPE boundaries.
+
+The teacher's forward pass runs here (a model) or on a `distill serve-teacher` that sends its final hidden
+states (`remote`, `teacher_payload: hidden`): the alignment, the group prefixes and the head are computed here
+either way, from the teacher's tokenizer and head, so both give the same signal. A remote teacher only scores.
 """
 
 from __future__ import annotations
@@ -88,17 +92,24 @@ class CrossTokenizerTeacher:
     can_generate = True
     aligned = True  # its divergence is the aligned (ULD / hybrid) one, not a same-vocabulary KL
 
-    def __init__(self, model: nn.Module, tokenizer, student_tokenizer, student_eos_ids: list[int], max_prompt_length: int,
-                 settings: ULDSettings, device: torch.device):
+    def __init__(self, model: nn.Module | None, tokenizer, student_tokenizer, student_eos_ids: list[int], max_prompt_length: int,
+                 settings: ULDSettings, device: torch.device, remote=None):
+        """`model`: the teacher on this process; or None and `remote`, a checked `HiddenStateServerTeacher` of
+        the teacher's vocabulary (its head held here)."""
         self.student_bytes = TokenBytes.from_tokenizer(student_tokenizer, "student")
         self.teacher_bytes = TokenBytes.from_tokenizer(tokenizer, "teacher")
-        self.model = model.eval().requires_grad_(False)
+        self.model = model.eval().requires_grad_(False) if model is not None else None
+        self.remote = remote
+        self.can_generate = model is not None
         self.tokenizer, self.student_tokenizer = tokenizer, student_tokenizer
         self.vocab_size = len(tokenizer)
-        rows = model.get_output_embeddings().weight.shape[0]
-        if rows < self.vocab_size:
-            raise ValueError(f"the teacher's lm_head has {rows} rows but its tokenizer has {self.vocab_size} tokens")
-        self.head = logit_head(model, self.vocab_size)
+        if model is not None:
+            rows = model.get_output_embeddings().weight.shape[0]
+            if rows < self.vocab_size:
+                raise ValueError(f"the teacher's lm_head has {rows} rows but its tokenizer has {self.vocab_size} tokens")
+            self.head = logit_head(model, self.vocab_size)
+        else:
+            self.head = remote.head
         self.eos_ids = eos_token_ids(tokenizer, model)  # may be empty: such a teacher samples to max_new_tokens
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0)  # only ever under mask 0
@@ -156,6 +167,27 @@ class CrossTokenizerTeacher:
         stopped = bool(ids) and ids[-1] in self.student_eos_ids
         return ids, not stopped and (hit_max or cut)
 
+    def close(self) -> None:
+        if self.remote is not None:
+            self.remote.close()
+
+    def completion_hidden(self, mapped: list[MappedCompletion]) -> list[torch.Tensor]:
+        """Per row, the teacher's final hidden states (L, H) at the positions predicting its L completion tokens:
+        from the model here, or from the server."""
+        if self.remote is not None:
+            counts = [len(m.completion_ids) for m in mapped]
+            hidden = self.remote.hidden_states([m.prompt_ids + m.completion_ids for m in mapped if m.completion_ids],
+                                               [len(m.prompt_ids) for m in mapped if m.completion_ids])
+            return list(hidden.to(self.device).split(counts))
+        lengths = [len(m.prompt_ids) + len(m.completion_ids) for m in mapped]
+        input_ids = torch.full((len(mapped), max(lengths)), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        for row, m in enumerate(mapped):
+            input_ids[row, : lengths[row]] = torch.tensor(m.prompt_ids + m.completion_ids, dtype=torch.long)
+            attention_mask[row, : lengths[row]] = 1
+        hidden = backbone_hidden(self.model, input_ids.to(self.device), attention_mask.to(self.device))
+        return [hidden[row, len(m.prompt_ids) - 1 : lengths[row] - 1] for row, m in enumerate(mapped)]
+
     # ------------------------------------------------------------------------------ the protocol --
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
                  examples: list[Example] | None = None, seeds: list[int] | None = None) -> list[tuple[list[int], bool]]:
@@ -192,29 +224,20 @@ class CrossTokenizerTeacher:
                 raise ValueError("the micro-batch's completion mask does not match its completions")
             mapped.append(self.map_completion(completion.example, completion.completion_ids))
 
-        lengths = [len(m.prompt_ids) + len(m.completion_ids) for m in mapped]
-        width = max(lengths)
-        input_ids = torch.full((len(mapped), width), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(mapped), width), dtype=torch.long)
-        for row, m in enumerate(mapped):
-            input_ids[row, : lengths[row]] = torch.tensor(m.prompt_ids + m.completion_ids, dtype=torch.long)
-            attention_mask[row, : lengths[row]] = 1
-
         num_rows = batch.num_completion_tokens
         row_group = torch.full((num_rows,), -1, dtype=torch.long)
         row_last = torch.zeros(num_rows, dtype=torch.bool)
         weights, last_at, inner_at, inner_group, inner_target = [], [], [], [], []
         offset = 0
         for row, (m, completion) in enumerate(zip(mapped, batch.completions)):
-            start = len(m.prompt_ids)  # the teacher's position start + k - 1 predicts its completion token k
-            for student_positions, teacher_positions in m.groups:
+            for student_positions, teacher_positions in m.groups:  # row k of completion_hidden predicts token k
                 group = len(weights)
                 row_group[[offset + p for p in student_positions]] = group
                 row_last[offset + student_positions[-1]] = True
                 weights.append(float(len(student_positions)))
-                last_at.append((row, start + teacher_positions[-1] - 1))
+                last_at.append((row, teacher_positions[-1]))
                 for k in teacher_positions[:-1]:
-                    inner_at.append((row, start + k - 1))
+                    inner_at.append((row, k))
                     inner_group.append(group)
                     inner_target.append(m.completion_ids[k])
             offset += len(completion.completion_ids)
@@ -224,12 +247,10 @@ class CrossTokenizerTeacher:
         teacher_hidden = torch.zeros(groups, hidden_size, dtype=self.head.weight.dtype, device=self.device)
         log_prefix = torch.zeros(groups, dtype=torch.float32, device=self.device)
         if groups:
-            hidden = backbone_hidden(self.model, input_ids.to(self.device), attention_mask.to(self.device))
-            rows, positions = zip(*last_at)
-            teacher_hidden = hidden[list(rows), list(positions)].clone()
+            hidden = self.completion_hidden(mapped)
+            teacher_hidden = torch.stack([hidden[row][k] for row, k in last_at]).to(self.head.weight.dtype)
             if inner_at:
-                rows, positions = zip(*inner_at)
-                logits = self.head.full_logits(hidden[list(rows), list(positions)]) / temperature
+                logits = self.head.full_logits(torch.stack([hidden[row][k] for row, k in inner_at])) / temperature
                 targets = torch.tensor(inner_target, dtype=torch.long, device=self.device)
                 picked = torch.log_softmax(logits, dim=-1).gather(1, targets.unsqueeze(1)).squeeze(1)
                 log_prefix.index_add_(0, torch.tensor(inner_group, dtype=torch.long, device=self.device), picked)
