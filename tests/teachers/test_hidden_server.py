@@ -263,3 +263,28 @@ def test_a_run_trains_with_the_hidden_state_teacher_and_evaluates_through_it(ser
     result = distiller.train()
     assert result["train"]["loss"] > 0 and isinstance(distiller.teacher, HiddenStateServerTeacher)
     assert result["eval"]["after"]["on_student_completions"]["tokens"] > 0
+
+
+def test_iw_opd_reads_the_sampled_tokens_log_prob_from_the_hidden_states(servers, model_dirs, tokenizer, tmp_path):
+    """iw_opd's advantage is the teacher's log-prob of each sampled token: from the server's hidden states and
+    the head here, it equals the local teacher's."""
+    from distill.objectives import StepContext
+    from distill.objectives.student import student_loss
+    from distill.trainer import Distiller
+
+    from distill import DistillConfig
+    from tests.train.helpers import FAST
+
+    fields = {k: v for k, v in FAST.items() if k not in ("seq_kd", "lmbda_schedule")}  # gkd's mixing: not iw_opd's
+    config = DistillConfig(**fields, method="iw_opd", teacher_url=servers["a"], teacher_payload="hidden", teacher_warmup_steps=0,
+                           teacher_concurrency=2, teacher_retries=0, student=str(model_dirs["student"]),
+                           output_dir=str(tmp_path / "run"))
+    distiller = Distiller(config, train_dataset=datasets.Dataset.from_list(chat_rows(16)))
+    mb = distiller.rollout(0, {})[0]
+    objective = distiller.method.objective(distiller.config)
+    losses = []
+    for teacher in (distiller.teacher, _local(model_dirs["teacher"], tokenizer)):
+        out = student_loss(distiller.student_model, len(tokenizer), mb, teacher.score(mb, 1.0), objective, StepContext("student"))
+        losses.append(out.loss_sum.detach().double())
+    assert losses[1] != 0 and abs(float(losses[0] - losses[1])) <= 1e-6 * abs(float(losses[1]))
+    assert distiller.train()["steps"] == 2
