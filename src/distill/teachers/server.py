@@ -102,8 +102,8 @@ class CompletionsClient:
         return response, response.read()
 
     def request(self, method: str, path: str, payload: dict | None = None, parse=lambda body: body, binary: bool = False) -> object:
-        """Send one request, retrying transient failures; `parse(decoded_json)` (the raw body when `binary`) may
-        raise MalformedResponse. A 4xx answer raises TeacherServerError at once, its `status` set."""
+        """Send one request, retrying transient failures; `parse(decoded_json)` (`parse(raw_body, headers)` when
+        `binary`) may raise MalformedResponse. A 4xx answer raises TeacherServerError at once, its `status` set."""
         attempts = self.settings.retries + 1
         last = "no attempt"
         for attempt in range(attempts):
@@ -125,7 +125,7 @@ class CompletionsClient:
                 continue
             try:
                 if binary:
-                    return parse(raw)
+                    return parse(raw, response.headers)
                 decoded = json.loads(raw) if raw.strip() else None  # vLLM's /health answers with an empty body
                 return parse(decoded)
             except (ValueError, MalformedResponse) as error:
