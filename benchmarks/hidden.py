@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -35,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from teacher import TEACHER, _free_port, make_data_and_student  # noqa: E402
+from teacher import TEACHER, _free_port, make_data_and_student, timed_steps  # noqa: E402
 
 HIDDEN_DTYPES = ("float32", "bfloat16", "int8")
 
@@ -106,18 +105,7 @@ def step_child(arm: str, work: Path, steps: int, k: int, url: str) -> dict:
                 "hidden cache bfloat16": {"teacher_cache": str(work / "hidden-bfloat16"), "teacher_payload": "hidden"},
                 "top-k server": {"teacher_url": url, "teacher_logprobs": k},
                 "top-k cache": {"teacher_cache": str(work / "topk"), "teacher_logprobs": k}}[arm]
-    distiller = Distiller(DistillConfig(**common, **location))
-    distiller.setup()
-    times, teacher = [], 0.0
-    for step in range(steps + 1):
-        timings: dict[str, float] = {}
-        start = time.perf_counter()
-        distiller.train_step(step, distiller._new_window(), timings, log_step=False)
-        if step:
-            times.append(time.perf_counter() - start)
-            teacher += timings.get("teacher", 0.0)
-    return {"arm": arm, "seconds_per_step": sum(times) / len(times), "teacher_seconds_per_step": teacher / len(times),
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {"arm": arm, **timed_steps(Distiller(DistillConfig(**common, **location)), steps)}
 
 
 def step_times(args, work: Path) -> dict:

@@ -125,7 +125,11 @@ def step_child(mode: str, work: Path, steps: int, k: int, new_tokens: int) -> di
         config = DistillConfig(method="gkd", teacher_cache=str(work / "cache"), teacher_logprobs=k, dataset=str(work / "prompts.jsonl"), **common)
     else:
         config = DistillConfig(method="gkd", dataset=str(work / "with_completions.jsonl"), **common)
-    distiller = Distiller(config)
+    return {"mode": mode, **timed_steps(Distiller(config), steps)}
+
+
+def timed_steps(distiller, steps: int) -> dict:
+    """Mean time of `steps` optimizer steps after one untimed, its teacher part, and this process's peak RSS."""
     distiller.setup()
     times, teacher = [], 0.0
     for step in range(steps + 1):
@@ -135,7 +139,7 @@ def step_child(mode: str, work: Path, steps: int, k: int, new_tokens: int) -> di
         if step:
             times.append(time.perf_counter() - start)
             teacher += timings.get("teacher", 0.0)
-    return {"mode": mode, "seconds_per_step": sum(times) / len(times), "teacher_seconds_per_step": teacher / len(times),
+    return {"seconds_per_step": sum(times) / len(times), "teacher_seconds_per_step": teacher / len(times),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 

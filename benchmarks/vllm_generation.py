@@ -19,8 +19,11 @@ import statistics
 import time
 
 import torch
-
-from generation import arguments, load_pair, write_results  # benchmarks/generation.py: arguments, the pair, output
+from generation import (  # benchmarks/generation.py: arguments, the pair, output
+    arguments,
+    load_pair,
+    write_results,
+)
 
 
 def step_prompts(tokenizer, rows: int) -> list[list[int]]:

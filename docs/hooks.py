@@ -15,7 +15,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from macros import render  # noqa: E402
 from reference_pages import PAGES  # noqa: E402
 
-
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -50,9 +50,14 @@ def test_every_written_page_renders_its_macros():
 
 def test_measured_numbers_in_tables_come_from_the_benchmark_files():
     """A table row typed into a page may not hold a measured number: tables of numbers are `benchmark-table`
-    blocks, rendered from benchmarks/results/*.json. (A cell that is a number, a ratio or a range, bold or not.)"""
+    blocks, rendered from benchmarks/results/*.json (the README's headline block is such a rendering, checked by
+    the next test). A cell that is a number, a ratio or a range, bold or not, counts."""
+    macros = _docs_module("macros")
+    readme = (ROOT / "README.md").read_text()
+    rendered_block = readme[readme.index(macros.HEADLINES_BEGIN) : readme.index(macros.HEADLINES_END)]
     for path in [*WRITTEN, ROOT / "README.md"]:
-        for line in _outside_fences(path.read_text()).splitlines():
+        text = path.read_text().replace(rendered_block, "") if path.name == "README.md" else path.read_text()
+        for line in _outside_fences(text).splitlines():
             if not line.lstrip().startswith("|") or set(line.strip()) <= set("|-: "):
                 continue
             cells = [c.replace("**", "").strip() for c in line.strip().strip("|").split("|")]

@@ -21,25 +21,11 @@ from distill.teachers.hidden import (
 )
 from distill.trainer import Distiller
 from tests.conftest import chat_rows, train_tiny_tokenizer
+from tests.teachers.conftest import cache_rows
 from tests.teachers.servers import serve_teacher
 from tests.train.helpers import make_config
 
 K = 8
-
-
-def _rows(n=10):
-    rows = chat_rows(n)
-    for i, row in enumerate(rows):
-        row["completion"] += " déjà vu 東京 🙂"
-        row["teacher_id"] = "a" if i % 2 else "b"
-    return rows
-
-
-@pytest.fixture(scope="module")
-def data_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "rows.jsonl"
-    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in _rows()))
-    return path
 
 
 def _job(model_dir, data_file, out, **overrides) -> CacheJob:
@@ -78,7 +64,7 @@ def test_cache_holds_the_teachers_top_k_within_the_byte_budget(cache_dir, model_
 
     model = AutoModelForCausalLM.from_pretrained(model_dirs["teacher"], dtype=torch.float32)
     encoder = PromptEncoder(tokenizer, 48, 12, [tokenizer.eos_token_id])
-    row = _rows()[5]
+    row = cache_rows()[5]
     entry = cache.get(5)
     prompt = encoder.prompt_ids(row["prompt"])[0]
     assert entry.tokens.tolist() == encoder.completion_ids(row["completion"]) and entry.tokens.dtype == torch.long
@@ -257,7 +243,7 @@ def test_generated_completions_are_the_teachers_and_reproducible(model_dirs, dat
     # The stored log-probs are the teacher's at the generated tokens: recomputed here from its logits, in float64.
     model = AutoModelForCausalLM.from_pretrained(model_dirs["teacher"], dtype=torch.float32)
     encoder = PromptEncoder(tokenizer, 48, 12, [tokenizer.eos_token_id])
-    for i, row in enumerate(_rows()):
+    for i, row in enumerate(cache_rows()):
         entry = cache.get(i)
         tokens = entry.tokens.tolist()
         assert entry.tokens.dtype == torch.long and 0 < len(tokens) <= 12

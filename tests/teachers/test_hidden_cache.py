@@ -16,26 +16,17 @@ from distill.objectives import DivergenceObjective, StepContext
 from distill.objectives.student import student_loss
 from distill.signals import DenseSignal
 from distill.teachers import LocalTeacher
-from distill.teachers.cache import HEAD_FILE, TeacherCache, cache_files, dequantize_hidden, quantize_hidden
+from distill.teachers.cache import (
+    HEAD_FILE,
+    TeacherCache,
+    cache_files,
+    dequantize_hidden,
+    quantize_hidden,
+)
 from distill.teachers.head import head_fingerprint
 from distill.trainer import Distiller
-from tests.conftest import chat_rows, tiny_lm
+from tests.conftest import tiny_lm
 from tests.train.helpers import kill_at_checkpoint, make_config
-
-
-def _rows(n=10):
-    rows = chat_rows(n)
-    for i, row in enumerate(rows):
-        row["completion"] += " déjà vu 東京 🙂"
-        row["teacher_id"] = "a" if i % 2 else "b"
-    return rows
-
-
-@pytest.fixture(scope="module")
-def data_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "rows.jsonl"
-    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in _rows()))
-    return path
 
 
 def _job(model_dir, data_file, out, **overrides) -> CacheJob:

@@ -19,7 +19,11 @@ from distill.objectives import LossSettings, StudentTokens, divergence
 from distill.signals import DenseSignal, RoutedSignal
 from distill.teachers import LocalTeacher
 from distill.teachers.head import head_fingerprint
-from distill.teachers.hidden import backbone_hidden, completion_targets, predicting_positions
+from distill.teachers.hidden import (
+    backbone_hidden,
+    completion_targets,
+    predicting_positions,
+)
 from distill.teachers.hidden_payload import decode_hidden, encode_hidden
 from distill.teachers.hidden_server import HiddenStateServerTeacher
 from distill.teachers.routed import RoutedTeacher
@@ -268,11 +272,10 @@ def test_a_run_trains_with_the_hidden_state_teacher_and_evaluates_through_it(ser
 def test_iw_opd_reads_the_sampled_tokens_log_prob_from_the_hidden_states(servers, model_dirs, tokenizer, tmp_path):
     """iw_opd's advantage is the teacher's log-prob of each sampled token: from the server's hidden states and
     the head here, it equals the local teacher's."""
+    from distill import DistillConfig
     from distill.objectives import StepContext
     from distill.objectives.student import student_loss
     from distill.trainer import Distiller
-
-    from distill import DistillConfig
     from tests.train.helpers import FAST
 
     fields = {k: v for k, v in FAST.items() if k not in ("seq_kd", "lmbda_schedule")}  # gkd's mixing: not iw_opd's

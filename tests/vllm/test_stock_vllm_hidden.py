@@ -16,7 +16,11 @@ from distill.batch import Completion, collate
 from distill.losses import LogitHead
 from distill.objectives import LossSettings, StudentTokens, divergence
 from distill.teachers import LocalTeacher
-from distill.teachers.hidden import backbone_hidden, completion_targets, predicting_positions
+from distill.teachers.hidden import (
+    backbone_hidden,
+    completion_targets,
+    predicting_positions,
+)
 from distill.teachers.hidden_server import VLLM_POOLER_CONFIG, HiddenStateServerTeacher
 from distill.teachers.server import ServerSettings
 from tests.conftest import chat_rows

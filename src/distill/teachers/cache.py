@@ -211,6 +211,14 @@ class CachedHidden:
     prompt_crc: int
 
 
+def example_arrays(example_ids: list[int], prompt_crcs: list[int], tokens: list[np.ndarray], id_bytes: int) -> dict[str, np.ndarray]:
+    """A shard's per-example arrays and its completion tokens, whatever its payload."""
+    flat = np.concatenate(tokens).astype(np.int64) if tokens else np.zeros((0,), np.int64)
+    return {"example_ids": np.asarray(example_ids, dtype=np.int64), "prompt_crc": np.asarray(prompt_crcs, dtype=np.int64),
+            "offsets": np.concatenate([[0], np.cumsum([len(t) for t in tokens])]).astype(np.int64),
+            "tokens": pack_ids(flat, id_bytes)}
+
+
 @dataclass
 class ShardRecords:
     """What a shard writer collects before writing: one entry per example, in order."""
@@ -235,13 +243,9 @@ class ShardRecords:
             getattr(self, name).append(np.asarray(value))
 
     def arrays(self, id_bytes: int, k: int) -> dict[str, np.ndarray]:
-        lengths = [len(t) for t in self.tokens]
         cat = lambda parts, shape, dtype: np.concatenate(parts).astype(dtype) if parts else np.zeros(shape, dtype)  # noqa: E731
         return {
-            "example_ids": np.asarray(self.example_ids, dtype=np.int64),
-            "prompt_crc": np.asarray(self.prompt_crcs, dtype=np.int64),
-            "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
-            "tokens": pack_ids(cat(self.tokens, (0,), np.int64), id_bytes),
+            **example_arrays(self.example_ids, self.prompt_crcs, self.tokens, id_bytes),
             "topk_ids": pack_ids(cat(self.topk_ids, (0, k), np.int64), id_bytes),
             "topk_logprobs": cat(self.topk_logprobs, (0, k), np.float16),
             "token_logprobs": cat(self.token_logprobs, (0,), np.float16),
@@ -294,12 +298,8 @@ class HiddenShardRecords:
         self.hidden.append(hidden.detach().to("cpu", torch.float32))
 
     def arrays(self, id_bytes: int, dtype: str, hidden_size: int) -> dict[str, np.ndarray]:
-        lengths = [len(t) for t in self.tokens]
-        tokens = np.concatenate(self.tokens).astype(np.int64) if self.tokens else np.zeros((0,), np.int64)
         states = torch.cat(self.hidden) if self.hidden else torch.zeros(0, hidden_size)
-        return {"example_ids": np.asarray(self.example_ids, dtype=np.int64), "prompt_crc": np.asarray(self.prompt_crcs, dtype=np.int64),
-                "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), "tokens": pack_ids(tokens, id_bytes),
-                **quantize_hidden(states, dtype)}
+        return {**example_arrays(self.example_ids, self.prompt_crcs, self.tokens, id_bytes), **quantize_hidden(states, dtype)}
 
 
 def write_shard(directory: Path, index: int, records: ShardRecords | HiddenShardRecords, id_bytes: int, k: int | None,
