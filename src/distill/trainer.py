@@ -335,7 +335,7 @@ class Distiller:
             return None
         c = self.config
         settings = EvalSettings(c.eval_max_new_tokens, c.eval_batch_size, c.eval_examples, c.seed, c.loss_chunk_size,
-                                c.generation_engine)
+                                c.generation_engine, tuple(getattr(c, f) for f in self.method.template_fields))
         return Evaluator(self.eval_teacher, self.tokenizer, self.encoder, self.eval_examples, self.vocab_size, self.eos_ids,
                          self.pad_id, self.device, settings)
 

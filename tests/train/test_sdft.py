@@ -412,6 +412,9 @@ def test_eval_before_after_and_distill_eval_use_the_initial_model_with_the_conte
     for name in ("before", "after"):
         assert report["metrics"][name]["answer_accuracy"]["prompts"] == 4
         assert report["metrics"][name]["on_teacher_completions"]["tokens"] > 0
+        assert report["metrics"][name]["template_leakage"]["answers"] == 4  # every prompt's greedy answer is checked
+    assert "Template leakage (greedy answers repeating 5 or more words" in (tmp_path / "run" / "eval" / "eval.md").read_text()
+    assert (tmp_path / "run" / "plots" / "evaluation.png").is_file()
     # before training the student is the teacher's weights without the context: KL > 0 comes from the context alone
     assert report["metrics"]["before"]["on_teacher_completions"]["forward_kl"] > 0
     card = (tmp_path / "run" / "model" / "README.md").read_text()

@@ -55,7 +55,8 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
     device = eval_device(args.device)
     student, tokenizer = load_model(str(model_dir), "model", device)
     settings = EvalSettings(config.eval_max_new_tokens, args.batch_size or config.eval_batch_size,
-                            config.eval_examples, config.seed, config.loss_chunk_size, config.generation_engine)
+                            config.eval_examples, config.seed, config.loss_chunk_size, config.generation_engine,
+                            tuple(getattr(config, f) for f in method.template_fields))
     budget = {"max_prompt_length": config.max_prompt_length, "max_new_tokens": settings.max_new_tokens}
     check_context(student, "student", budget)
     eos_ids = eos_token_ids(tokenizer, student)

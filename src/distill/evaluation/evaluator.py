@@ -18,6 +18,7 @@ import torch
 from distill.batch import Completion, collate
 from distill.data import Example, PromptEncoder
 from distill.evaluation.answers import contains_answer
+from distill.evaluation.leakage import LEAK_WORDS, template_leakage
 from distill.generation import AUTO, SamplingParams, generate_completions
 from distill.generation.seeds import row_seeds
 from distill.objectives import DivergenceObjective, StepContext
@@ -33,6 +34,7 @@ class EvalSettings:
     seed: int
     chunk_size: int = 256
     generation_engine: str = AUTO
+    leak_templates: tuple[str, ...] = ()  # a self-teacher's prompt templates: report `template_leakage`
 
 
 def divergence_objective(chunk_size: int) -> DivergenceObjective:
@@ -144,13 +146,16 @@ class Evaluator:
 
     def evaluate(self, student) -> dict:
         """{"on_teacher_completions": {...}, "on_student_completions": {...}, "answers": [...]}, and
-        "answer_accuracy" (greedy, over the prompts with an answer) when any prompt has one."""
+        "answer_accuracy" (greedy, over the prompts with an answer) when any prompt has one, and
+        "template_leakage" (greedy, over every prompt) when the settings name templates."""
         was_training = student.training
         student.eval()
         try:
             own = _sample(self._student_generate(student), self.prompts, self.settings, self.device, greedy=False)
             checked = [i for i, e in enumerate(self.examples) if e.answer is not None]
             greedy_count = max(self.settings.num_examples, checked[-1] + 1 if checked else 0)
+            if self.settings.leak_templates:
+                greedy_count = len(self.prompts)
             greedy = _sample(self._student_generate(student), self.prompts[:greedy_count], self.settings, self.device,
                              greedy=True)
             result = {}
@@ -164,6 +169,9 @@ class Evaluator:
             if checked:
                 correct = sum(contains_answer(self.decode(greedy[i]), self.examples[i].answer) for i in checked)
                 result["answer_accuracy"] = {"correct": correct, "prompts": len(checked), "accuracy": correct / len(checked)}
+            if self.settings.leak_templates:
+                result["template_leakage"] = template_leakage([self.decode(ids) for ids in greedy], self.prompt_texts,
+                                                              self.settings.leak_templates)
             return result
         finally:
             student.train(was_training)
@@ -210,6 +218,12 @@ def report_markdown(report: dict) -> str:
     if accuracy:
         lines += ["", "Answer accuracy (greedy answer contains the row's answer): " + ", ".join(
             f"{name} {a['correct']}/{a['prompts']} = {a['accuracy']:.3f}" for name, a in accuracy.items()) + "."]
+    leakage = {name: m["template_leakage"] for name, m in report["metrics"].items() if "template_leakage" in m}
+    if leakage:
+        lines += ["", f"Template leakage (greedy answers repeating {LEAK_WORDS} or more words of the self-teacher's prompt "
+                  "template that the question does not hold): " + ", ".join(
+                      f"{name} {t['leaked']}/{t['answers']} = {t['fraction']:.3f}" + (f" ('{t['example']}')" if t["example"] else "")
+                      for name, t in leakage.items()) + "."]
     lines += ["", "## Greedy answers", ""]
     for example in report["examples"]:
         lines.append(f"**Prompt:** {example['prompt']}")

@@ -84,6 +84,9 @@ class Method:
       metrics: names of the token-weighted means its objective reports in `DistillLoss.metrics`.
       maxima, minima: names of the extremes it reports in `DistillLoss.extrema` (reduced with max / min).
       teacher_prompt_budget: the config field bounding a self-teacher's prompt (checked against the context).
+      template_fields: the config fields holding the prompt templates its self-teacher sees (or, for a baseline,
+          the one of the method it is measured against); the evaluation reports how often the student's greedy
+          answers repeat their words (`distill.evaluation.leakage`).
     """
 
     name: str = ""
@@ -97,6 +100,7 @@ class Method:
     maxima: tuple[str, ...] = ()
     minima: tuple[str, ...] = ()
     teacher_prompt_budget: str = "max_teacher_prompt_length"
+    template_fields: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------------------------ required --
     def sources(self, config) -> SourcePlan:

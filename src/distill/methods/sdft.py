@@ -40,6 +40,7 @@ class SDFT(Method):
     summary = ("self-distillation: the student, shown privileged context, teaches itself on its own samples "
                "(SDFT, arXiv 2601.19897)")
     paper = SDFT_PAPER
+    template_fields = ("teacher_prompt_template",)
     teacher = "self"
     defaults = {"beta": 0.0, "distillation_mode": "full_logits"}
     reads = (

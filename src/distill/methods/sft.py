@@ -14,6 +14,7 @@ class SFT(Method):
     name = "sft"
     summary = "supervised fine-tuning: cross-entropy on the dataset's completions (the baseline of sdft)"
     teacher = "none"
+    template_fields = ("teacher_prompt_template",)  # sdft's, which sft is the baseline of (its evaluation teacher's too)
     # The evaluation compares the student with its initial weights, shown each row's privileged context if any.
     reads = (Reads("eval_before_after: true (the evaluation's teacher is the initial model shown the row's context)",
                    ("teacher_prompt_template", "max_teacher_prompt_length"), lambda c: c.eval_before_after),)

@@ -1,4 +1,5 @@
-"""PNG curves of a run's metrics.jsonl: one figure per group of related metrics."""
+"""PNG curves of a run's metrics.jsonl, one figure per group of related metrics, and a figure of its evaluation
+before and after (`eval/eval.json`): the KLs, the answer accuracy and the template leakage it holds."""
 
 from __future__ import annotations
 
@@ -51,4 +52,43 @@ def plot_metrics(run_dir: str | Path) -> list[Path]:
         figure.savefig(target, dpi=100)
         plt.close(figure)
         written.append(target)
-    return written
+    evaluation = plot_evaluation(run_dir, plt)
+    return written + ([evaluation] if evaluation is not None else [])
+
+
+def _evaluation_values(metrics: dict) -> dict[str, float]:
+    values = {}
+    for part, label in (("on_teacher_completions", "teacher's"), ("on_student_completions", "own")):
+        for key, name in (("forward_kl", "forward KL"), ("aligned_divergence", "aligned divergence")):
+            if key in metrics.get(part, {}):
+                values[f"{name}, {label} completions"] = metrics[part][key]
+    if "answer_accuracy" in metrics:
+        values["answer accuracy"] = metrics["answer_accuracy"]["accuracy"]
+    if "template_leakage" in metrics:
+        values["template leakage"] = metrics["template_leakage"]["fraction"]
+    return values
+
+
+def plot_evaluation(run_dir: Path, plt) -> Path | None:
+    """plots/evaluation.png: one panel per headline number of eval/eval.json, a bar per evaluation (before,
+    after); None when the run has no evaluation."""
+    import json
+
+    path = run_dir / "eval" / "eval.json"
+    if not path.is_file():
+        return None
+    evaluations = {name: _evaluation_values(m) for name, m in json.loads(path.read_text())["metrics"].items()}
+    names = list(dict.fromkeys(n for values in evaluations.values() for n in values))
+    if not names:
+        return None
+    figure, axes = plt.subplots(1, len(names), figsize=(2.6 * len(names), 3.2), squeeze=False)
+    for axis, name in zip(axes[0], names):
+        labels = [label for label, values in evaluations.items() if name in values]
+        axis.bar(labels, [evaluations[label][name] for label in labels], color=["#9aa", "#37a", "#a73"][: len(labels)])
+        axis.set_title(name, fontsize=9)
+        axis.grid(alpha=0.3, axis="y")
+    figure.tight_layout()
+    target = run_dir / "plots" / "evaluation.png"
+    figure.savefig(target, dpi=100)
+    plt.close(figure)
+    return target

@@ -67,6 +67,7 @@ class SDPO(Method):
                "(SDPO, arXiv 2601.20802); distillation_weight 0 is GRPO")
     paper = SDPO_PAPER
     teacher = "self"
+    template_fields = ("reprompt_template", "solution_template", "feedback_template")  # grpo: a control, never shown
     defaults = {"beta": 1.0, "distillation_mode": "sampled_token"}
     reads = (
         Reads("method sdpo", ("num_generations", "reward_funcs", "reward_weights", "distillation_weight",
