@@ -2,8 +2,11 @@
 
     location  module            chosen by                     signal it gives
     model     model.py          `teacher` (the fallback)      dense (same tokenizer) or aligned (cross_tokenizer)
-    server    server.py         `teacher_url`                 sparse: top-k log-probs + the token's, over HTTP
-    cache     cache.py          `teacher_cache`               sparse, from `distill cache-teacher` output
+    server    server.py         `teacher_url`                 sparse: top-k log-probs + the token's, over HTTP; dense
+                                                            (aligned for gold) with teacher_payload: hidden
+    cache     cache.py          `teacher_cache`               sparse, or dense with teacher_payload: hidden, from
+                                                            `distill cache-teacher` output
+    (remote.py: what server and cache share: the payload, the fields' ranges)
     self      student_itself.py a method with teacher "self"  dense: the student's weights shown privileged context
     none      no_teacher.py     a method with teacher "none"  nothing (sft)
 

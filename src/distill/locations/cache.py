@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from distill.locations.base import TeacherRequest, Teachers, location_of
 from distill.locations.external import NOT_EVALUABLE
+from distill.locations.remote import RemoteLocation, hidden_payload
 from distill.locations.routes import parse_routes
-from distill.locations.sparse import SparseLocation, hidden_payload
 from distill.methods.registry import Method, Reads, get_method
 from distill.teachers.build import check_routes, one_or_routed, use_cached_completions
 from distill.teachers.cache import TeacherCache
 from distill.teachers.offline import OfflineTeacher
 
 
-class CacheLocation(SparseLocation):
+class CacheLocation(RemoteLocation):
     name = "cache"
     field = "teacher_cache"
     scores_ahead = True

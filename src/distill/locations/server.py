@@ -1,14 +1,15 @@
 """The teacher is a server (`teacher_url`: `distill serve-teacher` or stock vLLM, several routed by
-teacher_id): sparse top-k log-probs over HTTP, or (`teacher_payload: hidden`, `distill serve-teacher`) the
-teacher's hidden states with its head on the trainer, scored for the whole step in one concurrent round."""
+teacher_id): sparse top-k log-probs over HTTP, or (`teacher_payload: hidden`: `distill serve-teacher`, or stock
+vLLM's pooling runner) the teacher's hidden states with its head on the trainer, scored for the whole step in
+one concurrent round."""
 
 from __future__ import annotations
 
 import urllib.parse
 
 from distill.locations.base import TeacherRequest, Teachers, location_of
+from distill.locations.remote import RemoteLocation, hidden_payload
 from distill.locations.routes import parse_routes
-from distill.locations.sparse import SparseLocation, hidden_payload
 from distill.methods.registry import Method, Reads, get_method
 from distill.signals import ALIGNED
 from distill.teachers.build import (
@@ -21,7 +22,7 @@ from distill.teachers.build import (
 )
 
 
-class ServerLocation(SparseLocation):
+class ServerLocation(RemoteLocation):
     name = "server"
     field = "teacher_url"
     scores_ahead = True

@@ -17,7 +17,7 @@ def hidden_payload(config) -> bool:
     return config.teacher_payload == "hidden"
 
 
-class SparseLocation(ExternalLocation):
+class RemoteLocation(ExternalLocation):
     """A teacher that only scores: K top log-probs per position and the completion token's, or hidden states."""
 
     field: str = ""  # the config field naming it (teacher_url / teacher_cache)
