@@ -35,6 +35,7 @@ from distill.data import PromptEncoder, examples_from_dataset
 from distill.data_files import BUNDLED_DATASET, load_dataset_spec
 from distill.evaluation.answers import contains_answer
 from distill.evaluation.evaluator import EvalSettings, Evaluator
+from distill.evaluation.leakage import template_leakage
 from distill.generation import SamplingParams, generate_completions
 from distill.methods.self_teacher_prompts import (
     DEFAULT_TEACHER_PROMPT_TEMPLATE,
@@ -70,14 +71,15 @@ def train(run_dir: Path, flags: list[str], minutes: float) -> dict:
 class Measure:
     """Everything measured on a model: fact accuracy (held-out, training questions) and forgetting."""
 
-    def __init__(self, device: torch.device, questions: int = 0):
-        self.device = device
+    def __init__(self, device: torch.device, questions: int = 0, facts: str = FACTS,
+                 templates: tuple[str, ...] = (DEFAULT_TEACHER_PROMPT_TEMPLATE,)):
+        self.device, self.templates = device, templates
         self.original, self.tokenizer = load_model(DEFAULT_TEACHER, "model", device)
         self.eos_ids = eos_token_ids(self.tokenizer, self.original)
         self.vocab = student_vocab_size(self.tokenizer, self.original)
         self.encoder = PromptEncoder(self.tokenizer, 256, ANSWER_TOKENS, self.eos_ids)
-        self.heldout = examples_from_dataset(load_dataset_spec(FACTS, "heldout", "dataset"), "dataset")
-        self.train_questions = examples_from_dataset(load_dataset_spec(FACTS, "train", "dataset"), "dataset")
+        self.heldout = examples_from_dataset(load_dataset_spec(facts, "heldout", "dataset"), "dataset")
+        self.train_questions = examples_from_dataset(load_dataset_spec(facts, "train", "dataset"), "dataset")
         if questions:  # a quick check of the script, not a measurement
             self.heldout, self.train_questions = self.heldout[:questions], self.train_questions[:questions]
         general = examples_from_dataset(load_dataset_spec(BUNDLED_DATASET, "heldout", "dataset"), "dataset")[:GENERAL_PROMPTS]
@@ -96,7 +98,9 @@ class Measure:
                                        self.eos_ids, self.tokenizer.pad_token_id, self.device, batch_size=16, vocab_size=self.vocab)
         answers = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids, *_ in outputs]
         correct = sum(contains_answer(a, e.answer) for a, e in zip(answers, examples))
+        leakage = template_leakage(answers, [e.prompt[-1]["content"] for e in examples], self.templates)
         return {"correct": correct, "questions": len(examples), "accuracy": correct / len(examples),
+                "template_leakage": leakage["fraction"], "leak_example": leakage["example"],
                 "example": {"question": examples[0].prompt[-1]["content"], "answer": answers[0], "expected": examples[0].answer}}
 
     def row(self, model) -> dict:

@@ -1,0 +1,144 @@
+"""Learning new facts without forgetting, as a frontier: sft and sdft at several learning rates and budgets
+(held-out accuracy against forgetting, one point per checkpoint), and what removes sdft's template leak.
+
+SmolLM2-135M-Instruct (the default model) is the student. The task is the first FACTS facts of
+`bundled:facts` (one training question per fact, two held-out paraphrases each), written to a file by
+this script: the full set (168 facts) needs more epochs than two CPU cores give in a session, and a
+method needs tens of epochs over its facts to learn them (see the docs). Each arm trains 10 prompts per
+step with a constant learning rate after 5 warm-up steps, keeping a checkpoint every --every steps, so
+the checkpoint at step s is the s-step run of that learning rate. Every checkpoint is measured:
+
+- new knowledge: greedy answers to the held-out paraphrases that contain the answer string;
+- forgetting: forward KL(original model || student) on the original model's samples of 24 bundled general
+  held-out prompts (the evaluation of `distill train`, with the original model as the teacher);
+- template leakage: the fraction of held-out answers repeating 5 or more words of the teacher template
+  that the question does not hold (`distill.evaluation.leakage`).
+
+The paper's claim (SDFT, arXiv 2601.19897): sdft's frontier dominates sft's, more new knowledge at the
+same forgetting. The leak arms change one thing each from sdft at lr 1e-4: the first tokens' loss
+skipped, another template (the fact before the question), the top-k loss instead of the full vocabulary.
+
+    python benchmarks/sdft_frontier.py [--resume] [--arms NAME ...]
+Writes benchmarks/results/sdft_frontier.json and sdft_frontier.png and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from curves import curve, metrics, train  # noqa: E402  (sibling scripts)
+from sdft import Measure  # noqa: E402
+
+from distill.data_files import load_dataset_spec
+from distill.methods.self_teacher_prompts import DEFAULT_TEACHER_PROMPT_TEMPLATE
+from distill.teachers.build import load_model
+
+FACTS = 20
+RUNS = Path("runs/bench_frontier")
+DATA = RUNS / f"facts{FACTS}.jsonl"
+FACT_FIRST_TEMPLATE = "Use this fact to answer the question.\nFact: {privileged_context}\n\n{prompt}"
+COMMON = ["--dataset", str(DATA), "--per_device_train_batch_size", "10", "--gradient_accumulation_steps", "1",
+          "--max_new_tokens", "32", "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", "5"]
+SDFT = ["--method", "sdft", "--teacher_model_kind", "ema"]
+ARMS = {  # name: (run directory, flags, steps, checkpoint every)
+    "sft, lr 1e-5": ("sft_1e-5", ["--method", "sft", "--learning_rate", "1e-5"], 60, 15),
+    "sft, lr 3e-5": ("sft_3e-5", ["--method", "sft", "--learning_rate", "3e-5"], 60, 15),
+    "sft, lr 1e-4": ("sft_1e-4", ["--method", "sft", "--learning_rate", "1e-4"], 60, 15),
+    "sdft, lr 1e-4": ("sdft_1e-4", [*SDFT, "--learning_rate", "1e-4"], 60, 15),
+    "sdft, lr 3e-4": ("sdft_3e-4", [*SDFT, "--learning_rate", "3e-4"], 60, 15),
+    "sdft, lr 1e-4, first 4 tokens skipped": ("sdft_skip4", [*SDFT, "--learning_rate", "1e-4",
+                                                             "--num_loss_tokens_to_skip", "4"], 60, 30),
+    "sdft, lr 1e-4, fact-first template": ("sdft_fact_first", [*SDFT, "--learning_rate", "1e-4",
+                                                               "--teacher_prompt_template", FACT_FIRST_TEMPLATE], 60, 30),
+    "sdft, lr 1e-4, top-20 loss": ("sdft_top20", [*SDFT, "--learning_rate", "1e-4", "--distillation_mode", "topk_logits",
+                                                  "--distillation_topk", "20"], 60, 30),
+    "sdft, lr 1e-4, seed 1": ("sdft_1e-4_seed1", [*SDFT, "--learning_rate", "1e-4", "--seed", "1"], 60, 30),
+}
+
+
+def write_subset(path: Path) -> None:
+    rows = [dict(row) for split in ("train", "heldout") for row in load_dataset_spec("bundled:facts", split, "dataset")
+            if row["fact_id"] < FACTS]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def run_arm(directory: str, flags: list[str], steps: int, every: int, measure: Measure, resume: bool) -> dict:
+    run_dir = RUNS / directory
+    flags = [*COMMON, *flags, "--max_steps", str(steps), "--save_steps", str(every)]
+    trained = train(run_dir, flags, resume)
+    measured = curve(run_dir, lambda student: measure.row(load_model(str(student), "model", torch.device("cpu"))[0]), resume)
+    losses = [{"step": r["step"], "loss": r["loss"]} for r in metrics(run_dir)]
+    return {"flags": flags, "seconds": trained["seconds"], "curve": measured, "loss": losses}
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    before = results["before training"]
+    figure, (frontier, leak) = plt.subplots(1, 2, figsize=(13, 5))
+    for name, row in results.items():
+        if "curve" not in row:
+            continue
+        points = [before] + row["curve"]
+        style = "--" if name.count(",") > 1 else "-"  # the leak and seed arms dashed
+        frontier.plot([p["forgetting_forward_kl"] for p in points], [p["heldout"]["accuracy"] for p in points], style,
+                      marker="o" if name.startswith("sdft") else "s", markersize=4, label=name)
+        leak.plot([p.get("step", 0) for p in points], [p["heldout"]["template_leakage"] for p in points], style,
+                  marker="o", markersize=3, label=name)
+    frontier.set_xlabel("forgetting: forward KL(original || student) on general prompts")
+    frontier.set_ylabel("held-out paraphrase accuracy")
+    frontier.set_title("one point per checkpoint, from step 0")
+    frontier.legend(fontsize=7)
+    leak.set_xlabel("optimizer step")
+    leak.set_ylabel("held-out answers repeating the teacher template")
+    figure.suptitle(f"{FACTS} invented facts, SmolLM2-135M-Instruct: sft vs sdft (EMA self-teacher)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="benchmarks/results/sdft_frontier.json")
+    parser.add_argument("--resume", action="store_true", help="keep the runs and measurements an earlier invocation finished")
+    parser.add_argument("--arms", nargs="*", default=list(ARMS), help="arms to run (default: all, in order)")
+    args = parser.parse_args()
+    unknown = sorted(set(args.arms) - set(ARMS))
+    if unknown:
+        parser.error(f"unknown arms {unknown}; the arms are {list(ARMS)}")
+    torch.manual_seed(0)
+    write_subset(DATA)
+    measure = Measure(torch.device("cpu"), facts=str(DATA), templates=(DEFAULT_TEACHER_PROMPT_TEMPLATE, FACT_FIRST_TEMPLATE))
+    before = RUNS / "before.json"
+    if not (args.resume and before.is_file()):
+        row = measure.row(measure.original)
+        with torch.no_grad():
+            row["teacher_with_fact_heldout"] = measure.accuracy(measure.original, measure.heldout, with_context=True)
+        before.write_text(json.dumps(row, indent=2))
+    results = {"before training": json.loads(before.read_text())}
+    for name in args.arms:
+        directory, flags, steps, every = ARMS[name]
+        results[name] = run_arm(directory, flags, steps, every, measure, args.resume)
+
+    print(f"{'':40} {'step':>4} {'held-out':>8} {'forgetting KL':>13} {'leak':>5} {'minutes':>7}")
+    for name, row in results.items():
+        for point in row.get("curve", [row]):
+            minutes = f"{point['seconds'] / 60:>7.1f}" if "seconds" in point else ""
+            print(f"{name:40} {point.get('step', 0):>4} {point['heldout']['accuracy']:>8.3f} "
+                  f"{point['forgetting_forward_kl']:>13.4f} {point['heldout']['template_leakage']:>5.2f} {minutes}")
+    out = Path(args.out)
+    plot(results, out.with_suffix(".png"))
+    out.write_text(json.dumps({"command": " ".join(sys.argv), "facts": FACTS, "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""Learning the bundled sums from rewards or from a teacher: GRPO, SDPO (with and without environment
+feedback), and on-policy distillation from the GRPO-trained model, as curves against sampled tokens.
+
+SmolLM2-135M-Instruct (the default model) starts every arm. The task is `bundled:arithmetic` ("What is
+a + b? Answer with the number only.", 300 training and 100 held-out sums, reward 1 when the completion
+holds the sum as a whole word). Arms, run one after the other:
+
+- GRPO: `distill train sdpo --distillation_weight 0 --loss_type grpo` (benchmarks/sdpo.py's settings: 4
+  prompts x 8 samples per step, lr 2e-5, 16 new tokens). Its final model is the teacher below.
+- SDPO: the same groups, pure self-distillation (a failed sample's self-teacher is re-prompted with a
+  successful sibling); SDPO + feedback adds the row's `feedback` column to the re-prompt: a hint that is
+  not the answer ("the answer is an even number larger than 20"), written by this script.
+- on-policy distillation (the field's OPD): `distill train on_policy --beta 1` (reverse KL on the student's
+  samples, full vocabulary) with the GRPO model as the teacher, 8 prompts x 1 sample per step; and
+  `iw_opd` (sampled-token policy gradient with prefix-decayed weights) with the same teacher and batch.
+
+Each arm keeps a checkpoint every few steps; each checkpoint is measured on the held-out sums (greedy
+accuracy, and pass@1 over --samples completions per prompt at temperature 1), and placed by the sampled
+completion tokens spent up to it (the student's own samples; the teacher's scoring is not sampling) and by
+wall time. The field's claim (on-policy distillation reaches an RL-trained teacher's accuracy at a fraction
+of RL's sampling) holds here if the distillation arms reach the GRPO model's accuracy with several times
+fewer sampled tokens than its GRPO run spent. Training curves (success fraction, completions cut at the
+token limit) come from metrics.jsonl.
+
+    python benchmarks/sums.py [--resume] [--arms NAME ...]
+Writes benchmarks/results/sums.json and sums.png and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from curves import curve, metrics, train  # noqa: E402  (sibling scripts)
+from sdpo import MAX_NEW_TOKENS, TASK, Measure  # noqa: E402
+
+from distill.data_files import load_dataset_spec
+from distill.evaluation.answers import contains_answer
+from distill.models import DEFAULT_TEACHER
+from distill.teachers.build import load_model
+
+RUNS = Path("runs/bench_sums")
+TEACHER = RUNS / "grpo" / "model"
+FEEDBACK_DATA = RUNS / "arithmetic_feedback.jsonl"
+SHARED = ["--max_new_tokens", str(MAX_NEW_TOKENS), "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", "3"]
+GROUPS = ["--reward_funcs", "contains_answer", "--num_generations", "8", "--per_device_train_batch_size", "8",
+          "--gradient_accumulation_steps", "4", "--learning_rate", "2e-5", "--max_steps", "40"]
+DISTILL = ["--teacher", str(TEACHER), "--student", DEFAULT_TEACHER, "--student_init", "all", "--dataset", TASK,
+           "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1", "--learning_rate", "5e-5",
+           "--max_steps", "60", "--save_steps", "10"]
+ARMS = {  # name: (run directory, flags, completions sampled per step)
+    "GRPO (the teacher's run)": ("grpo", ["--method", "sdpo", "--dataset", TASK, *GROUPS, "--distillation_weight", "0",
+                                          "--loss_type", "grpo", "--save_steps", "5"], 32),
+    "on-policy distillation (reverse KL)": ("on_policy", ["--method", "on_policy", "--beta", "1", *DISTILL], 8),
+    "iw_opd": ("iw_opd", ["--method", "iw_opd", *DISTILL], 8),
+    "SDPO": ("sdpo", ["--method", "sdpo", "--dataset", TASK, *GROUPS, "--distillation_weight", "1", "--save_steps", "10"], 32),
+    "SDPO + feedback": ("sdpo_feedback", ["--method", "sdpo", "--dataset", str(FEEDBACK_DATA), *GROUPS,
+                                          "--distillation_weight", "1", "--include_feedback", "true", "--save_steps", "10"], 32),
+    "on-policy distillation, seed 1": ("on_policy_seed1", ["--method", "on_policy", "--beta", "1", *DISTILL, "--seed", "1"], 8),
+    "GRPO, seed 1": ("grpo_seed1", ["--method", "sdpo", "--dataset", TASK, *GROUPS, "--distillation_weight", "0",
+                                    "--loss_type", "grpo", "--save_steps", "10", "--seed", "1"], 32),
+}
+
+
+def hint(a: int, b: int) -> str:
+    """A hint that narrows the sum without giving it: its parity and a lower bound."""
+    parity = "even" if (a + b) % 2 == 0 else "odd"
+    return f"The answer is an {parity} number larger than {max(a, b)}."
+
+
+def write_feedback_data(path: Path) -> None:
+    rows = [dict(row) for split in ("train", "heldout") for row in load_dataset_spec(TASK, split, "dataset")]
+    for row in rows:
+        row["feedback"] = hint(row["a"], row["b"])
+        assert not contains_answer(row["feedback"], row["answer"]), row  # a hint, never the answer
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def training_curve(run_dir: Path, completions_per_step: int) -> list[dict]:
+    """Per logged step: sampled completion tokens so far, training success fraction, completions cut at the limit."""
+    rows, spent = [], 0.0
+    for record in metrics(run_dir):
+        spent += record["completion_length/student"] * completions_per_step
+        rows.append({"step": record["step"], "sampled_tokens": spent, "clipped_ratio": record.get("clipped_ratio"),
+                     "reward": record.get("reward/mean"), "reprompt_fraction": record.get("sdpo/reprompt_sample_fraction"),
+                     "feedback_fraction": record.get("sdpo/feedback_fraction")})
+    return rows
+
+
+def run_arm(name: str, directory: str, flags: list[str], per_step: int, measure: Measure, resume: bool) -> dict:
+    run_dir = RUNS / directory
+    flags = [*flags, *SHARED]
+    trained = train(run_dir, flags, resume)
+    measured = curve(run_dir, lambda student: measure.row(load_model(str(student), "model", torch.device("cpu"))[0]), resume)
+    training = training_curve(run_dir, per_step)
+    tokens = {row["step"]: row["sampled_tokens"] for row in training}
+    for point in measured:
+        point["sampled_tokens"] = tokens[point["step"]]
+    return {"flags": flags, "completions_per_step": per_step, "seconds": trained["seconds"], "curve": measured,
+            "training": training}
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    before = results["before training"]
+    figure, axes = plt.subplots(2, 2, figsize=(12, 8))
+    panels = [(axes[0][0], "sampled_tokens", "greedy_accuracy", "sampled completion tokens", "held-out greedy accuracy"),
+              (axes[0][1], "sampled_tokens", "sampled_pass_at_1", "sampled completion tokens", "held-out pass@1 (T 1)"),
+              (axes[1][0], "minutes", "sampled_pass_at_1", "wall minutes (2 CPU cores)", "held-out pass@1 (T 1)")]
+    for axis, x, y, xlabel, ylabel in panels:
+        for name, row in results.items():
+            if "curve" not in row:
+                continue
+            points = [{**p, "minutes": p["seconds"] / 60} for p in row["curve"]]
+            axis.plot([0] + [p[x] for p in points], [before[y]] + [p[y] for p in points], marker="o", markersize=3, label=name)
+        axis.set_xlabel(xlabel)
+        axis.set_ylabel(ylabel)
+    axes[0][0].legend(fontsize=7)
+    axis = axes[1][1]
+    for name, row in results.items():
+        if "training" in row:
+            axis.plot([p["sampled_tokens"] for p in row["training"]], [p["clipped_ratio"] for p in row["training"]],
+                      linewidth=1, label=name)
+    axis.set_xlabel("sampled completion tokens")
+    axis.set_ylabel(f"training completions cut at {MAX_NEW_TOKENS} tokens")
+    figure.suptitle("bundled:arithmetic, SmolLM2-135M-Instruct: RL, self-distillation and on-policy distillation")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
+def tokens_to_reach(row: dict, target: float, key: str) -> float | None:
+    """Sampled tokens at the first measured checkpoint whose `key` reaches `target` (None: never)."""
+    return next((p["sampled_tokens"] for p in row["curve"] if p[key] >= target), None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=4, help="sampled completions per held-out prompt (pass@1)")
+    parser.add_argument("--out", default="benchmarks/results/sums.json")
+    parser.add_argument("--resume", action="store_true", help="keep the runs and measurements an earlier invocation finished")
+    parser.add_argument("--arms", nargs="*", default=list(ARMS), help="arms to run (default: all, in order)")
+    args = parser.parse_args()
+    unknown = sorted(set(args.arms) - set(ARMS))
+    if unknown:
+        parser.error(f"unknown arms {unknown}; the arms are {list(ARMS)}")
+    write_feedback_data(FEEDBACK_DATA)
+    measure = Measure(torch.device("cpu"), args.samples)
+    before = RUNS / "before.json"
+    if not (args.resume and before.is_file()):
+        before.write_text(json.dumps(measure.row(measure.original), indent=2))
+    results = {"before training": json.loads(before.read_text())}
+    for name in args.arms:
+        directory, flags, per_step = ARMS[name]
+        results[name] = run_arm(name, directory, flags, per_step, measure, args.resume)
+
+    teacher = results["GRPO (the teacher's run)"]["curve"][-1] if "GRPO (the teacher's run)" in results else None
+    print(f"{'':40} {'steps':>5} {'tokens':>7} {'greedy':>6} {'pass@1':>6} {'minutes':>7}  tokens to the teacher's pass@1")
+    for name, row in results.items():
+        if "curve" not in row:
+            print(f"{name:40} {0:>5} {0:>7} {row['greedy_accuracy']:>6.3f} {row['sampled_pass_at_1']:>6.3f}")
+            continue
+        last = row["curve"][-1]
+        reach = tokens_to_reach(row, teacher["sampled_pass_at_1"], "sampled_pass_at_1") if teacher else None
+        print(f"{name:40} {last['step']:>5} {last['sampled_tokens']:>7.0f} {last['greedy_accuracy']:>6.3f} "
+              f"{last['sampled_pass_at_1']:>6.3f} {row['seconds'] / 60:>7.1f}  {'' if reach is None else f'{reach:.0f}'}")
+    out = Path(args.out)
+    plot(results, out.with_suffix(".png"))
+    out.write_text(json.dumps({"command": " ".join(sys.argv), "samples_per_prompt": args.samples, "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
