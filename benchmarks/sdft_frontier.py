@@ -106,6 +106,50 @@ def plot(results: dict, path: Path) -> None:
     figure.savefig(path, dpi=100)
 
 
+def points(results: dict) -> list[dict]:
+    """Every measured checkpoint as a flat row (the model before training as step 0 of every arm's method)."""
+    before = results["before training"]
+    rows = []
+    for name, row in results.items():
+        if "curve" not in row:
+            continue
+        for point in [{**before, "step": 0, "seconds": 0.0}] + row["curve"]:
+            rows.append({"arm": name, "method": name.split(",")[0], "step": point["step"], "minutes": point["seconds"] / 60,
+                         "heldout_accuracy": point["heldout"]["accuracy"], "forgetting": point["forgetting_forward_kl"],
+                         "template_leakage": point["heldout"]["template_leakage"],
+                         "leak_example": point["heldout"]["leak_example"]})
+    return rows
+
+
+def frontier(rows: list[dict], method: str) -> list[dict]:
+    """The method's points no other point of it beats on both axes (more accuracy, less forgetting), by forgetting."""
+    mine = [r for r in rows if r["method"] == method]
+    return sorted((r for r in mine if not any(dominates(o, r) for o in mine)), key=lambda r: r["forgetting"])
+
+
+def dominates(a: dict, b: dict) -> bool:
+    return (a["heldout_accuracy"] >= b["heldout_accuracy"] and a["forgetting"] <= b["forgetting"]
+            and (a["heldout_accuracy"], a["forgetting"]) != (b["heldout_accuracy"], b["forgetting"]))
+
+
+def best_at_most(rows: list[dict], method: str, forgetting: float) -> float:
+    """The method's best held-out accuracy among its points that forgot no more than `forgetting`."""
+    return max((r["heldout_accuracy"] for r in rows if r["method"] == method and r["forgetting"] <= forgetting), default=0.0)
+
+
+def compare(rows: list[dict]) -> list[dict]:
+    """At each frontier point of either method: the other method's best accuracy at no more forgetting."""
+    out = []
+    for method, other in (("sdft", "sft"), ("sft", "sdft")):
+        for point in frontier(rows, method):
+            if point["step"] == 0:
+                continue
+            out.append({"arm": point["arm"], "step": point["step"], "forgetting": point["forgetting"],
+                        "heldout_accuracy": point["heldout_accuracy"], "template_leakage": point["template_leakage"],
+                        "other": other, "other_best_at_no_more_forgetting": best_at_most(rows, other, point["forgetting"])})
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="benchmarks/results/sdft_frontier.json")
@@ -129,15 +173,20 @@ def main() -> None:
         directory, flags, steps, every = ARMS[name]
         results[name] = run_arm(directory, flags, steps, every, measure, args.resume)
 
+    rows = points(results)
     print(f"{'':40} {'step':>4} {'held-out':>8} {'forgetting KL':>13} {'leak':>5} {'minutes':>7}")
-    for name, row in results.items():
-        for point in row.get("curve", [row]):
-            minutes = f"{point['seconds'] / 60:>7.1f}" if "seconds" in point else ""
-            print(f"{name:40} {point.get('step', 0):>4} {point['heldout']['accuracy']:>8.3f} "
-                  f"{point['forgetting_forward_kl']:>13.4f} {point['heldout']['template_leakage']:>5.2f} {minutes}")
+    for row in rows:
+        print(f"{row['arm']:40} {row['step']:>4} {row['heldout_accuracy']:>8.3f} {row['forgetting']:>13.4f} "
+              f"{row['template_leakage']:>5.2f} {row['minutes']:>7.1f}")
+    matched = compare(rows)
+    print("\nfrontier points, and the other method's best held-out accuracy at no more forgetting:")
+    for row in matched:
+        print(f"{row['arm']:40} {row['step']:>4} {row['heldout_accuracy']:>8.3f} {row['forgetting']:>13.4f}   "
+              f"{row['other']}: {row['other_best_at_no_more_forgetting']:.3f}")
     out = Path(args.out)
     plot(results, out.with_suffix(".png"))
-    out.write_text(json.dumps({"command": " ".join(sys.argv), "facts": FACTS, "results": results}, indent=2))
+    out.write_text(json.dumps({"command": " ".join(sys.argv), "facts": FACTS, "points": rows, "frontier_comparison": matched,
+                               "results": results}, indent=2))
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from distill.models import DEFAULT_TEACHER
 from distill.teachers.build import load_model
 
 RUNS = Path("runs/bench_sums")
+TEACHER_ARM = "GRPO (the teacher's run)"
 TEACHER = RUNS / "grpo" / "model"
 FEEDBACK_DATA = RUNS / "arithmetic_feedback.jsonl"
 SHARED = ["--max_new_tokens", str(MAX_NEW_TOKENS), "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", "3"]
@@ -52,18 +53,20 @@ GROUPS = ["--reward_funcs", "contains_answer", "--num_generations", "8", "--per_
           "--gradient_accumulation_steps", "4", "--learning_rate", "2e-5", "--max_steps", "40"]
 DISTILL = ["--teacher", str(TEACHER), "--student", DEFAULT_TEACHER, "--student_init", "all", "--dataset", TASK,
            "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1", "--learning_rate", "5e-5",
-           "--max_steps", "60", "--save_steps", "10"]
+           "--max_steps", "60"]
 ARMS = {  # name: (run directory, flags, completions sampled per step)
     "GRPO (the teacher's run)": ("grpo", ["--method", "sdpo", "--dataset", TASK, *GROUPS, "--distillation_weight", "0",
                                           "--loss_type", "grpo", "--save_steps", "5"], 32),
-    "on-policy distillation (reverse KL)": ("on_policy", ["--method", "on_policy", "--beta", "1", *DISTILL], 8),
-    "iw_opd": ("iw_opd", ["--method", "iw_opd", *DISTILL], 8),
-    "SDPO": ("sdpo", ["--method", "sdpo", "--dataset", TASK, *GROUPS, "--distillation_weight", "1", "--save_steps", "10"], 32),
+    "on-policy distillation (reverse KL)": ("on_policy", ["--method", "on_policy", "--beta", "1", *DISTILL,
+                                                          "--save_steps", "15"], 8),
+    "iw_opd": ("iw_opd", ["--method", "iw_opd", *DISTILL, "--save_steps", "15"], 8),
+    "SDPO": ("sdpo", ["--method", "sdpo", "--dataset", TASK, *GROUPS, "--distillation_weight", "1", "--save_steps", "20"], 32),
     "SDPO + feedback": ("sdpo_feedback", ["--method", "sdpo", "--dataset", str(FEEDBACK_DATA), *GROUPS,
-                                          "--distillation_weight", "1", "--include_feedback", "true", "--save_steps", "10"], 32),
-    "on-policy distillation, seed 1": ("on_policy_seed1", ["--method", "on_policy", "--beta", "1", *DISTILL, "--seed", "1"], 8),
+                                          "--distillation_weight", "1", "--include_feedback", "true", "--save_steps", "20"], 32),
+    "on-policy distillation, seed 1": ("on_policy_seed1", ["--method", "on_policy", "--beta", "1", *DISTILL,
+                                                                 "--save_steps", "30", "--seed", "1"], 8),
     "GRPO, seed 1": ("grpo_seed1", ["--method", "sdpo", "--dataset", TASK, *GROUPS, "--distillation_weight", "0",
-                                    "--loss_type", "grpo", "--save_steps", "10", "--seed", "1"], 32),
+                                    "--loss_type", "grpo", "--save_steps", "20", "--seed", "1"], 32),
 }
 
 
@@ -113,26 +116,31 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     before = results["before training"]
-    figure, axes = plt.subplots(2, 2, figsize=(12, 8))
-    panels = [(axes[0][0], "sampled_tokens", "greedy_accuracy", "sampled completion tokens", "held-out greedy accuracy"),
-              (axes[0][1], "sampled_tokens", "sampled_pass_at_1", "sampled completion tokens", "held-out pass@1 (T 1)"),
-              (axes[1][0], "minutes", "sampled_pass_at_1", "wall minutes (2 CPU cores)", "held-out pass@1 (T 1)")]
-    for axis, x, y, xlabel, ylabel in panels:
+    figure, axes = plt.subplots(2, 3, figsize=(16, 8.5))
+    tokens, minutes = "sampled completion tokens", "wall minutes (2 CPU cores)"
+    held_out = [(axes[0][0], "sampled_tokens", "greedy_accuracy", tokens, "held-out greedy accuracy"),
+                (axes[0][1], "sampled_tokens", "sampled_pass_at_1", tokens, "held-out pass@1 (T 1)"),
+                (axes[0][2], "minutes", "sampled_pass_at_1", minutes, "held-out pass@1 (T 1)")]
+    for axis, x, y, xlabel, ylabel in held_out:
         for name, row in results.items():
-            if "curve" not in row:
-                continue
-            points = [{**p, "minutes": p["seconds"] / 60} for p in row["curve"]]
-            axis.plot([0] + [p[x] for p in points], [before[y]] + [p[y] for p in points], marker="o", markersize=3, label=name)
+            if "curve" in row:
+                points = [{**p, "minutes": p["seconds"] / 60} for p in row["curve"]]
+                axis.plot([0] + [p[x] for p in points], [before[y]] + [p[y] for p in points], marker="o", markersize=3,
+                          label=name)
         axis.set_xlabel(xlabel)
         axis.set_ylabel(ylabel)
     axes[0][0].legend(fontsize=7)
-    axis = axes[1][1]
-    for name, row in results.items():
-        if "training" in row:
-            axis.plot([p["sampled_tokens"] for p in row["training"]], [p["clipped_ratio"] for p in row["training"]],
-                      linewidth=1, label=name)
-    axis.set_xlabel("sampled completion tokens")
-    axis.set_ylabel(f"training completions cut at {MAX_NEW_TOKENS} tokens")
+    training = [(axes[1][0], "reward", "training success fraction (sampled, per step)"),
+                (axes[1][1], "clipped_ratio", f"training completions cut at {MAX_NEW_TOKENS} tokens")]
+    for axis, y, ylabel in training:
+        for name, row in results.items():
+            if "training" in row and row["training"][0][y] is not None:
+                axis.plot([p["sampled_tokens"] for p in row["training"]], [p[y] for p in row["training"]], linewidth=1,
+                          label=name)
+        axis.set_xlabel(tokens)
+        axis.set_ylabel(ylabel)
+    axes[1][0].legend(fontsize=7)
+    axes[1][2].axis("off")
     figure.suptitle("bundled:arithmetic, SmolLM2-135M-Instruct: RL, self-distillation and on-policy distillation")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
@@ -141,6 +149,32 @@ def plot(results: dict, path: Path) -> None:
 def tokens_to_reach(row: dict, target: float, key: str) -> float | None:
     """Sampled tokens at the first measured checkpoint whose `key` reaches `target` (None: never)."""
     return next((p["sampled_tokens"] for p in row["curve"] if p[key] >= target), None)
+
+
+def summary(results: dict) -> list[dict]:
+    """One flat row per arm for the docs: its last checkpoint, where it first reached the teacher's held-out
+    accuracy (the GRPO run's last checkpoint) and at what share of the GRPO run's sampled tokens, and its
+    training success and cut-off fractions over the last 5 steps."""
+    teacher = results[TEACHER_ARM]["curve"][-1]
+    rows = []
+    for name, row in results.items():
+        if "curve" not in row:
+            rows.append({"arm": name, "steps": 0, "sampled_tokens": 0, "greedy_accuracy": row["greedy_accuracy"],
+                         "sampled_pass_at_1": row["sampled_pass_at_1"]})
+            continue
+        last, tail = row["curve"][-1], row["training"][-5:]
+        reached = {key: tokens_to_reach(row, teacher[key], key) for key in ("greedy_accuracy", "sampled_pass_at_1")}
+        rows.append({"arm": name, "steps": last["step"], "completions": last["step"] * row["completions_per_step"],
+                     "sampled_tokens": last["sampled_tokens"], "minutes": row["seconds"] / 60,
+                     "greedy_accuracy": last["greedy_accuracy"], "sampled_pass_at_1": last["sampled_pass_at_1"],
+                     "best_sampled_pass_at_1": max(p["sampled_pass_at_1"] for p in row["curve"]),
+                     "tokens_to_teacher_greedy": reached["greedy_accuracy"],
+                     "tokens_to_teacher_pass_at_1": reached["sampled_pass_at_1"],
+                     "share_of_grpo_tokens_to_teacher_pass_at_1": None if reached["sampled_pass_at_1"] is None
+                     else reached["sampled_pass_at_1"] / teacher["sampled_tokens"],
+                     "training_success_last5": sum(p["reward"] for p in tail) / len(tail) if tail[0]["reward"] is not None else None,
+                     "clipped_ratio_last5": sum(p["clipped_ratio"] for p in tail) / len(tail)})
+    return rows
 
 
 def main() -> None:
@@ -163,19 +197,18 @@ def main() -> None:
         directory, flags, per_step = ARMS[name]
         results[name] = run_arm(name, directory, flags, per_step, measure, args.resume)
 
-    teacher = results["GRPO (the teacher's run)"]["curve"][-1] if "GRPO (the teacher's run)" in results else None
+    if TEACHER_ARM not in results:
+        parser.error(f"the arms compare against {TEACHER_ARM!r}: include it (with --resume it is not re-run)")
+    rows = summary(results)
     print(f"{'':40} {'steps':>5} {'tokens':>7} {'greedy':>6} {'pass@1':>6} {'minutes':>7}  tokens to the teacher's pass@1")
-    for name, row in results.items():
-        if "curve" not in row:
-            print(f"{name:40} {0:>5} {0:>7} {row['greedy_accuracy']:>6.3f} {row['sampled_pass_at_1']:>6.3f}")
-            continue
-        last = row["curve"][-1]
-        reach = tokens_to_reach(row, teacher["sampled_pass_at_1"], "sampled_pass_at_1") if teacher else None
-        print(f"{name:40} {last['step']:>5} {last['sampled_tokens']:>7.0f} {last['greedy_accuracy']:>6.3f} "
-              f"{last['sampled_pass_at_1']:>6.3f} {row['seconds'] / 60:>7.1f}  {'' if reach is None else f'{reach:.0f}'}")
+    for row in rows:
+        reach = row.get("tokens_to_teacher_pass_at_1")
+        print(f"{row['arm']:40} {row['steps']:>5} {row['sampled_tokens']:>7.0f} {row['greedy_accuracy']:>6.3f} "
+              f"{row['sampled_pass_at_1']:>6.3f} {row.get('minutes', 0):>7.1f}  {'' if reach is None else f'{reach:.0f}'}")
     out = Path(args.out)
     plot(results, out.with_suffix(".png"))
-    out.write_text(json.dumps({"command": " ".join(sys.argv), "samples_per_prompt": args.samples, "results": results}, indent=2))
+    out.write_text(json.dumps({"command": " ".join(sys.argv), "samples_per_prompt": args.samples, "summary": rows,
+                               "results": results}, indent=2))
 
 
 if __name__ == "__main__":

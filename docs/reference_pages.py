@@ -102,8 +102,10 @@ def benchmark_reference() -> str:
              "Every `benchmarks/results/*.json`, rendered when the site is built: the numbers as the benchmark scripts "
              "wrote them (each script's docstring says what it measures and how; the guides discuss them).", ""]
     for path in sorted(RESULTS.glob("*.json")):
-        lines += [f"## `{path.name}`", "", f"Written by `benchmarks/{path.stem.split('_')[0]}.py` (or a variant of it)."
-                  if (ROOT / "benchmarks" / f"{path.stem.split('_')[0]}.py").exists() else "", ""]
+        script = next((s for s in (path.stem, path.stem.split("_")[0]) if (ROOT / "benchmarks" / f"{s}.py").exists()), None)
+        written = "" if script is None else f"Written by `benchmarks/{script}.py`" + (
+            "." if script == path.stem else " (or a variant of it).")
+        lines += [f"## `{path.name}`", "", written, ""]
         _tables(json.loads(path.read_text()), "", lines)
     return "\n".join(lines)
 
