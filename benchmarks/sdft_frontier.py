@@ -185,7 +185,9 @@ def main() -> None:
               f"{row['other']}: {row['other_best_at_no_more_forgetting']:.3f}")
     out = Path(args.out)
     plot(results, out.with_suffix(".png"))
-    out.write_text(json.dumps({"command": " ".join(sys.argv), "facts": FACTS, "points": rows, "frontier_comparison": matched,
+    final = [max((r for r in rows if r["arm"] == name), key=lambda r: r["step"]) for name in results if name in ARMS]
+    out.write_text(json.dumps({"command": " ".join(sys.argv), "facts": FACTS, "final_points": final, "points": rows,
+                               "frontier_comparison": matched,
                                "results": results}, indent=2))
 
 
