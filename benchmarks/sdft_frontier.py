@@ -15,8 +15,9 @@ the checkpoint at step s is the s-step run of that learning rate. Every checkpoi
   that the question does not hold (`distill.evaluation.leakage`).
 
 The paper's claim (SDFT, arXiv 2601.19897): sdft's frontier dominates sft's, more new knowledge at the
-same forgetting. The leak arms change one thing each from sdft at lr 1e-4: the first tokens' loss
-skipped, another template (the fact before the question), the top-k loss instead of the full vocabulary.
+same forgetting. The leak arms change one thing each from sdft at lr 1e-4 and stop at step 40, a checkpoint
+of that arm too: the first tokens' loss skipped, another template (the fact before the question), the
+top-k loss instead of the full vocabulary; a fourth repeats it with another seed (the noise).
 
     python benchmarks/sdft_frontier.py [--resume] [--arms NAME ...]
 Writes benchmarks/results/sdft_frontier.json and sdft_frontier.png and prints a table.
@@ -47,18 +48,18 @@ COMMON = ["--dataset", str(DATA), "--per_device_train_batch_size", "10", "--grad
           "--max_new_tokens", "32", "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", "5"]
 SDFT = ["--method", "sdft", "--teacher_model_kind", "ema"]
 ARMS = {  # name: (run directory, flags, steps, checkpoint every)
-    "sft, lr 1e-5": ("sft_1e-5", ["--method", "sft", "--learning_rate", "1e-5"], 60, 15),
-    "sft, lr 3e-5": ("sft_3e-5", ["--method", "sft", "--learning_rate", "3e-5"], 60, 15),
-    "sft, lr 1e-4": ("sft_1e-4", ["--method", "sft", "--learning_rate", "1e-4"], 60, 15),
-    "sdft, lr 1e-4": ("sdft_1e-4", [*SDFT, "--learning_rate", "1e-4"], 60, 15),
-    "sdft, lr 3e-4": ("sdft_3e-4", [*SDFT, "--learning_rate", "3e-4"], 60, 15),
+    "sft, lr 1e-5": ("sft_1e-5", ["--method", "sft", "--learning_rate", "1e-5"], 60, 20),
+    "sft, lr 3e-5": ("sft_3e-5", ["--method", "sft", "--learning_rate", "3e-5"], 60, 20),
+    "sft, lr 1e-4": ("sft_1e-4", ["--method", "sft", "--learning_rate", "1e-4"], 60, 20),
+    "sdft, lr 1e-4": ("sdft_1e-4", [*SDFT, "--learning_rate", "1e-4"], 60, 20),
+    "sdft, lr 3e-4": ("sdft_3e-4", [*SDFT, "--learning_rate", "3e-4"], 60, 20),
     "sdft, lr 1e-4, first 4 tokens skipped": ("sdft_skip4", [*SDFT, "--learning_rate", "1e-4",
-                                                             "--num_loss_tokens_to_skip", "4"], 60, 30),
+                                                             "--num_loss_tokens_to_skip", "4"], 40, 40),
     "sdft, lr 1e-4, fact-first template": ("sdft_fact_first", [*SDFT, "--learning_rate", "1e-4",
-                                                               "--teacher_prompt_template", FACT_FIRST_TEMPLATE], 60, 30),
+                                                               "--teacher_prompt_template", FACT_FIRST_TEMPLATE], 40, 40),
     "sdft, lr 1e-4, top-20 loss": ("sdft_top20", [*SDFT, "--learning_rate", "1e-4", "--distillation_mode", "topk_logits",
-                                                  "--distillation_topk", "20"], 60, 30),
-    "sdft, lr 1e-4, seed 1": ("sdft_1e-4_seed1", [*SDFT, "--learning_rate", "1e-4", "--seed", "1"], 60, 30),
+                                                  "--distillation_topk", "20"], 40, 40),
+    "sdft, lr 1e-4, seed 1": ("sdft_1e-4_seed1", [*SDFT, "--learning_rate", "1e-4", "--seed", "1"], 40, 40),
 }
 
 
