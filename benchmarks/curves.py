@@ -62,3 +62,8 @@ def curve(run_dir: Path, measure: Callable[[Path], dict], resume: bool, keep_che
     if not keep_checkpoints:
         shutil.rmtree(run_dir / "checkpoints")
     return rows
+
+
+def measuring_seconds(run_dir: Path) -> float:
+    """Wall time spent measuring the run's checkpoints: from train.json's writing to curve.json's."""
+    return (run_dir / "curve.json").stat().st_mtime - (run_dir / "train.json").stat().st_mtime

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from curves import curve, metrics, train  # noqa: E402  (sibling scripts)
+from curves import curve, measuring_seconds, metrics, train  # noqa: E402  (sibling scripts)
 from sdft import Measure  # noqa: E402
 
 from distill.data_files import load_dataset_spec
@@ -76,7 +76,8 @@ def run_arm(directory: str, flags: list[str], steps: int, every: int, measure: M
     trained = train(run_dir, flags, resume)
     measured = curve(run_dir, lambda student: measure.row(load_model(str(student), "model", torch.device("cpu"))[0]), resume)
     losses = [{"step": r["step"], "loss": r["loss"]} for r in metrics(run_dir)]
-    return {"flags": flags, "seconds": trained["seconds"], "curve": measured, "loss": losses}
+    return {"flags": flags, "seconds": trained["seconds"], "measuring_seconds": measuring_seconds(run_dir),
+            "curve": measured, "loss": losses}
 
 
 def plot(results: dict, path: Path) -> None:
@@ -187,8 +188,9 @@ def main() -> None:
     out = Path(args.out)
     plot(results, out.with_suffix(".png"))
     final = [max((r for r in rows if r["arm"] == name), key=lambda r: r["step"]) for name in results if name in ARMS]
-    out.write_text(json.dumps({"command": " ".join(sys.argv), "facts": FACTS, "final_points": final, "points": rows,
-                               "frontier_comparison": matched,
+    wall = sum(row["seconds"] + row["measuring_seconds"] for row in results.values() if "seconds" in row)
+    out.write_text(json.dumps({"command": " ".join(sys.argv), "wall_minutes": wall / 60, "facts": FACTS,
+                               "final_points": final, "points": rows, "frontier_comparison": matched,
                                "results": results}, indent=2))
 
 

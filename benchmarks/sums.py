@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from curves import curve, metrics, train  # noqa: E402  (sibling scripts)
+from curves import curve, measuring_seconds, metrics, train  # noqa: E402  (sibling scripts)
 from sdpo import MAX_NEW_TOKENS, TASK, Measure  # noqa: E402
 
 from distill.data_files import load_dataset_spec
@@ -105,7 +105,8 @@ def run_arm(name: str, directory: str, flags: list[str], per_step: int, measure:
     tokens = {row["step"]: row["sampled_tokens"] for row in training}
     for point in measured:
         point["sampled_tokens"] = tokens[point["step"]]
-    return {"flags": flags, "completions_per_step": per_step, "seconds": trained["seconds"], "curve": measured,
+    return {"flags": flags, "completions_per_step": per_step, "seconds": trained["seconds"],
+            "measuring_seconds": measuring_seconds(run_dir), "curve": measured,
             "training": training}
 
 
@@ -120,7 +121,8 @@ def plot(results: dict, path: Path) -> None:
     tokens, minutes = "sampled completion tokens", "wall minutes (2 CPU cores)"
     held_out = [(axes[0][0], "sampled_tokens", "greedy_accuracy", tokens, "held-out greedy accuracy"),
                 (axes[0][1], "sampled_tokens", "sampled_pass_at_1", tokens, "held-out pass@1 (T 1)"),
-                (axes[0][2], "minutes", "sampled_pass_at_1", minutes, "held-out pass@1 (T 1)")]
+                (axes[0][2], "minutes", "sampled_pass_at_1", minutes, "held-out pass@1 (T 1)"),
+                (axes[1][2], "minutes", "greedy_accuracy", minutes, "held-out greedy accuracy")]
     for axis, x, y, xlabel, ylabel in held_out:
         for name, row in results.items():
             if "curve" in row:
@@ -130,17 +132,17 @@ def plot(results: dict, path: Path) -> None:
         axis.set_xlabel(xlabel)
         axis.set_ylabel(ylabel)
     axes[0][0].legend(fontsize=7)
-    training = [(axes[1][0], "reward", "training success fraction (sampled, per step)"),
-                (axes[1][1], "clipped_ratio", f"training completions cut at {MAX_NEW_TOKENS} tokens")]
+    training = [(axes[1][0], "reward", "training success fraction (5-step mean)"),
+                (axes[1][1], "clipped_ratio", f"training completions cut at {MAX_NEW_TOKENS} tokens (5-step mean)")]
     for axis, y, ylabel in training:
         for name, row in results.items():
             if "training" in row and row["training"][0][y] is not None:
-                axis.plot([p["sampled_tokens"] for p in row["training"]], [p[y] for p in row["training"]], linewidth=1,
-                          label=name)
+                values = [p[y] for p in row["training"]]
+                smooth = [sum(values[max(0, i - 4) : i + 1]) / len(values[max(0, i - 4) : i + 1]) for i in range(len(values))]
+                axis.plot([p["sampled_tokens"] for p in row["training"]], smooth, linewidth=1, label=name)
         axis.set_xlabel(tokens)
         axis.set_ylabel(ylabel)
     axes[1][0].legend(fontsize=7)
-    axes[1][2].axis("off")
     figure.suptitle("bundled:arithmetic, SmolLM2-135M-Instruct: RL, self-distillation and on-policy distillation")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
@@ -152,11 +154,14 @@ def tokens_to_reach(row: dict, target: float, key: str) -> float | None:
 
 
 def summary(results: dict) -> list[dict]:
-    """One flat row per arm for the docs: its last checkpoint, where it first reached the teacher's held-out
-    accuracy (the GRPO run's last checkpoint; and 0.9 of its pass@1, which the noisy GRPO curve may reach
-    well before its end) and at what share of the GRPO run's sampled tokens, and its training success and
-    cut-off fractions over the last 5 steps."""
-    teacher = results[TEACHER_ARM]["curve"][-1]
+    """One flat row per arm for the docs: its last checkpoint; the sampled tokens it spent until a checkpoint
+    first reached the teacher's held-out pass@1 (the GRPO run's last checkpoint), and until one reached 0.9 of
+    it (which the noisy GRPO curve itself reaches before its end), each also as a share of the GRPO run's
+    tokens to the same mark; its training success and cut-off fractions over the last 5 steps."""
+    teacher_run = results[TEACHER_ARM]
+    marks = {"teacher": teacher_run["curve"][-1]["sampled_pass_at_1"]}
+    marks["nine_tenths_teacher"] = 0.9 * marks["teacher"]
+    grpo_tokens = {mark: tokens_to_reach(teacher_run, value, "sampled_pass_at_1") for mark, value in marks.items()}
     rows = []
     for name, row in results.items():
         if "curve" not in row:
@@ -164,20 +169,27 @@ def summary(results: dict) -> list[dict]:
                          "sampled_pass_at_1": row["sampled_pass_at_1"]})
             continue
         last, tail = row["curve"][-1], row["training"][-5:]
-        reached = {key: tokens_to_reach(row, teacher[key], key) for key in ("greedy_accuracy", "sampled_pass_at_1")}
-        nine_tenths = tokens_to_reach(row, 0.9 * teacher["sampled_pass_at_1"], "sampled_pass_at_1")
-        rows.append({"arm": name, "steps": last["step"], "completions": last["step"] * row["completions_per_step"],
-                     "sampled_tokens": last["sampled_tokens"], "minutes": row["seconds"] / 60,
-                     "greedy_accuracy": last["greedy_accuracy"], "sampled_pass_at_1": last["sampled_pass_at_1"],
-                     "best_sampled_pass_at_1": max(p["sampled_pass_at_1"] for p in row["curve"]),
-                     "tokens_to_teacher_greedy": reached["greedy_accuracy"],
-                     "tokens_to_teacher_pass_at_1": reached["sampled_pass_at_1"],
-                     "share_of_grpo_tokens_to_teacher_pass_at_1": None if reached["sampled_pass_at_1"] is None
-                     else reached["sampled_pass_at_1"] / teacher["sampled_tokens"],
-                     "tokens_to_nine_tenths_teacher_pass_at_1": nine_tenths,
-                     "training_success_last5": sum(p["reward"] for p in tail) / len(tail) if tail[0]["reward"] is not None else None,
-                     "clipped_ratio_last5": sum(p["clipped_ratio"] for p in tail) / len(tail)})
+        summary_row = {"arm": name, "steps": last["step"], "completions": last["step"] * row["completions_per_step"],
+                       "sampled_tokens": last["sampled_tokens"], "minutes": row["seconds"] / 60,
+                       "greedy_accuracy": last["greedy_accuracy"], "sampled_pass_at_1": last["sampled_pass_at_1"],
+                       "best_sampled_pass_at_1": max(p["sampled_pass_at_1"] for p in row["curve"]),
+                       "training_success_last5": None if tail[0]["reward"] is None
+                       else sum(p["reward"] for p in tail) / len(tail),
+                       "clipped_ratio_last5": sum(p["clipped_ratio"] for p in tail) / len(tail)}
+        for mark, value in marks.items():
+            tokens = tokens_to_reach(row, value, "sampled_pass_at_1")
+            summary_row[f"tokens_to_{mark}_pass_at_1"] = tokens
+            summary_row[f"share_of_grpo_tokens_to_{mark}_pass_at_1"] = (
+                None if tokens is None or grpo_tokens[mark] is None else tokens / grpo_tokens[mark])
+        rows.append(summary_row)
     return rows
+
+
+def points(results: dict) -> list[dict]:
+    """Every measured checkpoint as a flat row (the docs' curve table)."""
+    return [{"arm": name, "step": p["step"], "sampled_tokens": p["sampled_tokens"], "minutes": p["seconds"] / 60,
+             "greedy_accuracy": p["greedy_accuracy"], "sampled_pass_at_1": p["sampled_pass_at_1"]}
+            for name, row in results.items() if "curve" in row for p in row["curve"]]
 
 
 def main() -> None:
@@ -210,8 +222,10 @@ def main() -> None:
               f"{row['sampled_pass_at_1']:>6.3f} {row.get('minutes', 0):>7.1f}  {'' if reach is None else f'{reach:.0f}'}")
     out = Path(args.out)
     plot(results, out.with_suffix(".png"))
-    out.write_text(json.dumps({"command": " ".join(sys.argv), "samples_per_prompt": args.samples, "summary": rows,
-                               "results": results}, indent=2))
+    wall = sum(row["seconds"] + row["measuring_seconds"] for row in results.values() if "seconds" in row)
+    out.write_text(json.dumps({"command": " ".join(sys.argv), "wall_minutes": wall / 60,
+                               "samples_per_prompt": args.samples, "summary": rows,
+                               "points": points(results), "results": results}, indent=2))
 
 
 if __name__ == "__main__":
