@@ -43,6 +43,7 @@ from distill.teachers.build import load_model
 FACTS = 20
 RUNS = Path("runs/bench_frontier")
 DATA = RUNS / f"facts{FACTS}.jsonl"
+LEAK_STEP = 40  # the leak arms' last step, a checkpoint of every other arm too
 FACT_FIRST_TEMPLATE = "Use this fact to answer the question.\nFact: {privileged_context}\n\n{prompt}"
 COMMON = ["--dataset", str(DATA), "--per_device_train_batch_size", "10", "--gradient_accumulation_steps", "1",
           "--max_new_tokens", "32", "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", "5"]
@@ -54,12 +55,12 @@ ARMS = {  # name: (run directory, flags, steps, checkpoint every)
     "sdft, lr 1e-4": ("sdft_1e-4", [*SDFT, "--learning_rate", "1e-4"], 60, 20),
     "sdft, lr 3e-4": ("sdft_3e-4", [*SDFT, "--learning_rate", "3e-4"], 60, 20),
     "sdft, lr 1e-4, first 4 tokens skipped": ("sdft_skip4", [*SDFT, "--learning_rate", "1e-4",
-                                                             "--num_loss_tokens_to_skip", "4"], 40, 40),
-    "sdft, lr 1e-4, fact-first template": ("sdft_fact_first", [*SDFT, "--learning_rate", "1e-4",
-                                                               "--teacher_prompt_template", FACT_FIRST_TEMPLATE], 40, 40),
+                                                             "--num_loss_tokens_to_skip", "4"], LEAK_STEP, LEAK_STEP),
+    "sdft, lr 1e-4, fact-first template": ("sdft_fact_first", [*SDFT, "--learning_rate", "1e-4", "--teacher_prompt_template",
+                                                               FACT_FIRST_TEMPLATE], LEAK_STEP, LEAK_STEP),
     "sdft, lr 1e-4, top-20 loss": ("sdft_top20", [*SDFT, "--learning_rate", "1e-4", "--distillation_mode", "topk_logits",
-                                                  "--distillation_topk", "20"], 40, 40),
-    "sdft, lr 1e-4, seed 1": ("sdft_1e-4_seed1", [*SDFT, "--learning_rate", "1e-4", "--seed", "1"], 40, 40),
+                                                  "--distillation_topk", "20"], LEAK_STEP, LEAK_STEP),
+    "sdft, lr 1e-4, seed 1": ("sdft_1e-4_seed1", [*SDFT, "--learning_rate", "1e-4", "--seed", "1"], LEAK_STEP, LEAK_STEP),
 }
 
 
@@ -191,6 +192,7 @@ def main() -> None:
     wall = sum(row["seconds"] + row["measuring_seconds"] for row in results.values() if "seconds" in row)
     out.write_text(json.dumps({"command": " ".join(sys.argv), "wall_minutes": wall / 60, "facts": FACTS,
                                "final_points": final, "points": rows, "frontier_comparison": matched,
+                               "at_leak_step": [r for r in rows if r["step"] == LEAK_STEP],
                                "results": results}, indent=2))
 
 
