@@ -92,7 +92,7 @@ def training_curve(run_dir: Path, completions_per_step: int) -> list[dict]:
         spent += record["completion_length/student"] * completions_per_step
         rows.append({"step": record["step"], "sampled_tokens": spent, "clipped_ratio": record.get("clipped_ratio"),
                      "reward": record.get("reward/mean"), "reprompt_fraction": record.get("sdpo/reprompt_sample_fraction"),
-                     "feedback_fraction": record.get("sdpo/feedback_fraction")})
+                     "feedback_fraction": record.get("sdpo/feedback_fraction"), "reverse_kl": record.get("reverse_kl")})
     return rows
 
 
@@ -157,7 +157,8 @@ def summary(results: dict) -> list[dict]:
     """One flat row per arm for the docs: its last checkpoint; the sampled tokens it spent until a checkpoint
     first reached the teacher's held-out pass@1 (the GRPO run's last checkpoint), and until one reached 0.9 of
     it (which the noisy GRPO curve itself reaches before its end), each also as a share of the GRPO run's
-    tokens to the same mark; its training success and cut-off fractions over the last 5 steps."""
+    tokens to the same mark; its training success and cut-off fractions over the last 5 steps (and, for the
+    distillation arms, the reverse KL to the teacher on their own samples over the first and last 5 steps)."""
     teacher_run = results[TEACHER_ARM]
     marks = {"teacher": teacher_run["curve"][-1]["sampled_pass_at_1"]}
     marks["nine_tenths_teacher"] = 0.9 * marks["teacher"]
@@ -176,6 +177,10 @@ def summary(results: dict) -> list[dict]:
                        "training_success_last5": None if tail[0]["reward"] is None
                        else sum(p["reward"] for p in tail) / len(tail),
                        "clipped_ratio_last5": sum(p["clipped_ratio"] for p in tail) / len(tail)}
+        if row["training"][0]["reverse_kl"] is not None:  # the distillation arms: KL(student || teacher) on their samples
+            head = row["training"][:5]
+            summary_row["reverse_kl_first5"] = sum(p["reverse_kl"] for p in head) / len(head)
+            summary_row["reverse_kl_last5"] = sum(p["reverse_kl"] for p in tail) / len(tail)
         for mark, value in marks.items():
             tokens = tokens_to_reach(row, value, "sampled_pass_at_1")
             summary_row[f"tokens_to_{mark}_pass_at_1"] = tokens
