@@ -26,9 +26,11 @@ Writes benchmarks/results/sdft_frontier.json and sdft_frontier.png and prints a 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -71,11 +73,11 @@ def write_subset(path: Path) -> None:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
-def run_arm(directory: str, flags: list[str], steps: int, every: int, measure: Measure, resume: bool) -> dict:
+def run_arm(directory: str, flags: list[str], steps: int, every: int, measure: Callable[[], Measure], resume: bool) -> dict:
     run_dir = RUNS / directory
     flags = [*COMMON, *flags, "--max_steps", str(steps), "--save_steps", str(every)]
     trained = train(run_dir, flags, resume)
-    measured = curve(run_dir, lambda student: measure.row(load_model(str(student), "model", torch.device("cpu"))[0]), resume)
+    measured = curve(run_dir, lambda student: measure().row(load_model(str(student), "model", torch.device("cpu"))[0]), resume)
     losses = [{"step": r["step"], "loss": r["loss"]} for r in metrics(run_dir)]
     return {"flags": flags, "seconds": trained["seconds"], "measuring_seconds": measuring_seconds(run_dir),
             "curve": measured, "loss": losses}
@@ -164,12 +166,13 @@ def main() -> None:
         parser.error(f"unknown arms {unknown}; the arms are {list(ARMS)}")
     torch.manual_seed(0)
     write_subset(DATA)
-    measure = Measure(torch.device("cpu"), facts=str(DATA), templates=(DEFAULT_TEACHER_PROMPT_TEMPLATE, FACT_FIRST_TEMPLATE))
+    measure = functools.cache(lambda: Measure(torch.device("cpu"), facts=str(DATA),  # loaded only if something is measured
+                                              templates=(DEFAULT_TEACHER_PROMPT_TEMPLATE, FACT_FIRST_TEMPLATE)))
     before = RUNS / "before.json"
     if not (args.resume and before.is_file()):
-        row = measure.row(measure.original)
+        row = measure().row(measure().original)
         with torch.no_grad():
-            row["teacher_with_fact_heldout"] = measure.accuracy(measure.original, measure.heldout, with_context=True)
+            row["teacher_with_fact_heldout"] = measure().accuracy(measure().original, measure().heldout, with_context=True)
         before.write_text(json.dumps(row, indent=2))
     results = {"before training": json.loads(before.read_text())}
     for name in args.arms:

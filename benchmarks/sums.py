@@ -29,9 +29,11 @@ Writes benchmarks/results/sums.json and sums.png and prints a table.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -96,11 +98,11 @@ def training_curve(run_dir: Path, completions_per_step: int) -> list[dict]:
     return rows
 
 
-def run_arm(name: str, directory: str, flags: list[str], per_step: int, measure: Measure, resume: bool) -> dict:
+def run_arm(name: str, directory: str, flags: list[str], per_step: int, measure: Callable[[], Measure], resume: bool) -> dict:
     run_dir = RUNS / directory
     flags = [*flags, *SHARED]
     trained = train(run_dir, flags, resume)
-    measured = curve(run_dir, lambda student: measure.row(load_model(str(student), "model", torch.device("cpu"))[0]), resume)
+    measured = curve(run_dir, lambda student: measure().row(load_model(str(student), "model", torch.device("cpu"))[0]), resume)
     training = training_curve(run_dir, per_step)
     tokens = {row["step"]: row["sampled_tokens"] for row in training}
     for point in measured:
@@ -117,6 +119,7 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     before = results["before training"]
+    colour = {name: f"C{i}" for i, name in enumerate(results)}  # one colour per arm in every panel
     figure, axes = plt.subplots(2, 3, figsize=(16, 8.5))
     tokens, minutes = "sampled completion tokens", "wall minutes (2 CPU cores)"
     held_out = [(axes[0][0], "sampled_tokens", "greedy_accuracy", tokens, "held-out greedy accuracy"),
@@ -128,7 +131,7 @@ def plot(results: dict, path: Path) -> None:
             if "curve" in row:
                 points = [{**p, "minutes": p["seconds"] / 60} for p in row["curve"]]
                 axis.plot([0] + [p[x] for p in points], [before[y]] + [p[y] for p in points], marker="o", markersize=3,
-                          label=name)
+                          label=name, color=colour[name])
         axis.set_xlabel(xlabel)
         axis.set_ylabel(ylabel)
     axes[0][0].legend(fontsize=7)
@@ -139,7 +142,7 @@ def plot(results: dict, path: Path) -> None:
             if "training" in row and row["training"][0][y] is not None:
                 values = [p[y] for p in row["training"]]
                 smooth = [sum(values[max(0, i - 4) : i + 1]) / len(values[max(0, i - 4) : i + 1]) for i in range(len(values))]
-                axis.plot([p["sampled_tokens"] for p in row["training"]], smooth, linewidth=1, label=name)
+                axis.plot([p["sampled_tokens"] for p in row["training"]], smooth, linewidth=1, label=name, color=colour[name])
         axis.set_xlabel(tokens)
         axis.set_ylabel(ylabel)
     axes[1][0].legend(fontsize=7)
@@ -208,10 +211,10 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown arms {unknown}; the arms are {list(ARMS)}")
     write_feedback_data(FEEDBACK_DATA)
-    measure = Measure(torch.device("cpu"), args.samples)
+    measure = functools.cache(lambda: Measure(torch.device("cpu"), args.samples))  # loaded only if something is measured
     before = RUNS / "before.json"
     if not (args.resume and before.is_file()):
-        before.write_text(json.dumps(measure.row(measure.original), indent=2))
+        before.write_text(json.dumps(measure().row(measure().original), indent=2))
     results = {"before training": json.loads(before.read_text())}
     for name in args.arms:
         directory, flags, per_step = ARMS[name]
