@@ -11,6 +11,7 @@ are 1.6 GB each for the default model), unless keep_checkpoints.
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
@@ -67,3 +68,15 @@ def curve(run_dir: Path, measure: Callable[[Path], dict], resume: bool, keep_che
 def measuring_seconds(run_dir: Path) -> float:
     """Wall time spent measuring the run's checkpoints: from train.json's writing to curve.json's."""
     return (run_dir / "curve.json").stat().st_mtime - (run_dir / "train.json").stat().st_mtime
+
+
+def parse_arm_arguments(parser: argparse.ArgumentParser, arms: dict, out: str) -> argparse.Namespace:
+    """Add --out (default `out`), --resume and --arms (names of `arms`, default all, in order) and parse."""
+    parser.add_argument("--out", default=out)
+    parser.add_argument("--resume", action="store_true", help="keep the runs and measurements an earlier invocation finished")
+    parser.add_argument("--arms", nargs="*", default=list(arms), help="arms to run (default: all, in order)")
+    args = parser.parse_args()
+    unknown = sorted(set(args.arms) - set(arms))
+    if unknown:
+        parser.error(f"unknown arms {unknown}; the arms are {list(arms)}")
+    return args

@@ -35,7 +35,7 @@ from typing import Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from curves import curve, measuring_seconds, metrics, train  # noqa: E402  (sibling scripts)
+from curves import curve, measuring_seconds, metrics, parse_arm_arguments, train  # noqa: E402  (sibling scripts)
 from sdft import Measure  # noqa: E402
 
 from distill.data_files import load_dataset_spec
@@ -157,13 +157,7 @@ def compare(rows: list[dict]) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="benchmarks/results/sdft_frontier.json")
-    parser.add_argument("--resume", action="store_true", help="keep the runs and measurements an earlier invocation finished")
-    parser.add_argument("--arms", nargs="*", default=list(ARMS), help="arms to run (default: all, in order)")
-    args = parser.parse_args()
-    unknown = sorted(set(args.arms) - set(ARMS))
-    if unknown:
-        parser.error(f"unknown arms {unknown}; the arms are {list(ARMS)}")
+    args = parse_arm_arguments(parser, ARMS, "benchmarks/results/sdft_frontier.json")
     torch.manual_seed(0)
     write_subset(DATA)
     measure = functools.cache(lambda: Measure(torch.device("cpu"), facts=str(DATA),  # loaded only if something is measured

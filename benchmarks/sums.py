@@ -38,7 +38,7 @@ from typing import Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from curves import curve, measuring_seconds, metrics, train  # noqa: E402  (sibling scripts)
+from curves import curve, measuring_seconds, metrics, parse_arm_arguments, train  # noqa: E402  (sibling scripts)
 from sdpo import MAX_NEW_TOKENS, TASK, Measure  # noqa: E402
 
 from distill.data_files import load_dataset_spec
@@ -203,13 +203,7 @@ def points(results: dict) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=4, help="sampled completions per held-out prompt (pass@1)")
-    parser.add_argument("--out", default="benchmarks/results/sums.json")
-    parser.add_argument("--resume", action="store_true", help="keep the runs and measurements an earlier invocation finished")
-    parser.add_argument("--arms", nargs="*", default=list(ARMS), help="arms to run (default: all, in order)")
-    args = parser.parse_args()
-    unknown = sorted(set(args.arms) - set(ARMS))
-    if unknown:
-        parser.error(f"unknown arms {unknown}; the arms are {list(ARMS)}")
+    args = parse_arm_arguments(parser, ARMS, "benchmarks/results/sums.json")
     write_feedback_data(FEEDBACK_DATA)
     measure = functools.cache(lambda: Measure(torch.device("cpu"), args.samples))  # loaded only if something is measured
     before = RUNS / "before.json"
