@@ -15,9 +15,11 @@ the checkpoint at step s is the s-step run of that learning rate. Every checkpoi
   that the question does not hold (`distill.evaluation.leakage`).
 
 The paper's claim (SDFT, arXiv 2601.19897): sdft's frontier dominates sft's, more new knowledge at the
-same forgetting. The leak arms change one thing each from sdft at lr 1e-4 and stop at step 40, a checkpoint
-of that arm too: the first tokens' loss skipped, another template (the fact before the question), the
-top-k loss instead of the full vocabulary; a fourth repeats it with another seed (the noise).
+same forgetting. The leak arms change one thing each from sdft: the first tokens' loss skipped, another
+template (the fact before the question), the top-k loss instead of the full vocabulary. They run twice:
+from lr 1e-4 to step 40 (a checkpoint of every other arm too), and from lr 3e-4, the arm that learns, to
+its last step (does the lever keep the learning?). Two arms repeat another with seed 1 (the noise): sdft
+at lr 1e-4 to step 40, and sft at lr 3e-5, which learns.
 
     python benchmarks/sdft_frontier.py [--resume] [--arms NAME ...]
 Writes benchmarks/results/sdft_frontier.json and sdft_frontier.png and prints a table.
@@ -63,7 +65,16 @@ ARMS = {  # name: (run directory, flags, steps, checkpoint every)
     "sdft, lr 1e-4, top-20 loss": ("sdft_top20", [*SDFT, "--learning_rate", "1e-4", "--distillation_mode", "topk_logits",
                                                   "--distillation_topk", "20"], LEAK_STEP, LEAK_STEP),
     "sdft, lr 1e-4, seed 1": ("sdft_1e-4_seed1", [*SDFT, "--learning_rate", "1e-4", "--seed", "1"], LEAK_STEP, LEAK_STEP),
+    "sdft, lr 3e-4, first 4 tokens skipped": ("sdft_3e-4_skip4", [*SDFT, "--learning_rate", "3e-4",
+                                                                  "--num_loss_tokens_to_skip", "4"], 60, 20),
+    "sdft, lr 3e-4, fact-first template": ("sdft_3e-4_fact_first", [*SDFT, "--learning_rate", "3e-4",
+                                                                    "--teacher_prompt_template", FACT_FIRST_TEMPLATE], 60, 20),
+    "sdft, lr 3e-4, top-20 loss": ("sdft_3e-4_top20", [*SDFT, "--learning_rate", "3e-4", "--distillation_mode", "topk_logits",
+                                                       "--distillation_topk", "20"], 60, 20),
+    "sft, lr 3e-5, seed 1": ("sft_3e-5_seed1", ["--method", "sft", "--learning_rate", "3e-5", "--seed", "1"], 60, 20),
 }
+LEARNING_ARM = "sdft, lr 3e-4"  # the sdft arm that learns: the levers again, on it, to its last step
+LEARNING_STEP = 60
 
 
 def write_subset(path: Path) -> None:
@@ -155,6 +166,22 @@ def compare(rows: list[dict]) -> list[dict]:
     return out
 
 
+def seed_repeats(rows: list[dict]) -> list[dict]:
+    """Each "..., seed 1" arm beside the seed-0 arm it repeats, at every step both measured: the noise."""
+    out = []
+    for repeat in {r["arm"] for r in rows if r["arm"].endswith(", seed 1")}:
+        original = repeat.removesuffix(", seed 1")
+        first = {r["step"]: r for r in rows if r["arm"] == original}
+        for row in sorted((r for r in rows if r["arm"] == repeat and r["step"] > 0), key=lambda r: r["step"]):
+            if row["step"] in first:
+                seed0 = first[row["step"]]
+                out.append({"arm": original, "step": row["step"],
+                            **{f"{key}_seed{seed}": r[key] for seed, r in ((0, seed0), (1, row))
+                               for key in ("heldout_accuracy", "forgetting", "template_leakage")},
+                            "heldout_accuracy_difference": row["heldout_accuracy"] - seed0["heldout_accuracy"]})
+    return sorted(out, key=lambda r: (r["arm"], r["step"]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     args = parse_arm_arguments(parser, ARMS, "benchmarks/results/sdft_frontier.json")
@@ -190,6 +217,9 @@ def main() -> None:
     out.write_text(json.dumps({"command": " ".join(sys.argv), "wall_minutes": wall / 60, "facts": FACTS,
                                "final_points": final, "points": rows, "frontier_comparison": matched,
                                "at_leak_step": [r for r in rows if r["step"] == LEAK_STEP],
+                               "levers_where_sdft_learns": [r for r in rows if r["arm"].startswith(LEARNING_ARM)
+                                                            and r["step"] == LEARNING_STEP],
+                               "seed_repeats": seed_repeats(rows),
                                "results": results}, indent=2))
 
 

@@ -12,7 +12,9 @@ holds the sum as a whole word). Arms, run one after the other:
   not the answer ("the answer is an even number larger than 20"), written by this script.
 - on-policy distillation (the field's OPD): `distill train on_policy --beta 1` (reverse KL on the student's
   samples, full vocabulary) with the GRPO model as the teacher, 8 prompts x 1 sample per step; and
-  `iw_opd` (sampled-token policy gradient with prefix-decayed weights) with the same teacher and batch.
+  `iw_opd` (sampled-token policy gradient with prefix-decayed weights) with the same teacher and batch, at
+  the same lr (5e-5) and at 1e-5.
+- seed repeats (the noise): on-policy distillation and GRPO again with seed 1.
 
 Each arm keeps a checkpoint every few steps; each checkpoint is measured on the held-out sums (greedy
 accuracy, and pass@1 over --samples completions per prompt at temperature 1), and placed by the sampled
@@ -54,19 +56,20 @@ SHARED = ["--max_new_tokens", str(MAX_NEW_TOKENS), "--lr_scheduler_type", "const
 GROUPS = ["--reward_funcs", "contains_answer", "--num_generations", "8", "--per_device_train_batch_size", "8",
           "--gradient_accumulation_steps", "4", "--learning_rate", "2e-5", "--max_steps", "40"]
 DISTILL = ["--teacher", str(TEACHER), "--student", DEFAULT_TEACHER, "--student_init", "all", "--dataset", TASK,
-           "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1", "--learning_rate", "5e-5",
-           "--max_steps", "60"]
+           "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1", "--max_steps", "60"]
+LR = ["--learning_rate", "5e-5"]  # the distillation arms' learning rate, unless the arm names another
 ARMS = {  # name: (run directory, flags, completions sampled per step)
     "GRPO (the teacher's run)": ("grpo", ["--method", "sdpo", "--dataset", TASK, *GROUPS, "--distillation_weight", "0",
                                           "--loss_type", "grpo", "--save_steps", "5"], 32),
-    "on-policy distillation (reverse KL)": ("on_policy", ["--method", "on_policy", "--beta", "1", *DISTILL,
+    "on-policy distillation (reverse KL)": ("on_policy", ["--method", "on_policy", "--beta", "1", *DISTILL, *LR,
                                                           "--save_steps", "15"], 8),
-    "iw_opd": ("iw_opd", ["--method", "iw_opd", *DISTILL, "--save_steps", "15"], 8),
+    "iw_opd": ("iw_opd", ["--method", "iw_opd", *DISTILL, *LR, "--save_steps", "15"], 8),
+    "iw_opd, lr 1e-5": ("iw_opd_1e-5", ["--method", "iw_opd", *DISTILL, "--learning_rate", "1e-5", "--save_steps", "15"], 8),
     "SDPO": ("sdpo", ["--method", "sdpo", "--dataset", TASK, *GROUPS, "--distillation_weight", "1", "--save_steps", "20"], 32),
     "SDPO + feedback": ("sdpo_feedback", ["--method", "sdpo", "--dataset", str(FEEDBACK_DATA), *GROUPS,
                                           "--distillation_weight", "1", "--include_feedback", "true", "--save_steps", "20"], 32),
-    "on-policy distillation, seed 1": ("on_policy_seed1", ["--method", "on_policy", "--beta", "1", *DISTILL,
-                                                                 "--save_steps", "30", "--seed", "1"], 8),
+    "on-policy distillation, seed 1": ("on_policy_seed1", ["--method", "on_policy", "--beta", "1", *DISTILL, *LR,
+                                                                 "--save_steps", "15", "--seed", "1"], 8),
     "GRPO, seed 1": ("grpo_seed1", ["--method", "sdpo", "--dataset", TASK, *GROUPS, "--distillation_weight", "0",
                                     "--loss_type", "grpo", "--save_steps", "20", "--seed", "1"], 32),
 }
