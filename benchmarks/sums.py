@@ -12,9 +12,9 @@ holds the sum as a whole word). Arms, run one after the other:
   not the answer ("the answer is an even number larger than 20"), written by this script.
 - on-policy distillation (the field's OPD): `distill train on_policy --beta 1` (reverse KL on the student's
   samples, full vocabulary) with the GRPO model as the teacher, 8 prompts x 1 sample per step; and
-  `iw_opd` (sampled-token policy gradient with prefix-decayed weights) with the same teacher and batch, at
-  the same lr (5e-5) and at 1e-5.
-- seed repeats (the noise): on-policy distillation and GRPO again with seed 1.
+  `iw_opd` (sampled-token policy gradient with prefix-decayed weights) with the same teacher and batch; both
+  at lr 5e-5 and at 1e-5.
+- seed repeats (the noise): on-policy distillation (at both learning rates) and GRPO again with seed 1.
 
 Each arm keeps a checkpoint every few steps; each checkpoint is measured on the held-out sums (greedy
 accuracy, and pass@1 over --samples completions per prompt at temperature 1), and placed by the sampled
@@ -65,6 +65,11 @@ ARMS = {  # name: (run directory, flags, completions sampled per step)
                                                           "--save_steps", "15"], 8),
     "iw_opd": ("iw_opd", ["--method", "iw_opd", *DISTILL, *LR, "--save_steps", "15"], 8),
     "iw_opd, lr 1e-5": ("iw_opd_1e-5", ["--method", "iw_opd", *DISTILL, "--learning_rate", "1e-5", "--save_steps", "15"], 8),
+    "on-policy distillation, lr 1e-5": ("on_policy_1e-5", ["--method", "on_policy", "--beta", "1", *DISTILL,
+                                                          "--learning_rate", "1e-5", "--save_steps", "15"], 8),
+    "on-policy distillation, lr 1e-5, seed 1": ("on_policy_1e-5_seed1", ["--method", "on_policy", "--beta", "1", *DISTILL,
+                                                                  "--learning_rate", "1e-5", "--save_steps", "15",
+                                                                  "--seed", "1"], 8),
     "SDPO": ("sdpo", ["--method", "sdpo", "--dataset", TASK, *GROUPS, "--distillation_weight", "1", "--save_steps", "20"], 32),
     "SDPO + feedback": ("sdpo_feedback", ["--method", "sdpo", "--dataset", str(FEEDBACK_DATA), *GROUPS,
                                           "--distillation_weight", "1", "--include_feedback", "true", "--save_steps", "20"], 32),
@@ -122,7 +127,15 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     before = results["before training"]
-    colour = {name: f"C{i}" for i, name in enumerate(results)}  # one colour per arm in every panel
+    bases = [name for name in results if ", " not in name]
+    variants = {name: base for name in results if ", " in name  # "iw_opd, lr 1e-5" -> "iw_opd"
+                for base in bases if base.startswith(name.split(", ")[0])}
+    colour = {name: f"C{i}" for i, name in enumerate(n for n in results if n not in variants)}
+    colour.update({name: colour[base] for name, base in variants.items()})  # "on_policy, lr 1e-5": on_policy's colour
+    style = {name: "-" for name in results}
+    for base in bases:  # ... and a line style of its own
+        for variant, line in zip([name for name in variants if variants[name] == base], ["--", ":", "-."]):
+            style[variant] = line
     figure, axes = plt.subplots(2, 3, figsize=(16, 8.5))
     tokens, minutes = "sampled completion tokens", "wall minutes (2 CPU cores)"
     held_out = [(axes[0][0], "sampled_tokens", "greedy_accuracy", tokens, "held-out greedy accuracy"),
@@ -134,7 +147,7 @@ def plot(results: dict, path: Path) -> None:
             if "curve" in row:
                 points = [{**p, "minutes": p["seconds"] / 60} for p in row["curve"]]
                 axis.plot([0] + [p[x] for p in points], [before[y]] + [p[y] for p in points], marker="o", markersize=3,
-                          label=name, color=colour[name])
+                          label=name, color=colour[name], linestyle=style[name])
         axis.set_xlabel(xlabel)
         axis.set_ylabel(ylabel)
     axes[0][0].legend(fontsize=7)
@@ -145,7 +158,8 @@ def plot(results: dict, path: Path) -> None:
             if "training" in row and row["training"][0][y] is not None:
                 values = [p[y] for p in row["training"]]
                 smooth = [sum(values[max(0, i - 4) : i + 1]) / len(values[max(0, i - 4) : i + 1]) for i in range(len(values))]
-                axis.plot([p["sampled_tokens"] for p in row["training"]], smooth, linewidth=1, label=name, color=colour[name])
+                axis.plot([p["sampled_tokens"] for p in row["training"]], smooth, linewidth=1, label=name, color=colour[name],
+                      linestyle=style[name])
         axis.set_xlabel(tokens)
         axis.set_ylabel(ylabel)
     axes[1][0].legend(fontsize=7)
