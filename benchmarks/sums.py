@@ -14,7 +14,8 @@ holds the sum as a whole word). Arms, run one after the other:
   samples, full vocabulary) with the GRPO model as the teacher, 8 prompts x 1 sample per step; and
   `iw_opd` (sampled-token policy gradient with prefix-decayed weights) with the same teacher and batch; both
   at lr 5e-5 and at 1e-5.
-- seed repeats (the noise): on-policy distillation (at both learning rates) and GRPO again with seed 1.
+- seed repeats (the noise): on-policy distillation (at both learning rates) and GRPO again with seed 1, drawn
+  in their arm's colour.
 
 Each arm keeps a checkpoint every few steps; each checkpoint is measured on the held-out sums (greedy
 accuracy, and pass@1 over --samples completions per prompt at temperature 1), and placed by the sampled
@@ -127,15 +128,13 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     before = results["before training"]
-    bases = [name for name in results if ", " not in name]
-    variants = {name: base for name in results if ", " in name  # "iw_opd, lr 1e-5" -> "iw_opd"
-                for base in bases if base.startswith(name.split(", ")[0])}
+    bases = [name for name in results if ", seed " not in name]
+    variants = {name: next(base for base in bases if base.startswith(name.rsplit(", seed ", 1)[0]))
+                for name in results if ", seed " in name}  # "on-policy distillation, seed 1" -> "... (reverse KL)"
     colour = {name: f"C{i}" for i, name in enumerate(n for n in results if n not in variants)}
-    colour.update({name: colour[base] for name, base in variants.items()})  # "on_policy, lr 1e-5": on_policy's colour
+    colour.update({name: colour[base] for name, base in variants.items()})  # a seed repeat in its arm's colour
     style = {name: "-" for name in results}
-    for base in bases:  # ... and a line style of its own
-        for variant, line in zip([name for name in variants if variants[name] == base], ["--", ":", "-."]):
-            style[variant] = line
+    style.update({name: "--" for name in variants})
     figure, axes = plt.subplots(2, 3, figsize=(16, 8.5))
     tokens, minutes = "sampled completion tokens", "wall minutes (2 CPU cores)"
     held_out = [(axes[0][0], "sampled_tokens", "greedy_accuracy", tokens, "held-out greedy accuracy"),
