@@ -59,23 +59,20 @@ GROUPS = ["--reward_funcs", "contains_answer", "--num_generations", "8", "--per_
 DISTILL = ["--teacher", str(TEACHER), "--student", DEFAULT_TEACHER, "--student_init", "all", "--dataset", TASK,
            "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1", "--max_steps", "60"]
 LR = ["--learning_rate", "5e-5"]  # the distillation arms' learning rate, unless the arm names another
+ON_POLICY = ["--method", "on_policy", "--beta", "1", *DISTILL]  # the field's OPD: reverse KL on the student's samples
 ARMS = {  # name: (run directory, flags, completions sampled per step)
     "GRPO (the teacher's run)": ("grpo", ["--method", "sdpo", "--dataset", TASK, *GROUPS, "--distillation_weight", "0",
                                           "--loss_type", "grpo", "--save_steps", "5"], 32),
-    "on-policy distillation (reverse KL)": ("on_policy", ["--method", "on_policy", "--beta", "1", *DISTILL, *LR,
-                                                          "--save_steps", "15"], 8),
+    "on-policy distillation (reverse KL)": ("on_policy", [*ON_POLICY, *LR, "--save_steps", "15"], 8),
     "iw_opd": ("iw_opd", ["--method", "iw_opd", *DISTILL, *LR, "--save_steps", "15"], 8),
     "iw_opd, lr 1e-5": ("iw_opd_1e-5", ["--method", "iw_opd", *DISTILL, "--learning_rate", "1e-5", "--save_steps", "15"], 8),
-    "on-policy distillation, lr 1e-5": ("on_policy_1e-5", ["--method", "on_policy", "--beta", "1", *DISTILL,
-                                                          "--learning_rate", "1e-5", "--save_steps", "15"], 8),
-    "on-policy distillation, lr 1e-5, seed 1": ("on_policy_1e-5_seed1", ["--method", "on_policy", "--beta", "1", *DISTILL,
-                                                                  "--learning_rate", "1e-5", "--save_steps", "15",
-                                                                  "--seed", "1"], 8),
+    "on-policy distillation, lr 1e-5": ("on_policy_1e-5", [*ON_POLICY, "--learning_rate", "1e-5", "--save_steps", "15"], 8),
+    "on-policy distillation, lr 1e-5, seed 1": ("on_policy_1e-5_seed1", [*ON_POLICY, "--learning_rate", "1e-5",
+                                                                         "--save_steps", "15", "--seed", "1"], 8),
     "SDPO": ("sdpo", ["--method", "sdpo", "--dataset", TASK, *GROUPS, "--distillation_weight", "1", "--save_steps", "20"], 32),
     "SDPO + feedback": ("sdpo_feedback", ["--method", "sdpo", "--dataset", str(FEEDBACK_DATA), *GROUPS,
                                           "--distillation_weight", "1", "--include_feedback", "true", "--save_steps", "20"], 32),
-    "on-policy distillation, seed 1": ("on_policy_seed1", ["--method", "on_policy", "--beta", "1", *DISTILL, *LR,
-                                                                 "--save_steps", "15", "--seed", "1"], 8),
+    "on-policy distillation, seed 1": ("on_policy_seed1", [*ON_POLICY, *LR, "--save_steps", "15", "--seed", "1"], 8),
     "GRPO, seed 1": ("grpo_seed1", ["--method", "sdpo", "--dataset", TASK, *GROUPS, "--distillation_weight", "0",
                                     "--loss_type", "grpo", "--save_steps", "20", "--seed", "1"], 32),
 }
@@ -158,7 +155,7 @@ def plot(results: dict, path: Path) -> None:
                 values = [p[y] for p in row["training"]]
                 smooth = [sum(values[max(0, i - 4) : i + 1]) / len(values[max(0, i - 4) : i + 1]) for i in range(len(values))]
                 axis.plot([p["sampled_tokens"] for p in row["training"]], smooth, linewidth=1, label=name, color=colour[name],
-                      linestyle=style[name])
+                          linestyle=style[name])
         axis.set_xlabel(tokens)
         axis.set_ylabel(ylabel)
     axes[1][0].legend(fontsize=7)
