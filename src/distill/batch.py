@@ -2,8 +2,13 @@
 method trains of it) and `MicroBatch` (right-padded token tensors), built by `collate`.
 
 Layout of a row: [prompt | completion | pad]. `completion_mask` marks the completion tokens trained on
-(`Completion.loss_span`); the first EOS is kept and everything after it masked, so pad == eos is safe.
-Token tensors are torch.long, even when every completion is empty.
+(`Completion.trained_mask`, one flag per completion token); every token of prompt and completion is attended,
+trained or not. A mask may have holes: a multi-turn trajectory trains the model's turns and not the
+environment's tokens between them, which stay in the context. The first EOS is kept and everything after it
+masked, so pad == eos is safe. Token tensors are torch.long, even when every completion is empty.
+
+Masks are made by `all_trained`, `skipping_first` (a method's `num_loss_tokens_to_skip`) and `untrained` (a
+row the method leaves out of the loss: its tokens leave the denominator too).
 """
 
 from __future__ import annotations
@@ -16,6 +21,22 @@ import torch
 from distill.data import Example
 
 T = TypeVar("T")
+
+TrainedMask = tuple[bool, ...]  # one flag per completion token: True where the loss trains the token
+
+
+def all_trained(length: int) -> TrainedMask:
+    return (True,) * length
+
+
+def skipping_first(length: int, skip: int) -> TrainedMask:
+    """The first `skip` tokens untrained (num_loss_tokens_to_skip), the rest trained."""
+    skip = min(max(skip, 0), length)
+    return (False,) * skip + (True,) * (length - skip)
+
+
+def untrained(length: int) -> TrainedMask:
+    return (False,) * length
 
 
 @dataclass(frozen=True)
@@ -49,14 +70,33 @@ class Completion:
     prompt_truncated: bool = False
     example: Example | None = None
     rollout_log_probs: list[float] | None = None  # per completion token, when the method records them
-    trained: bool = True  # False: the row gets no loss (a method's `trains_row`), its tokens leave the denominator
-    loss_skip: int = 0  # the first this many completion tokens get no loss (num_loss_tokens_to_skip)
+    trained_mask: TrainedMask | None = None  # per completion token; None: every token trained (`all_trained`)
     annotations: dict[str, Any] = field(default_factory=dict, repr=False)  # `Annotation`s, by name
 
-    def loss_span(self) -> range:
-        """Indices into `completion_ids` of the tokens trained on."""
-        return range(min(self.loss_skip, len(self.completion_ids)) if self.trained else len(self.completion_ids),
-                     len(self.completion_ids))
+    def __post_init__(self) -> None:
+        if self.trained_mask is None:
+            self.trained_mask = all_trained(len(self.completion_ids))
+        self.trained_mask = tuple(bool(flag) for flag in self.trained_mask)
+        if len(self.trained_mask) != len(self.completion_ids):
+            raise ValueError(f"a completion of {len(self.completion_ids)} tokens with a trained mask of "
+                             f"{len(self.trained_mask)}: the mask needs one flag per completion token")
+        if self.rollout_log_probs is not None and len(self.rollout_log_probs) != len(self.completion_ids):
+            raise ValueError(f"a completion of {len(self.completion_ids)} tokens with {len(self.rollout_log_probs)} "
+                             "rollout log-probs: one per completion token")
+
+    @property
+    def mask(self) -> TrainedMask:
+        """`trained_mask`, filled in (never None after construction)."""
+        assert self.trained_mask is not None
+        return self.trained_mask
+
+    def trained_indices(self) -> list[int]:
+        """Indices into `completion_ids` of the tokens trained on, in order."""
+        return [k for k, flag in enumerate(self.mask) if flag]
+
+    @property
+    def num_trained(self) -> int:
+        return sum(self.mask)
 
 
 @dataclass
@@ -64,8 +104,8 @@ class MicroBatch:
     """Token tensors of one micro-batch, right-padded: [prompt | completion | pad].
 
     input_ids, attention_mask: (B, T) torch.long.
-    completion_mask: (B, T) bool, True at the completion tokens trained on (`Completion.loss_span`: all of
-        them unless a method leaves rows or leading tokens out).
+    completion_mask: (B, T) bool, True at the completion tokens trained on (`Completion.trained_mask`: all
+        of them unless a method leaves rows or tokens out; possibly with holes).
     rollout_log_probs: (N,) float32 over the N trained tokens in row-major order, or None (module docstring).
     advantages: (B,) float32, each row's advantage for a policy gradient, or None (a step stage sets them).
     """
@@ -104,9 +144,9 @@ def collate(completions: list[Completion], source: str, pad_id: int) -> MicroBat
         tokens = torch.tensor(c.prompt_ids + c.completion_ids, dtype=torch.long)
         input_ids[row, : len(tokens)] = tokens
         attention_mask[row, : len(tokens)] = 1
-        span = c.loss_span()
-        completion_mask[row, len(c.prompt_ids) + span.start : len(c.prompt_ids) + span.stop] = True
+        completion_mask[row, len(c.prompt_ids) : len(tokens)] = torch.tensor(c.mask, dtype=torch.bool)
     log_probs = None
     if completions and all(c.rollout_log_probs is not None for c in completions):
-        log_probs = torch.tensor([c.rollout_log_probs[i] for c in completions for i in c.loss_span()], dtype=torch.float32)
+        log_probs = torch.tensor([c.rollout_log_probs[i] for c in completions for i in c.trained_indices()],  # type: ignore[index]
+                                 dtype=torch.float32)
     return MicroBatch(input_ids, attention_mask, completion_mask, source, completions, log_probs)

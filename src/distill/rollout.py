@@ -27,7 +27,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from distill.batch import Completion, MicroBatch, collate
+from distill.batch import Completion, MicroBatch, collate, skipping_first, untrained
 from distill.data import EncodedExample, Example, StepSampler
 from distill.generation import SamplingParams, generate_completions
 from distill.generation.seeds import row_seeds
@@ -216,9 +216,10 @@ class StepRollout:
     def _completion(self, j: int, source: str, ids: list[int], hit_max: bool, log_probs: list[float] | None) -> Completion:
         """Example `j`'s completion `ids`, with what the method trains of it."""
         trains_row = self.settings.trains_row
+        mask = (skipping_first(len(ids), self.settings.loss_skip) if trains_row is None or trains_row(self.examples[j])
+                else untrained(len(ids)))
         return Completion(self.encoded[j].prompt_ids, ids, source, hit_max, self.encoded[j].prompt_truncated,
-                          self.examples[j], log_probs, trained=trains_row is None or trains_row(self.examples[j]),
-                          loss_skip=self.settings.loss_skip)
+                          self.examples[j], log_probs, mask)
 
     def _teacher_samples(self, step: int, timings: dict[str, float]) -> dict[tuple[int, int], list[tuple[list[int], bool]]]:
         """Teacher (seq_kd) completions for every teacher micro-batch of the window of

@@ -23,6 +23,7 @@ from distill.teachers.cross_tokenizer import CrossTokenizerTeacher
 from tests.conftest import tiny_lm
 from tests.gold.conftest import TEXT
 from tests.losses.reference import uld_groups_reference
+from tests.train.helpers import holed_mask
 
 CHAT = [{"role": "user", "content": "Où est 東京? Réponds avec un emoji 🙂"}]
 
@@ -125,7 +126,8 @@ def score_against_reference(teacher, tokenizer, smol_tokenizer, student, complet
         t_rows += [t_logits[len(m.prompt_ids) + k - 1] for k in range(len(m.completion_ids))]
         s_targets += c.completion_ids
         t_targets += m.completion_ids
-        groups += [([s0 + p for p in s], [t0 + p for p in t]) for s, t in m.groups]
+        # A group holding an untrained student token (a hole in the mask) is left out whole.
+        groups += [([s0 + p for p in s], [t0 + p for p in t]) for s, t in m.groups if all(c.mask[p] for p in s)]
     want = uld_groups_reference(torch.stack(s_rows), torch.stack(t_rows), s_targets, t_targets, groups, temperature)
     return got, want, groups, batch
 
@@ -146,6 +148,21 @@ def test_score_matches_the_naive_reference_and_pairs_eos(smol_teacher, smol_toke
     mapped = teacher.map_completion(completions[0].example, completions[0].completion_ids)
     assert mapped.completion_ids[-1] == 2 and mapped.groups[-1] == ([len(completions[0].completion_ids) - 1], [len(mapped.completion_ids) - 1])
     assert teacher.map_completion(completions[2].example, [eos]).groups == [([0], [0])]
+
+
+def test_a_mask_with_holes_drops_the_groups_it_cuts_and_matches_the_reference(smol_teacher, smol_tokenizer, tokenizer):
+    teacher = make_teacher(smol_teacher, smol_tokenizer, tokenizer)
+    student = tiny_lm(len(tokenizer), layers=1, seed=4, eos_token_id=tokenizer.eos_token_id)
+    eos = tokenizer.eos_token_id
+    prompt = tokenizer(tokenizer.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+    ids = tokenizer(TEXT, add_special_tokens=False)["input_ids"] + [eos]
+    other = tokenizer("Zoë 東京 déjà vu", add_special_tokens=False)["input_ids"]
+    completions = [Completion(prompt, ids, "teacher", example=Example(0, CHAT, None), trained_mask=holed_mask(len(ids))),
+                   Completion(prompt[:5], other, "teacher", example=Example(1, "Zoë?", None), trained_mask=holed_mask(len(other), 1))]
+    got, want, groups, batch = score_against_reference(teacher, tokenizer, smol_tokenizer, student, completions, 1.5)
+    whole = sum(len(teacher.map_completion(c.example, c.completion_ids).groups) for c in completions)
+    assert 0 < len(groups) < whole and batch.num_completion_tokens < len(ids) + len(other)
+    assert float(want) > 0 and abs(float(got.loss_sum.detach()) - float(want)) <= 1e-4 * float(want)
 
 
 def test_empty_completion_is_long_typed_and_scores_zero(smol_teacher, smol_tokenizer, tokenizer):

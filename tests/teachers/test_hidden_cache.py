@@ -26,7 +26,7 @@ from distill.teachers.cache import (
 from distill.teachers.head import head_fingerprint
 from distill.trainer import Distiller
 from tests.conftest import tiny_lm
-from tests.train.helpers import kill_at_checkpoint, make_config
+from tests.train.helpers import kill_at_checkpoint, make_config, with_holes
 
 
 def _job(model_dir, data_file, out, **overrides) -> CacheJob:
@@ -88,13 +88,14 @@ def test_the_loss_and_its_gradient_are_the_local_teachers(hidden_cache, model_di
     config = _config(tmp_path, hidden_cache, temperature=temperature)
     config.student = str(model_dirs["student"])
     distiller = Distiller(config, train_dataset=datasets.load_dataset("json", data_files=str(data_file), split="train"))
-    mb = distiller.rollout(0, {})[0]
-    cached = distiller.teacher.score(mb, temperature)
-    assert isinstance(cached, DenseSignal)
-    loss, grad = _loss_and_grad(distiller, mb, cached, beta, temperature)
-    local_loss, local_grad = _loss_and_grad(distiller, mb, _local(model_dirs["teacher"], tokenizer).score(mb, temperature), beta,
-                                            temperature)
-    assert local_loss > 0 and _relative(loss, local_loss) < 1e-6 and _relative(grad, local_grad) < 1e-6
+    whole = distiller.rollout(0, {})[0]
+    for mb in (whole, with_holes(whole, tokenizer.pad_token_id)):  # a mask with holes reads the same cache
+        cached = distiller.teacher.score(mb, temperature)
+        assert isinstance(cached, DenseSignal) and cached.hidden.shape[0] == mb.num_completion_tokens
+        loss, grad = _loss_and_grad(distiller, mb, cached, beta, temperature)
+        local_loss, local_grad = _loss_and_grad(distiller, mb, _local(model_dirs["teacher"], tokenizer).score(mb, temperature),
+                                                beta, temperature)
+        assert local_loss > 0 and _relative(loss, local_loss) < 1e-6 and _relative(grad, local_grad) < 1e-6
 
 
 def test_two_hidden_caches_routed_by_teacher_id(hidden_cache, model_dirs, data_file, tokenizer, tmp_path):

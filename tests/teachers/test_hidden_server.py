@@ -11,7 +11,7 @@ import datasets
 import pytest
 import torch
 
-from distill.batch import Completion, collate
+from distill.batch import Completion, all_trained, collate, skipping_first, untrained
 from distill.commands.serve_teacher import ScoringEngine, build_app
 from distill.errors import TeacherServerError
 from distill.losses import LogitHead
@@ -79,9 +79,16 @@ def _batch(tokenizer, n=4, teacher_ids=None):
         prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
         answer = tokenizer(row["completion"] + " café 東京 🙂", add_special_tokens=False)["input_ids"][: 4 + 3 * i]
         example = Example(index=i, prompt=row["prompt"], completion=None, teacher_id=teacher_ids[i] if teacher_ids else "")
-        completions.append(Completion(prompt, answer + [tokenizer.eos_token_id], "dataset", example=example,
-                                      loss_skip=2 if i == 1 else 0, trained=i != 2))
+        ids = answer + [tokenizer.eos_token_id]
+        completions.append(Completion(prompt, ids, "dataset", example=example, trained_mask=row_mask(i, len(ids))))
     return collate(completions, "dataset", tokenizer.pad_token_id)
+
+
+def row_mask(i: int, length: int) -> tuple[bool, ...]:
+    """Row 1 skips 2 tokens, row 2 is untrained, row 3 has holes (a trajectory's environment tokens), others whole."""
+    if i == 3:
+        return tuple(k % 3 != 1 for k in range(length))
+    return skipping_first(length, 2) if i == 1 else untrained(length) if i == 2 else all_trained(length)
 
 
 def _loss_and_grad(student, batch, signal, beta, temperature):

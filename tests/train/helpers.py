@@ -60,3 +60,19 @@ def kill_at_checkpoint(command: list[str], run_dir, step: int, timeout: float = 
     assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
     return process.pid
 
+
+
+def holed_mask(length: int, row: int = 0) -> tuple[bool, ...]:
+    """A trained mask with holes, as a trajectory's environment turns make: trained, untrained, trained runs."""
+    return tuple((k + row) % 4 not in (1, 2) for k in range(length))
+
+
+def with_holes(micro_batch, pad_id: int):
+    """`micro_batch` again with every row's trained mask holed (`holed_mask`); same tokens, same order."""
+    import dataclasses
+
+    from distill.batch import collate
+
+    completions = [dataclasses.replace(c, trained_mask=holed_mask(len(c.completion_ids), row), annotations=dict(c.annotations))
+                   for row, c in enumerate(micro_batch.completions)]
+    return collate(completions, micro_batch.source, pad_id)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from distill import DistillConfig
-from distill.batch import Completion, collate
+from distill.batch import Completion, collate, skipping_first, untrained
 from distill.cli import main
 from distill.data import Example
 from distill.methods.self_teacher_prompts import (
@@ -173,7 +173,7 @@ def test_the_self_teacher_scores_the_students_positions_after_its_own_prompt(tok
         model = tiny_lm(len(tokenizer), layers=2, seed=2, eos_token_id=tokenizer.eos_token_id).eval()  # the initial weights
         for c in mb.completions:
             if c.example.privileged_context is None:  # skipped row: no position at all
-                assert not c.trained
+                assert not any(c.mask)
                 continue
             ids = run.teacher.teacher_prompt(c.example)[0]
             assert tokenizer.decode(ids).count(c.example.privileged_context) == 1
@@ -185,9 +185,10 @@ def test_the_self_teacher_scores_the_students_positions_after_its_own_prompt(tok
 
 
 def test_skipped_rows_and_tokens_leave_the_loss_and_the_denominator():
-    completions = [Completion([1, 2], [3, 4, 5, 6], "student", rollout_log_probs=[-1.0, -2.0, -3.0, -4.0], loss_skip=1),
-                   Completion([1], [7, 8], "student", rollout_log_probs=[-5.0, -6.0], trained=False),
-                   Completion([1, 2, 3], [9], "student", rollout_log_probs=[-7.0], loss_skip=1)]
+    completions = [Completion([1, 2], [3, 4, 5, 6], "student", rollout_log_probs=[-1.0, -2.0, -3.0, -4.0],
+                              trained_mask=skipping_first(4, 1)),
+                   Completion([1], [7, 8], "student", rollout_log_probs=[-5.0, -6.0], trained_mask=untrained(2)),
+                   Completion([1, 2, 3], [9], "student", rollout_log_probs=[-7.0], trained_mask=skipping_first(1, 1))]
     mb = collate(completions, "student", 0)
     assert mb.completion_mask.tolist() == [[False, False, False, True, True, True],
                                            [False, False, False, False, False, False],
@@ -299,8 +300,8 @@ def test_rows_without_context_are_skipped_and_counted(tokenizer, tmp_path):
     run.setup()
     (mb,) = run.rollout(0, {})
     for c, mask in zip(mb.completions, mb.completion_mask):
-        assert c.trained == (c.example.privileged_context is not None)
-        assert bool(mask.any()) == (c.trained and bool(c.completion_ids))
+        assert any(c.mask) == (c.example.privileged_context is not None and bool(c.completion_ids))
+        assert mask.tolist()[len(c.prompt_ids):len(c.prompt_ids) + len(c.mask)] == list(c.mask)
     window = run._new_window()
     run.train_step(0, window, {}, log_step=True)
     assert window.reduce()["self_teacher/rows_without_context"] == pytest.approx(3 / 8)

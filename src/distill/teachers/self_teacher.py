@@ -46,7 +46,7 @@ DISTILLED: Annotation[bool] = Annotation("distilled", True)
 
 def distilled_tokens(micro_batch: MicroBatch) -> int:
     """Trained tokens of the rows that get a self-distillation loss (all rows unless a stage says otherwise)."""
-    return sum(len(c.loss_span()) for c in micro_batch.completions if DISTILLED.of(c))
+    return sum(c.num_trained for c in micro_batch.completions if DISTILLED.of(c))
 
 
 def is_peft_model(model: nn.Module) -> bool:
@@ -119,7 +119,7 @@ class SelfTeacher:
                 hidden = hidden[:, :-1][predicting_positions(teacher_batch.completion_mask)]
         hidden, distilled = hidden.float(), None
         if len(scored) < len(completions):  # place the scored rows' positions among all N
-            lengths = torch.tensor([len(c.loss_span()) for c in completions], device=self.device)
+            lengths = torch.tensor([c.num_trained for c in completions], device=self.device)
             distilled = torch.tensor([DISTILLED.of(c) for c in completions], device=self.device).repeat_interleave(lengths)
             full = hidden.new_zeros(distilled.shape[0], hidden.shape[1])
             full[distilled] = hidden
@@ -136,8 +136,7 @@ class SelfTeacher:
             raise ValueError("a self-teacher needs each completion's dataset example (its prompt and privileged context)")
         else:
             ids, truncated = self.teacher_prompt(completion.example)
-        row = Completion(ids, completion.completion_ids, completion.source, trained=completion.trained,
-                         loss_skip=completion.loss_skip)
+        row = Completion(ids, completion.completion_ids, completion.source, trained_mask=completion.mask)
         return row, truncated
 
     def sampling_models(self, visit) -> None:

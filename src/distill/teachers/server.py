@@ -236,11 +236,13 @@ class ServerTeacher:
 
     def score_many(self, batches: list[MicroBatch], temperature: float) -> list[SparseSignal]:
         """All micro-batches of a step in one concurrent round of requests; one signal per micro-batch."""
-        prompts, starts = completion_prompts(batches)
-        results = iter(self.prompt_logprobs(prompts, starts, temperature) if prompts else [])
+        requests = completion_prompts(batches)
+        answers = self.prompt_logprobs(requests.prompts, requests.starts, temperature) if requests.prompts else []
+        results = iter([PositionLogProbs(requests.select(i, r.ids), requests.select(i, r.log_probs),
+                                         requests.select(i, r.target_log_probs)) for i, r in enumerate(answers)])
         k, signals = self.settings.top_k, []
         for batch in batches:
-            parts = [next(results) for c in batch.completions if len(c.loss_span())]
+            parts = [next(results) for c in batch.completions if c.num_trained]
             ids = torch.cat([r.ids for r in parts]) if parts else torch.empty(0, k, dtype=torch.long)
             lps = torch.cat([r.log_probs for r in parts]) if parts else torch.empty(0, k)
             target = torch.cat([r.target_log_probs for r in parts]) if parts else torch.empty(0)
@@ -269,18 +271,38 @@ def check_server(client: CompletionsClient, tokenizer, model_name: str | None) -
     return model_name
 
 
-def completion_prompts(batches: list[MicroBatch]) -> tuple[list[list[int]], list[int]]:
-    """Every completion of `batches` with tokens trained on, as (prompt + completion ids, index of its first
-    trained token), in the row-major order of the micro-batches' completion positions (`MicroBatch`: the
-    tokens of `Completion.loss_span`; a completion with none has nothing to score)."""
-    prompts, starts = [], []
+@dataclass
+class ScoreRequests:
+    """What a server scores for a step's micro-batches: one prompt per completion with tokens trained on, in
+    the row-major order of the micro-batches' trained positions (`MicroBatch`).
+
+    prompts[i]: prompt + completion ids; starts[i]: the index of its first trained token (the server answers
+    every position from there to the end); picks[i]: the answered rows that are trained, as indices counted
+    from starts[i] (all of them unless the trained mask has holes: the tokens in a hole, an environment's
+    turn, are scored and dropped here). A completion without a trained token has nothing to score.
+    """
+
+    prompts: list[list[int]]
+    starts: list[int]
+    picks: list[torch.Tensor]
+
+    def select(self, index: int, rows: torch.Tensor) -> torch.Tensor:
+        """The trained rows of prompt `index`'s answer `rows` (its positions starts[index] .. end)."""
+        picks = self.picks[index]
+        return rows if picks.numel() == rows.shape[0] else rows[picks.to(rows.device)]
+
+
+def completion_prompts(batches: list[MicroBatch]) -> ScoreRequests:
+    """`ScoreRequests` for every completion of `batches` with tokens trained on."""
+    prompts, starts, picks = [], [], []
     for batch in batches:
         for completion in batch.completions:
-            span = completion.loss_span()
-            if len(span):
+            trained = completion.trained_indices()
+            if trained:
                 prompts.append(completion.prompt_ids + completion.completion_ids)
-                starts.append(len(completion.prompt_ids) + span.start)
-    return prompts, starts
+                starts.append(len(completion.prompt_ids) + trained[0])
+                picks.append(torch.tensor(trained, dtype=torch.long) - trained[0])
+    return ScoreRequests(prompts, starts, picks)
 
 
 def _bad(what: str):
