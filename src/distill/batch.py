@@ -71,6 +71,7 @@ class Completion:
     example: Example | None = None
     rollout_log_probs: list[float] | None = None  # per completion token, when the method records them
     trained_mask: TrainedMask | None = None  # per completion token; None: every token trained (`all_trained`)
+    weights_version: int | None = None  # the student weights that sampled it (optimizer steps applied); None: not the student's
     annotations: dict[str, Any] = field(default_factory=dict, repr=False)  # `Annotation`s, by name
 
     def __post_init__(self) -> None:
@@ -121,6 +122,12 @@ class MicroBatch:
     @property
     def num_completion_tokens(self) -> int:
         return int(self.completion_mask.sum())
+
+    def staleness(self, weights_version: int) -> int:
+        """Optimizer steps between the student weights that sampled this micro-batch's completions and
+        `weights_version`, the weights it trains (the oldest row's); 0 when the student sampled none of them."""
+        versions = [c.weights_version for c in self.completions if c.weights_version is not None]
+        return max((weights_version - v for v in versions), default=0)
 
     @property
     def num_rows(self) -> int:

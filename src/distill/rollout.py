@@ -12,6 +12,16 @@ How each micro-batch draws its source is the method's choice: a `SourcePlan` (GK
 micro-batches at once): the student generates once, the teacher once, and only for the micro-batches that
 use their output (`StepRollout`).
 
+The rollout producer. The trainer asks for the rollout of step k (`RolloutProducer.request`) and takes it when
+step k trains (`take`); between the two a producer may generate ahead (an asynchronous one, within a staleness
+bound) or not at all (`StepRollout`, synchronous: it generates in `take`). Every student-sampled completion
+records the weights version that sampled it (`Completion.weights_version`: the optimizer steps applied to the
+student when it sampled), and a micro-batch's staleness is the trained version minus the oldest of its rows'
+(`MicroBatch.staleness`). Objectives read that integer: 0 means the sampling policy is the one being trained.
+Rollout reuse (`num_iterations`) is a producer's reuse window: steps k .. k + num_iterations - 1 take the
+rollout sampled at step k, at staleness 0 .. num_iterations - 1. What a producer holds between steps (a
+reused rollout) it checkpoints itself, as a step hook (`state_dict`).
+
 Rollout log-probs. A method that asks for them (`Method.needs_rollout_log_probs`) gets, for every sampled
 token, its log-prob under the distribution it was actually drawn from: the student's logits divided by
 `sampling_temperature`, then top-k and top-p filtering, renormalised (transformers' processed scores; the
@@ -22,6 +32,7 @@ is log softmax(logits / sampling_temperature). Dataset and teacher completions h
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -79,30 +90,78 @@ class StepStage(Protocol):
     def __call__(self, step: int, micro_batches: list["MicroBatch"]) -> dict[str, tuple[float, float]]: ...
 
 
-class StepRollout:
-    """Completions for every micro-batch of this process for one optimizer step.
+class RolloutProducer(ABC):
+    """The seam between generating a step's rollout and training on it (module docstring).
 
-    One student `generate` for the step's on-policy micro-batches, one teacher `generate` per window of
-    `seq_kd_generation_steps` steps for the seq_kd ones, dataset completions for the rest.
-
-    With `num_iterations` > 1 the micro-batches of step k * num_iterations (prompts, completions and their
-    sampling log-probs) are reused by the next num_iterations - 1 steps. The reused rollout is a step hook:
-    checkpointed (`state_dict`), so a run resumed inside a reuse window trains on the same samples.
+    The trainer calls `request(k)` and then `take(k)` for every step k in order, on every process at once.
+    A producer is a step hook (`distill.methods.registry.StepHook`): its `state_dict` holds what it must
+    carry over a resume (plain values), `holds_state` says whether it holds anything at all.
     """
 
     name = "rollout"
 
+    @abstractmethod
+    def request(self, step: int) -> None:
+        """Step `step` will train next: a producer may start its rollout (or those after it) now."""
+
+    @abstractmethod
+    def take(self, step: int, timings: dict[str, float]) -> list["MicroBatch"]:
+        """This process's micro-batches of step `step`, each completion with the weights version that sampled it."""
+
+    @abstractmethod
+    def sources(self, step: int) -> list[str]:
+        """The completion source of each micro-batch of step `step`."""
+
+    @abstractmethod
+    def generations(self, steps: int) -> int:
+        """Rollouts generated in the first `steps` optimizer steps (each takes a fresh batch of prompts)."""
+
+    @abstractmethod
+    def generation_step(self, step: int) -> int:
+        """The step whose rollout `step` trains on."""
+
+    def take_stage_metrics(self) -> dict[str, tuple[float, float]]:
+        """The method's step-stage metrics of the rollout staged since the last call (empty otherwise)."""
+        return {}
+
+    def holds_state(self) -> bool:
+        """Whether the producer holds something between steps that a checkpoint must keep."""
+        return False
+
+    def after_optimizer_step(self, step: int) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class StepRollout(RolloutProducer):
+    """The synchronous producer: completions for every micro-batch of this process, generated when a step takes them.
+
+    One student `generate` for the step's on-policy micro-batches, one teacher `generate` per window of
+    `seq_kd_generation_steps` steps for the seq_kd ones, dataset completions for the rest.
+
+    With `num_iterations` > 1 the micro-batches of step k * num_iterations (prompts, completions, their
+    sampling log-probs and weights version) are reused by the next num_iterations - 1 steps. The reused
+    rollout is what this producer holds: checkpointed (`state_dict`), so a run resumed inside a reuse window
+    trains on the same samples.
+    """
+
     def __init__(self, plan: SourcePlan, sampler: StepSampler, examples: list[Example], encoded: list[EncodedExample],
                  settings: RolloutSettings, with_student: Callable[[Callable], object], teacher, eos_ids: list[int],
-                 pad_id: int, vocab_size: int, device: torch.device, process_index: int):
+                 pad_id: int, vocab_size: int, device: torch.device, process_index: int, stage: StepStage | None = None):
         """`with_student(run)`: `run(student)` with the student as it is now (gathered first under FSDP; every
-        process generates at the same steps, since the source plan is the same on all of them)."""
+        process generates at the same steps, since the source plan is the same on all of them). `stage`: the
+        method's work on each rollout before any loss (sdpo's rewards), or None."""
         self.plan, self.sampler, self.examples, self.encoded, self.settings = plan, sampler, examples, encoded, settings
         self.with_student, self.teacher = with_student, teacher
         self.eos_ids, self.pad_id, self.vocab_size, self.device, self.process_index = eos_ids, pad_id, vocab_size, device, process_index
         self._teacher_window: tuple[int, dict] | None = None
         self._reused: tuple[int, list[MicroBatch]] | None = None
-        self.stage: StepStage | None = None  # set by the trainer for a method that has one
+        self.stage = stage
         self._staged: int | None = None  # the generation step whose rollout the stage has seen
         self._restored = False  # the reused rollout came from a checkpoint (its stage metrics are logged already)
         self.stage_metrics: dict[str, tuple[float, float]] = {}  # the last stage's, taken by the trainer
@@ -123,7 +182,10 @@ class StepRollout:
         that reuse skips no prompt of an epoch."""
         return self.sampler.micro_batch_indices(self.generation_step(step) // self.settings.num_iterations)
 
-    def __call__(self, step: int, timings: dict[str, float]) -> list[MicroBatch]:
+    def request(self, step: int) -> None:
+        pass  # synchronous: the rollout is generated when the step takes it
+
+    def take(self, step: int, timings: dict[str, float]) -> list[MicroBatch]:
         first = self.generation_step(step)
         if self._reused is not None and self._reused[0] == first:
             micro_batches = self._reused[1]
@@ -143,22 +205,22 @@ class StepRollout:
         return micro_batches
 
     def take_stage_metrics(self) -> dict[str, tuple[float, float]]:
-        """The step stage's metrics of the rollout staged since the last call (empty otherwise)."""
         metrics, self.stage_metrics = self.stage_metrics, {}
         return metrics
 
     # ----------------------------------------------------------------------- the reused rollout as a hook --
-    def after_optimizer_step(self, step: int) -> None:
-        pass
+    def holds_state(self) -> bool:
+        return self.settings.num_iterations > 1
 
     def state_dict(self) -> dict:
-        """The reused rollout's completions (token ids, hit-max flags, sampling log-probs), plain values only;
-        prompts and sources follow from the step."""
+        """The reused rollout's completions (token ids, hit-max flags, sampling log-probs, weights version),
+        plain values only; prompts and sources follow from the step."""
         if self._reused is None:
             return {}
         first, batches = self._reused
         return {"step": first, "batches": [[{"ids": list(c.completion_ids), "hit_max": bool(c.hit_max_new_tokens),
-                                             "log_probs": c.rollout_log_probs} for c in mb.completions] for mb in batches]}
+                                             "log_probs": c.rollout_log_probs, "version": c.weights_version}
+                                            for c in mb.completions] for mb in batches]}
 
     def load_state_dict(self, state: dict) -> None:
         if not state:
@@ -172,8 +234,10 @@ class StepRollout:
                              "resume with the run's per_device_train_batch_size and gradient_accumulation_steps")
         batches = []
         for source, group, saved in zip(sources, groups, state["batches"]):
+            # A checkpoint from before weights versions were recorded: the student sampled at the rollout's step.
             completions = [self._completion(j, source, list(c["ids"]), bool(c["hit_max"]),
-                                            None if c["log_probs"] is None else [float(v) for v in c["log_probs"]])
+                                            None if c["log_probs"] is None else [float(v) for v in c["log_probs"]],
+                                            c.get("version", first if source == "student" else None))
                            for j, c in zip(group, saved)]
             batches.append(collate(completions, source, self.pad_id))
         self._reused = (first, batches)
@@ -209,17 +273,19 @@ class StepRollout:
                 else:
                     ids, hit_max, *rest = generated[i][position]
                     log_probs = rest[0] if rest else None
-                completions.append(self._completion(j, source, ids, hit_max, log_probs))
+                completions.append(self._completion(j, source, ids, hit_max, log_probs, step if source == "student" else None))
             micro_batches.append(collate(completions, source, self.pad_id))
         return micro_batches
 
-    def _completion(self, j: int, source: str, ids: list[int], hit_max: bool, log_probs: list[float] | None) -> Completion:
-        """Example `j`'s completion `ids`, with what the method trains of it."""
+    def _completion(self, j: int, source: str, ids: list[int], hit_max: bool, log_probs: list[float] | None,
+                    weights_version: int | None) -> Completion:
+        """Example `j`'s completion `ids`, with what the method trains of it; `weights_version`: the student
+        weights that sampled it (the optimizer steps applied when it was sampled), None for another source."""
         trains_row = self.settings.trains_row
         mask = (skipping_first(len(ids), self.settings.loss_skip) if trains_row is None or trains_row(self.examples[j])
                 else untrained(len(ids)))
         return Completion(self.encoded[j].prompt_ids, ids, source, hit_max, self.encoded[j].prompt_truncated,
-                          self.examples[j], log_probs, mask)
+                          self.examples[j], log_probs, mask, weights_version)
 
     def _teacher_samples(self, step: int, timings: dict[str, float]) -> dict[tuple[int, int], list[tuple[list[int], bool]]]:
         """Teacher (seq_kd) completions for every teacher micro-batch of the window of

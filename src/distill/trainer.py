@@ -55,7 +55,7 @@ from distill.metrics import (
 )
 from distill.objectives import StepContext
 from distill.objectives.student import StudentObjective
-from distill.rollout import StepRollout
+from distill.rollout import RolloutProducer, StepRollout
 from distill.rundir import checkpoint as ckpt
 from distill.rundir.directory import (
     RunDirectory,
@@ -114,12 +114,12 @@ class Distiller:
         (self.student_model, self.tokenizer, self.vocab_size, self.eos_ids, self.pad_id, self.encoder, self.encoded,
          self.teacher, self.eval_teacher) = prepare_models(config, self.method, self.location, self.runtime, models,
                                                            student is not None, self.train_examples, self.eval_examples)
-        self.rollout = StepRollout(self.plan, self.sampler, self.train_examples, self.encoded,
-                                   rollout_settings(config, self.method, self.teacher), self.with_student, self.teacher,
-                                   self.eos_ids, self.pad_id, self.vocab_size, self.device, self.runtime.process_index)
         # The method's work on each rollout before any loss (sdpo's rewards), if it has one.
         self.stage = self.method.stage(config, StageParts(self.tokenizer, self.eos_ids, self.runtime, self.sampler.first_row))
-        self.rollout.stage = self.stage
+        self.rollout: RolloutProducer = StepRollout(
+            self.plan, self.sampler, self.train_examples, self.encoded, rollout_settings(config, self.method, self.teacher),
+            self.with_student, self.teacher, self.eos_ids, self.pad_id, self.vocab_size, self.device,
+            self.runtime.process_index, self.stage)
 
     def _rollout_settings(self):
         return rollout_settings(self.config, self.method, self.teacher)
@@ -162,7 +162,7 @@ class Distiller:
             self.wrapped, self.optimizer = accelerator.prepare(objective, optimizer)
         self.hooks = list(self.method.hooks(config, self.student_for_generation(), self.teacher))
         self.hooks += self.location.hooks(Teachers(self.teacher, self.eval_teacher))  # checkpointed with the run
-        if config.num_iterations > 1:  # the reused rollout is checkpointed like a method's hook
+        if self.rollout.holds_state():  # what the producer holds (a reused rollout) is checkpointed by it, as a hook
             self.hooks.append(self.rollout)
         configure_engine(config)  # an engine's own settings (vLLM's KV cache), before its first decode
         sync = weight_sync(config.generation_engine, self.with_student,  # an engine with its own weights
@@ -260,17 +260,16 @@ class Distiller:
 
     def train_step(self, step: int, window: MetricWindow, timings: dict[str, float], log_step: bool) -> None:
         config, accelerator = self.config, self.accelerator
-        micro_batches = self.rollout(step, timings)
-        if self.stage is not None:
-            for name, (numerator, denominator) in self.rollout.take_stage_metrics().items():
-                window.add_mean(name, numerator, denominator)
+        self.rollout.request(step)
+        micro_batches = self.rollout.take(step, timings)
+        for name, (numerator, denominator) in self.rollout.take_stage_metrics().items():
+            window.add_mean(name, numerator, denominator)
         step_tokens, step_rows, step_distilled_tokens = self.runtime.global_sums(
             [sum(mb.num_completion_tokens for mb in micro_batches), sum(mb.num_rows for mb in micro_batches),
              sum(distilled_tokens(mb) for mb in micro_batches)])
         scale = self.runtime.num_processes / step_tokens if step_tokens else 0.0
         sizes = dict(step_tokens=step_tokens, step_rows=step_rows, step_distilled_tokens=step_distilled_tokens,
-                     step_micro_batches=len(micro_batches) * self.runtime.num_processes,
-                     fresh_rollout=step % config.num_iterations == 0)  # a rollout's first step (`StepRollout`)
+                     step_micro_batches=len(micro_batches) * self.runtime.num_processes)
         # A teacher outside the process scores the whole step up front; a model here, each micro-batch before its loss.
         remote_signals = (score_step_ahead(self.teacher, micro_batches, config.temperature, self.runtime, timings)
                           if self.location.scores_ahead else None)
@@ -286,7 +285,10 @@ class Distiller:
                 timings["teacher"] = timings.get("teacher", 0.0) + phase_clock(self.device) - start
             start = phase_clock(self.device)
             with self._gradient_sync(index == len(micro_batches) - 1), accelerator.autocast():
-                out = self.wrapped(mb, signal, self.objective, StepContext(mb.source, log_step, **sizes))
+                # The weights this step trains are version `step` (optimizer steps applied): a micro-batch sampled
+                # by an older version is stale (`RolloutProducer`).
+                context = StepContext(mb.source, log_step, staleness=mb.staleness(step), **sizes)
+                out = self.wrapped(mb, signal, self.objective, context)
                 accelerator.backward(out.loss_sum * scale)
             timings["student"] = timings.get("student", 0.0) + phase_clock(self.device) - start
             record_micro_batch(window, mb, out, log_step, self.method)

@@ -160,7 +160,7 @@ def test_a_step_of_empty_teacher_completions_trains_without_a_crash(tokenizer, s
     distiller.teacher.generate = lambda prompts, sampling, batch_size=None, examples=None, seeds=None: [([], True) for _ in prompts]
     before = {n: p.detach().clone() for n, p in distiller.student_model.named_parameters()}
     distiller.setup()
-    micro_batches = distiller.rollout(0, {})
+    micro_batches = distiller.rollout.take(0, {})
     assert all(mb.input_ids.dtype == torch.long and mb.num_completion_tokens == 0 for mb in micro_batches)
     result = distiller.train()
     assert result["steps"] == 1 and result["train"]["completion_length/teacher"] == 0

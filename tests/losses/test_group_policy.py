@@ -69,7 +69,7 @@ def chunked_loss(rows, head, loss_type: str, micro_batches, reused: bool, clip: 
     settings = PolicySettings(loss_type, clip, 1.0, 4, MAX_NEW, reused)
     step_tokens = sum(len(r["targets"]) for r in rows)
     context = StepContext("student", False, step_tokens, len(rows), len(micro_batches),
-                          fresh_rollout=not reused or window_start)
+                          staleness=0 if not reused or window_start else 1)
     total = 0.0
     for mb in micro_batches:
         index = torch.cat([torch.full((len(r["targets"]),), i) for i, r in enumerate(mb)])

@@ -167,7 +167,7 @@ def test_reused_rollouts_weight_each_token_by_its_capped_importance_ratio(mode, 
     old = current - torch.randn(current.shape, generator=generator)  # pi_theta / pi_old = exp(N(0, 1))
     settings = SelfDistillationSettings(mode, beta, 1.0, 4, topk=6, is_clip=1.5, reused_rollouts=True)
     tokens, signal, student_leaves = tokens_and_signal(p, rollout=old)
-    out = SelfDistillationObjective(settings)(tokens, signal, StepContext("student", fresh_rollout=False))
+    out = SelfDistillationObjective(settings)(tokens, signal, StepContext("student", staleness=1))
     expected_weights = (current - old).exp().clamp_max(1.5)
     assert float(out.metrics["self_distillation/is_capped"][0]) == float((expected_weights >= 1.5).sum()) > 0
     torch.testing.assert_close(out.metrics["self_distillation/is_weight"][0], expected_weights.sum(), rtol=1e-5, atol=1e-5)
@@ -210,7 +210,7 @@ def test_the_first_step_of_a_reuse_window_gets_no_importance_weight_whatever_the
     for name, reused, fresh in (("plain", False, True), ("first", True, True), ("later", True, False)):
         tokens, signal, student_leaves = tokens_and_signal(p, rollout=recorded)
         settings = SelfDistillationSettings(mode, beta, 1.0, 4, topk=6, is_clip=None, reused_rollouts=reused)
-        out = SelfDistillationObjective(settings)(tokens, signal, StepContext("student", fresh_rollout=fresh))
+        out = SelfDistillationObjective(settings)(tokens, signal, StepContext("student", staleness=0 if fresh else 1))
         results[name] = (out, grads(out.loss_sum, list(student_leaves)))
     (plain, plain_grads), (first, first_grads), (later, _) = results["plain"], results["first"], results["later"]
     assert torch.equal(first.loss_sum, plain.loss_sum) and all(torch.equal(a, b) for a, b in zip(first_grads, plain_grads))

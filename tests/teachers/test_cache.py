@@ -193,7 +193,7 @@ def test_offline_loss_at_k_equals_vocab_matches_the_dense_loss(model_dirs, data_
     config = _offline_config(tmp_path, out, teacher_logprobs=vocab)
     config.student = str(model_dirs["student"])
     distiller = Distiller(config, train_dataset=datasets.load_dataset("json", data_files=str(data_file), split="train"))
-    mb = distiller.rollout(0, {})[0]
+    mb = distiller.rollout.take(0, {})[0]
 
     from transformers import AutoModelForCausalLM
 

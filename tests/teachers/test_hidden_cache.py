@@ -88,7 +88,7 @@ def test_the_loss_and_its_gradient_are_the_local_teachers(hidden_cache, model_di
     config = _config(tmp_path, hidden_cache, temperature=temperature)
     config.student = str(model_dirs["student"])
     distiller = Distiller(config, train_dataset=datasets.load_dataset("json", data_files=str(data_file), split="train"))
-    whole = distiller.rollout(0, {})[0]
+    whole = distiller.rollout.take(0, {})[0]
     for mb in (whole, with_holes(whole, tokenizer.pad_token_id)):  # a mask with holes reads the same cache
         cached = distiller.teacher.score(mb, temperature)
         assert isinstance(cached, DenseSignal) and cached.hidden.shape[0] == mb.num_completion_tokens
@@ -108,7 +108,7 @@ def test_two_hidden_caches_routed_by_teacher_id(hidden_cache, model_dirs, data_f
     distiller = Distiller(config, train_dataset=datasets.load_dataset("json", data_files=str(data_file), split="train"))
     from distill.teachers.routed import RoutedTeacher
 
-    mb = distiller.rollout(0, {})[0]
+    mb = distiller.rollout.take(0, {})[0]
     local = RoutedTeacher({"a": _local(model_dirs["teacher"], tokenizer), "b": _local(other_dir, tokenizer)}, tokenizer.pad_token_id)
     for beta in (0.0, 1.0):
         loss, grad = _loss_and_grad(distiller, mb, distiller.teacher.score(mb, 1.0), beta, 1.0)

@@ -291,7 +291,7 @@ def test_iw_opd_reads_the_sampled_tokens_log_prob_from_the_hidden_states(servers
                            teacher_concurrency=2, teacher_retries=0, student=str(model_dirs["student"]),
                            output_dir=str(tmp_path / "run"))
     distiller = Distiller(config, train_dataset=datasets.Dataset.from_list(chat_rows(16)))
-    mb = distiller.rollout(0, {})[0]
+    mb = distiller.rollout.take(0, {})[0]
     objective = distiller.method.objective(distiller.config)
     losses = []
     for teacher in (distiller.teacher, _local(model_dirs["teacher"], tokenizer)):

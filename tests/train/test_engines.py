@@ -123,7 +123,7 @@ def test_an_engine_defined_in_a_test_file_trains_end_to_end(tokenizer, tmp_path,
                           tokenizer=tokenizer, train_dataset=datasets.Dataset.from_list(chat_rows(16)))
     distiller.setup()
     before = {n: p.detach().clone() for n, p in distiller.student_model.named_parameters()}
-    micro_batches = distiller.rollout(0, {})
+    micro_batches = distiller.rollout.take(0, {})
     assert toy_engine.calls == 1 and all(mb.source == "student" for mb in micro_batches)
     completion = micro_batches[0].completions[0]
     expected = toy_engine.decode(student, torch.tensor([completion.prompt_ids]), torch.ones(1, len(completion.prompt_ids),

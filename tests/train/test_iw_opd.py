@@ -135,7 +135,7 @@ def test_fresh_rollouts_have_ratio_one_whatever_the_recorded_log_probs():
     tokens.rollout_log_probs = recorded + torch.linspace(-0.5, 0.5, 9)  # off by up to 0.5 nats: would be clipped
     teacher = SparseSignal(torch.zeros(9, 2, dtype=torch.long), torch.zeros(9, 2), torch.full((9,), -2.0), None, 1.0)
     for reused, fresh, expect_clipped in ((False, True, False), (True, True, False), (True, False, True)):
-        out = IWOPDObjective(IWOPDSettings(reused_rollouts=reused))(tokens, teacher, StepContext("student", fresh_rollout=fresh))
+        out = IWOPDObjective(IWOPDSettings(reused_rollouts=reused))(tokens, teacher, StepContext("student", staleness=0 if fresh else 1))
         ratio_sum, count = out.metrics["iw_opd/ratio"]
         clipped_sum, _ = out.metrics["iw_opd/clip_fraction"]
         assert (float(ratio_sum) == float(count)) is not expect_clipped
@@ -187,7 +187,7 @@ def test_a_step_of_empty_completions_trains_nothing_and_stays_finite(tokenizer, 
     run = distiller(tokenizer, tmp_path, max_steps=1)
     before = {n: p.detach().clone() for n, p in run.student_model.named_parameters()}
     run.setup()
-    batches = run.rollout(0, {})
+    batches = run.rollout.take(0, {})
     assert all(mb.input_ids.dtype == torch.long and mb.num_completion_tokens == 0 for mb in batches)
     result = run.train()
     assert result["train"].get("loss", 0.0) == 0.0  # no token: no loss to average (never +-inf or NaN)
@@ -281,3 +281,56 @@ def test_distill_eval_works_on_an_iw_opd_run(tokenizer, tmp_path, model_dirs, ca
                  "--max-new-tokens", "6", "--device", "cpu"]) == 0
     report = json.loads((tmp_path / "run" / "eval-cli" / "eval.json").read_text())
     assert report["metrics"]["student"]["on_student_completions"]["tokens"] > 0
+
+
+# ------------------------------------------------------------------------------ the rollout producer --
+def test_completions_record_the_weights_that_sampled_them_and_reuse_is_staleness(tokenizer, tmp_path):
+    """A rollout's student completions carry the version (optimizer steps applied) they were sampled at; each
+    step's objective sees the staleness of its micro-batch: 0 on a reuse window's first step, 1 on the next;
+    the teacher's warm-up samples have no version and staleness 0."""
+    run = distiller(tokenizer, tmp_path, max_steps=6, teacher_warmup_steps=2, num_iterations=2, logging_steps=1)
+    seen = []
+    original = run.objective.__call__
+
+    class Recording:
+        signals = run.objective.signals
+
+        def __call__(self, tokens, signal, context):
+            seen.append((context.source, context.staleness))
+            return original(tokens, signal, context)
+
+    run.objective = Recording()
+    taken = []
+    take = run.rollout.take
+
+    def recording_take(step, timings):
+        batches = take(step, timings)
+        taken.append((step, [c.weights_version for mb in batches for c in mb.completions]))
+        return batches
+
+    run.rollout.take = recording_take
+    run.train()
+    versions = dict(taken)
+    assert all(v is None for v in versions[0] + versions[1])  # warm-up: teacher samples
+    assert set(versions[2]) == set(versions[3]) == {2} and set(versions[4]) == set(versions[5]) == {4}
+    per_step = [seen[i : i + 2] for i in range(0, len(seen), 2)]  # 2 micro-batches per step
+    assert [sorted(set(s)) for s in per_step] == [[("teacher", 0)], [("teacher", 0)], [("student", 0)], [("student", 1)],
+                                                  [("student", 0)], [("student", 1)]]
+
+
+def test_a_reused_rollout_restored_from_a_checkpoint_keeps_its_versions(tokenizer, tmp_path):
+    run = distiller(tokenizer, tmp_path, max_steps=4, num_iterations=2)
+    run.setup()
+    first = run.rollout.take(2, {})
+    state = run.rollout.state_dict()
+    assert {c["version"] for mb in state["batches"] for c in mb} == {2}
+    again = distiller(tokenizer, tmp_path / "again", max_steps=4, num_iterations=2)
+    again.rollout.load_state_dict(state)
+    restored = again.rollout.take(3, {})
+    assert [c.weights_version for mb in restored for c in mb.completions] == [c.weights_version for mb in first for c in mb.completions]
+    assert all(mb.staleness(3) == 1 for mb in restored)
+    for saved in state["batches"]:  # a checkpoint from before versions were recorded: the rollout's own step
+        for c in saved:
+            del c["version"]
+    again.rollout.load_state_dict(state)
+    assert {c.weights_version for mb in again.rollout.take(3, {}) for c in mb.completions} == {2}

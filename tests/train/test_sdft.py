@@ -166,7 +166,7 @@ def test_the_self_teacher_scores_the_students_positions_after_its_own_prompt(tok
     run = distiller(tokenizer, tmp_path, rows=rows, teacher_model_kind="base", num_loss_tokens_to_skip=2,
                     missing_privileged_context="skip")
     run.setup()
-    for mb in run.rollout(0, {}):
+    for mb in run.rollout.take(0, {}):
         signal = run.teacher.score(mb, 1.0)
         assert signal.hidden.shape[0] == mb.num_completion_tokens
         expected = []
@@ -250,7 +250,7 @@ def test_a_lora_base_teacher_switches_the_adapter_off_without_a_copy(tokenizer, 
     assert run.teacher.copy is None and run.teacher.adapter_off
     run.train()
     run.student_model.train()
-    mb = run.rollout(2, {})[0]
+    mb = run.rollout.take(2, {})[0]
     signal = run.teacher.score(mb, 1.0)
     assert run.student_model.training  # the teacher pass restores the mode
     base, positions = student(tokenizer).eval(), predicting_positions(mb.completion_mask)
@@ -298,7 +298,7 @@ def test_rows_without_context_are_skipped_and_counted(tokenizer, tmp_path):
     run = distiller(tokenizer, tmp_path, rows=rows, missing_privileged_context="skip", per_device_train_batch_size=8,
                     gradient_accumulation_steps=1, max_steps=1)
     run.setup()
-    (mb,) = run.rollout(0, {})
+    (mb,) = run.rollout.take(0, {})
     for c, mask in zip(mb.completions, mb.completion_mask):
         assert any(c.mask) == (c.example.privileged_context is not None and bool(c.completion_ids))
         assert mask.tolist()[len(c.prompt_ids):len(c.prompt_ids) + len(c.mask)] == list(c.mask)
@@ -339,7 +339,7 @@ def _sdft_step(rank, world_size, tmp, batch, accumulation):
                             max_grad_norm=0.0, num_loss_tokens_to_skip=1, distillation_mode="topk_logits", distillation_topk=9)
         run = distiller(tokenizer, None, rows=context_rows(8), config=config)
         result = first_step_gradient(run)
-        result["local_tokens"] = sum(mb.num_completion_tokens for mb in run.rollout(0, {}))
+        result["local_tokens"] = sum(mb.num_completion_tokens for mb in run.rollout.take(0, {}))
         return result
     finally:
         distill.rollout.generate_completions = original
@@ -384,7 +384,7 @@ def test_sft_loss_is_the_mean_cross_entropy_of_the_completion_tokens(tokenizer, 
     run = distiller(tokenizer, tmp_path, rows=chat_rows(8), config=config_for(tmp_path, base=SFT, per_device_train_batch_size=4,
                                                                                gradient_accumulation_steps=1))
     run.setup()
-    (mb,) = run.rollout(0, {})
+    (mb,) = run.rollout.take(0, {})
     labels = torch.where(mb.completion_mask, mb.input_ids, torch.full_like(mb.input_ids, -100))
     with torch.no_grad():
         expected = run.student_model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, labels=labels).loss

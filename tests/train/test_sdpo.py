@@ -242,7 +242,7 @@ def test_failed_rollouts_are_distilled_toward_the_teacher_shown_a_successful_sib
     monkeypatch.setattr(distill.rollout, "generate_completions", group_completions(8))
     run = distiller(tokenizer, tmp_path, per_device_train_batch_size=4, gradient_accumulation_steps=2, num_generations=4)
     run.setup()
-    micro_batches = run.rollout(0, {})
+    micro_batches = run.rollout.take(0, {})
     completions = [c for mb in micro_batches for c in mb.completions]
     texts = [tokenizer.decode(c.completion_ids, skip_special_tokens=True) for c in completions]
     success = [len(t) % 2 == 1 for t in texts]
@@ -342,7 +342,7 @@ def _sdpo_step(rank, world_size, tmp, batch, accumulation, overrides):
                             max_grad_norm=0.0, num_generations=4, **overrides)
         run = distiller(tokenizer, None, rows=answer_rows(8), config=config)
         result = first_step_gradient(run)
-        completions = [c for mb in run.rollout(0, {}) for c in mb.completions]
+        completions = [c for mb in run.rollout.take(0, {}) for c in mb.completions]
         result["local_tokens"] = sum(len(c.completion_ids) for c in completions)
         result["texts"] = [tokenizer.decode(c.completion_ids, skip_special_tokens=True) for c in completions]
         result["reprompts"] = [None if TEACHER_PROMPT.of(c) is None else tokenizer.decode(TEACHER_PROMPT.of(c)[0]) for c in completions]
@@ -405,7 +405,7 @@ def _sampled_texts(rank, world_size, tmp):
                         num_generations=4, distillation_weight=0.0, max_new_tokens=8)
     run = distiller(tokenizer, None, rows=answer_rows(8), config=config)
     run.setup()
-    return [list(c.completion_ids) for mb in run.rollout(0, {}) for c in mb.completions]
+    return [list(c.completion_ids) for mb in run.rollout.take(0, {}) for c in mb.completions]
 
 
 def test_processes_holding_the_same_prompt_sample_different_completions(tmp_path):

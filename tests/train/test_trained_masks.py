@@ -129,7 +129,7 @@ def test_the_self_teacher_scores_the_holed_mask_of_its_row(tokenizer, tmp_path, 
     monkeypatch.setattr(distill.rollout, "generate_completions", fixed_completions)
     run = distiller(tokenizer, tmp_path, rows=context_rows(8), teacher_model_kind="base")
     run.setup()
-    whole = run.rollout(0, {})[0]
+    whole = run.rollout.take(0, {})[0]
     batch = with_holes(whole, tokenizer.pad_token_id)
     assert 0 < batch.num_completion_tokens < whole.num_completion_tokens
     signal = run.teacher.score(batch, 1.0)

@@ -45,7 +45,7 @@ def test_loss_denominator_is_the_completion_tokens_of_the_whole_step(tokenizer, 
     distiller.setup()
     step = _mixed_step(distiller.config.seed, 3)
     rollouts, backward_losses = [], []
-    original_rollout, original_backward = distiller.rollout, distiller.accelerator.backward
+    original_rollout, original_backward = distiller.rollout.take, distiller.accelerator.backward
 
     def recording_rollout(s, t):
         rollouts.extend(original_rollout(s, t))
@@ -55,7 +55,7 @@ def test_loss_denominator_is_the_completion_tokens_of_the_whole_step(tokenizer, 
         backward_losses.append(loss.item())
         original_backward(loss)
 
-    distiller.rollout, distiller.accelerator.backward = recording_rollout, recording_backward
+    distiller.rollout.take, distiller.accelerator.backward = recording_rollout, recording_backward
     distiller.train_step(step, distiller._new_window(), {}, log_step=False)
 
     assert {mb.source for mb in rollouts} == {"student", "dataset"}
@@ -81,7 +81,7 @@ def test_a_step_without_trained_tokens_moves_neither_the_weights_nor_the_schedul
 
     distiller = make_distiller(tokenizer, tmp_path, lmbda=0.0, lr_scheduler_type="linear", max_steps=4)
     distiller.setup()
-    original_rollout = distiller.rollout
+    original_rollout = distiller.rollout.take
 
     def empty_rollout(step, timings):
         micro_batches = original_rollout(step, timings)
@@ -89,7 +89,7 @@ def test_a_step_without_trained_tokens_moves_neither_the_weights_nor_the_schedul
             mb.completion_mask[:] = False
         return micro_batches
 
-    distiller.rollout = empty_rollout
+    distiller.rollout.take = empty_rollout
     weights = {n: p.detach().clone() for n, p in distiller.student_model.named_parameters()}
     first_lr = distiller.scheduler.get_last_lr()[0]
     with warnings.catch_warnings():
@@ -97,7 +97,7 @@ def test_a_step_without_trained_tokens_moves_neither_the_weights_nor_the_schedul
         distiller.train_step(0, distiller._new_window(), {}, log_step=False)
         assert distiller.scheduler.last_epoch == 0 and distiller.scheduler.get_last_lr()[0] == first_lr
         assert all(torch.equal(p.detach(), weights[n]) for n, p in distiller.student_model.named_parameters())
-        distiller.rollout = original_rollout
+        distiller.rollout.take = original_rollout
         distiller.train_step(1, distiller._new_window(), {}, log_step=False)
     assert distiller.scheduler.last_epoch == 1
     assert any(not torch.equal(p.detach(), weights[n]) for n, p in distiller.student_model.named_parameters())
@@ -153,7 +153,7 @@ def test_teacher_samples_a_window_of_steps_in_one_call(tokenizer, tmp_path, monk
     samples = {}  # step -> the teacher completions of its micro-batches
     for step in range(7):
         before = len(calls)
-        batches = distiller.rollout(step, {})
+        batches = distiller.rollout.take(step, {})
         teacher_calls = [n for who, n in calls[before:] if who == "teacher"]
         first = step - step % 3
         expected_prompts = sum(2 * distiller.sources_for_step(s).count("teacher") for s in range(first, min(first + 3, 7)))
@@ -164,7 +164,7 @@ def test_teacher_samples_a_window_of_steps_in_one_call(tokenizer, tmp_path, monk
                            rows=chat_rows(16, with_completion=False), seq_kd_generation_steps=3)
     again.setup()
     torch.manual_seed(1234)  # a different global RNG must not matter
-    resumed = [c.completion_ids for step in (4, 5) for mb in again.rollout(step, {}) if mb.source == "teacher" for c in mb.completions]
+    resumed = [c.completion_ids for step in (4, 5) for mb in again.rollout.take(step, {}) if mb.source == "teacher" for c in mb.completions]
     assert samples[4] + samples[5], "no teacher micro-batch at steps 4-5: nothing to compare"
     assert resumed == samples[4] + samples[5]
 
@@ -189,7 +189,7 @@ def test_pad_equal_to_eos_keeps_the_terminating_eos_in_the_loss(tokenizer, tmp_p
     distiller = make_distiller(tokenizer, tmp_path, rows=rows, lmbda=lmbda, seq_kd=seq_kd, max_new_tokens=8, generation_engine="hf")
     distiller.student_model.generate = Scripted([5, 6, eos])
     distiller.teacher.model.generate = Scripted([7, eos])
-    for mb in distiller.rollout(0, {}):
+    for mb in distiller.rollout.take(0, {}):
         assert mb.source == source
         for row, completion in enumerate(mb.completions):
             assert completion.completion_ids[-1] == eos

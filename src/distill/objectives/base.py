@@ -53,10 +53,11 @@ class StepContext:
     step_distilled_tokens: the trained tokens of rows with a self-distillation loss (`self_teacher.DISTILLED`),
     likewise (sdpo's distillation term is a mean over those).
 
-    fresh_rollout: this step trains on a rollout generated for it (always with num_iterations 1; the first
-    step of each reuse window otherwise). Its sampling policy is the current one, so pi_theta / pi_old is 1 by
-    definition: an objective takes pi_old from its own forward (detached) instead of the log-probs recorded
-    at generation, which a reduced-precision training forward (bf16 autocast) would not reproduce exactly."""
+    staleness: optimizer steps between the student weights that sampled the micro-batch and the weights it
+    trains (`MicroBatch.staleness`; 0 for dataset and teacher completions, k for the k-th reuse of a rollout).
+    At 0 the sampling policy is the current one, so pi_theta / pi_old is 1 by definition: an objective takes
+    pi_old from its own forward (detached) instead of the log-probs recorded at generation, which a
+    reduced-precision training forward (bf16 autocast) would not reproduce exactly."""
 
     source: str
     return_stats: bool = False
@@ -64,7 +65,7 @@ class StepContext:
     step_rows: int = 0
     step_micro_batches: int = 1
     step_distilled_tokens: int = 0
-    fresh_rollout: bool = True
+    staleness: int = 0
 
 
 class Objective(Protocol):

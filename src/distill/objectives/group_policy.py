@@ -63,7 +63,7 @@ def group_policy_loss(tokens: StudentTokens, context: StepContext, settings: Pol
     if tokens.advantages is None:
         raise ValueError("the group policy loss needs each row's advantage (a reward stage sets them)")
     weights = normaliser_weights(settings.loss_type, tokens.rows, context, settings.max_new_tokens)
-    old = tokens.rollout_log_probs if settings.reused_rollouts and not context.fresh_rollout else None
+    old = tokens.rollout_log_probs if settings.reused_rollouts and context.staleness > 0 else None
     loss, facts = chunked_policy_gradient(tokens.hidden, tokens.head, tokens.targets, tokens.advantages, weights, old,
                                           settings.clip, temperature=settings.temperature, chunk_size=settings.chunk_size)
     return loss, facts["clipped"]

@@ -61,7 +61,7 @@ class IWOPDObjective:
         # A fresh rollout (every step's with num_iterations 1, a reuse window's first step's otherwise) is the
         # current policy's: rho = 1 by definition, not by the (bf16 vs fp32) numerics of generation and
         # training; the advantage still uses the recorded sampling log-probs.
-        reused = s.reused_rollouts and not context.fresh_rollout
+        reused = s.reused_rollouts and context.staleness > 0
         loss, facts = chunked_policy_gradient(tokens.hidden, tokens.head, tokens.targets, advantages, weights,
                                               old if reused else None, s.clip,
                                               temperature=s.temperature, chunk_size=s.chunk_size)

@@ -127,7 +127,7 @@ class SelfDistillationObjective:
 
     # ------------------------------------------------------------------------------ importance weights --
     def _reweights(self, tokens: StudentTokens, context: StepContext) -> bool:
-        return (self.settings.reused_rollouts and not context.fresh_rollout and context.source == "student"
+        return (self.settings.reused_rollouts and context.staleness > 0 and context.source == "student"
                 and tokens.rollout_log_probs is not None)
 
     def _importance_weights(self, tokens: StudentTokens, current: torch.Tensor) -> torch.Tensor:
