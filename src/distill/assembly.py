@@ -197,7 +197,7 @@ def encode(encoder: PromptEncoder, example: Example) -> EncodedExample:
 
 def rollout_settings(config, method: Method, teacher) -> RolloutSettings:
     # A teacher whose weights move (a live or EMA self-teacher) samples step by step, never ahead.
-    window = config.seq_kd_generation_steps if getattr(teacher, "frozen", True) else 1
+    window = config.seq_kd_generation_steps if teacher is not None and teacher.frozen else 1
     c = config
     return RolloutSettings(SamplingParams(c.sampling_temperature, c.top_p, c.top_k, c.max_new_tokens, engine=c.generation_engine),
                            SamplingParams(c.teacher_sampling_temperature, c.teacher_top_p, c.teacher_top_k, c.max_new_tokens,

@@ -32,11 +32,10 @@ def validate(config):
     _one_of("lr_scheduler_type", config.lr_scheduler_type, SCHEDULERS)
     if config.generation_engine != AUTO:
         engine = get_engine(config.generation_engine)
-        unavailable = engine.availability() if hasattr(engine, "availability") else None
+        unavailable = engine.availability()
         if unavailable is not None:
             raise ValueError(unavailable)
-        if hasattr(engine, "check_config"):  # the engine's own settings
-            engine.check_config(config)
+        engine.check_config(config)  # the engine's own settings
     _one_of("dtype", config.dtype, DTYPES)
     if config.beta is not None:
         check_beta(config.beta)  # the losses' own rule

@@ -17,6 +17,7 @@ from distill.generation import (
     register_engine,
     unregister_engine,
 )
+from distill.generation.engine import Engine
 from distill.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
 from tests.train.helpers import FAST
@@ -25,7 +26,7 @@ TOY = "toy_argmax"
 CPU = torch.device("cpu")
 
 
-class ArgmaxLoop:
+class ArgmaxLoop(Engine):
     """A toy engine: greedy decoding by a full forward pass per token (no KV cache), counting its calls."""
 
     name = TOY
@@ -66,6 +67,7 @@ class ArgmaxLoopWithItsOwnWeights(ArgmaxLoop):
     never the model it is handed, so it samples from the student only as far as `sync_weights` keeps it."""
 
     name = TOY + "_copy"
+    keeps_weights = True
 
     def __init__(self):
         super().__init__()
@@ -87,6 +89,24 @@ def toy_engine():
     engine = register_engine(ArgmaxLoop())
     yield engine
     unregister_engine(TOY)
+
+
+def test_registration_refuses_what_is_not_a_whole_engine():
+    class DuckTyped:
+        name, auto_order = "duck", None
+
+        def refusal(self, model, device):
+            return None
+
+    class KeepsWeightsWithoutSync(ArgmaxLoop):
+        name, keeps_weights = "no_sync", True
+
+    with pytest.raises(TypeError, match="DuckTyped is not a distill.generation.engine.Engine"):
+        register_engine(DuckTyped())
+    with pytest.raises(TypeError, match="keeps weights but defines no sync_weights"):
+        register_engine(KeepsWeightsWithoutSync())
+    assert "duck" not in engine_names() and "no_sync" not in engine_names()
+    assert ArgmaxLoop().availability() is None and not ArgmaxLoop().keeps_weights
 
 
 def test_the_built_in_engines_are_registered_in_order_of_preference():

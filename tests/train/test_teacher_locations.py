@@ -26,13 +26,14 @@ from distill.losses import LogitHead
 from distill.methods import get_method
 from distill.methods.registry import Reads
 from distill.signals import DENSE, DenseSignal
+from distill.teachers.base import Teacher
 from distill.teachers.hidden import predicting_positions
 from tests.conftest import chat_rows
 
 PREFIX = "fixed:"
 
 
-class FixedTeacher:
+class FixedTeacher(Teacher):
     """Logits at a position = head(table[token]): the same for the same token, whatever its context."""
 
     can_generate = False  # it only scores (like a server): the evaluation samples the student alone
@@ -169,3 +170,22 @@ def test_a_location_defined_in_a_test_file_trains_evaluates_and_resumes(tmp_path
     final = load_file(str(resumed / "model" / "model.safetensors"))
     for name, weight in trained.items():
         assert torch.equal(weight, final[name]), name
+
+
+def test_a_duck_typed_teacher_is_refused_and_a_teacher_is_not_frozen_unless_it_says_so():
+    class Unfrozen(Teacher):
+        def score(self, batch, temperature):
+            raise AssertionError("not scored here")
+
+    class DuckTyped:
+        can_generate = False
+
+        def score(self, batch, temperature):
+            raise AssertionError("not scored here")
+
+    assert Unfrozen().frozen is False and Unfrozen().can_generate is False
+    with pytest.raises(TypeError, match="cannot sample"):
+        Unfrozen().generate([[1]], None)
+    assert Teachers(Unfrozen(), None).train is not None
+    with pytest.raises(TypeError, match="DuckTyped, which is not a distill.teachers.base.Teacher"):
+        Teachers(DuckTyped(), None)

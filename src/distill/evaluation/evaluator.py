@@ -51,7 +51,7 @@ def score_completions(student, teacher: Teacher, completions: list[Completion], 
     A teacher with another tokenizer (`teacher.aligned`) has no same-vocabulary KL: its aligned divergence
     (ULD, or hybrid ULD at beta 0), per student token, is reported instead, as "aligned_divergence".
     """
-    if getattr(teacher, "aligned", False):
+    if teacher.aligned:
         return _score_aligned(student, teacher, completions, vocab_size, pad_id, device, settings)
     totals = {"forward_kl": 0.0, "reverse_kl": 0.0, "top1_agreement": 0.0}
     tokens = 0
@@ -76,7 +76,7 @@ def _score_aligned(student, teacher, completions, vocab_size, pad_id, device, se
         batch = collate(completions[start : start + settings.batch_size], "eval", pad_id).to(device)
         if batch.num_completion_tokens == 0:
             continue
-        signal = teacher.score(batch, 1.0, divergence_only=True)
+        signal = teacher.score_divergence(batch, 1.0)
         out = student_loss(student, vocab_size, batch, signal, objective, StepContext("eval"))
         total += float(out.loss_sum)
         tokens += int(out.num_tokens)

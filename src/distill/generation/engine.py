@@ -4,12 +4,14 @@ An engine decodes one left-padded batch: `decode(model, input_ids, attention_mas
 the new tokens (B, L) on the CPU (rows that finished padded with `pad_id`) and, when asked, each chosen
 token's log-prob under the distribution it was drawn from (the processed scores: temperature, top-k,
 top-p). `refusal(model, device)` says why it cannot decode a model (None: it can); `auto` takes the first
-registered engine, in order of preference, that does not refuse. The built-in engines hold no copy of the
-weights: they decode the model they are given (the student as it is now, a teacher, a self-teacher). An engine
-that keeps its own copy (vLLM, in the process or behind a server) defines `sync_weights(model)`, and a run
-that names it calls it with the student before the first rollout and after every optimizer step
-(`distill.generation.sync.WeightSync`); an engine may instead notice itself that a model's weights changed
-(the vLLM engine compares a fingerprint of the weights before each decode, `distill.generation.vllm_engine`).
+registered engine, in order of preference, that does not refuse. Every member callers use is declared by
+`Engine`, with a default that fits an engine holding nothing of its own; `register_engine` refuses anything
+else. The built-in engines hold no copy of the weights: they decode the model they are given (the student as
+it is now, a teacher, a self-teacher). An engine that keeps its own copy (vLLM, in the process or behind a
+server) sets `keeps_weights` and defines `sync_weights(model)`, and a run that names it calls it with the
+student before the first rollout and after every optimizer step (`distill.generation.sync.WeightSync`); an
+engine may instead notice itself that a model's weights changed (the vLLM engine compares a fingerprint of
+the weights before each decode, `distill.generation.vllm_engine`).
 
 Seeds. Every caller passes one seed per row (`distill.generation.seeds`: from the run's seed, the step, the
 process and the row). An engine with a sampler of its own (vLLM) must seed each row with it; the built-ins
@@ -20,8 +22,8 @@ samples an uninterrupted one drew.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
@@ -40,24 +42,62 @@ class SamplingParams:
     engine: str = AUTO  # a registered engine's name (`generation_engine`), or auto: the first that applies
 
 
-class Engine(Protocol):
-    name: str
-    auto_order: int  # preference under `auto`, lowest first
+class Engine(ABC):
+    """A generation engine (module docstring). Subclasses set `name`, `label` and `auto_order` and implement
+    `refusal` and `decode`; the other members have defaults for an engine that holds nothing of its own.
 
+    name: `generation_engine`'s value for it; label: how messages name it;
+    auto_order: preference under `auto`, lowest first; None: only when named.
+    keeps_weights: it decodes its own copy of the student's weights, kept current by `sync_weights`.
+    """
+
+    name: str = ""
+    label: str = ""
+    auto_order: int | None = None
+    keeps_weights: bool = False
+
+    @abstractmethod
     def refusal(self, model, device: torch.device) -> str | None:
         """Why this engine cannot decode `model` on `device`, or None."""
 
+    @abstractmethod
     def decode(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: SamplingParams,
                eos_ids: list[int], pad_id: int, suppress_tokens: list[int], stopping_criteria,
                with_log_probs: bool, device: torch.device, seeds: list[int] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(B, L) long new tokens on the CPU and, with `with_log_probs`, (B, L) float32 log-probs, or None.
         `seeds`: B per-row seeds (module docstring), or None from a caller outside a run."""
 
-    # Optional: `sync_weights(model) -> None`, for an engine that keeps its own copy of the student's weights;
-    # `availability() -> str | None`, why it cannot run here (an extra not installed), checked with the config;
-    # `check_config(config) -> None`, its own settings' rules (ValueError naming the field), with the config's;
-    # `configure(config) -> None`, for an engine with settings of its own (read once per run, before any decode);
-    # `close() -> None`, for an engine holding resources (called when the run ends).
+    def availability(self) -> str | None:
+        """Why it cannot run on this machine (an optional extra not installed), checked with the config; None: it can."""
+        return None
+
+    def check_config(self, config) -> None:
+        """Its own settings' rules (a ValueError naming the field), checked with the config's."""
+
+    def configure(self, config) -> None:
+        """Read its settings, once per run, before any decode."""
+
+    def sync_weights(self, model) -> None:
+        """Make its copy of the weights `model`'s (an engine with `keeps_weights`)."""
+        raise TypeError(f"the {self.name} engine decodes the model it is given; it keeps no weights to sync")
+
+    def prepare(self, model) -> None:
+        """Get ready to decode `model` (a teacher it will sample from), at the start of a run."""
+
+    def close(self) -> None:
+        """Release what it holds for the run (replicas, connections), when the run ends."""
+
+
+def check_engine(engine: object) -> Engine:
+    """An engine registered is an `Engine` with a name (TypeError otherwise, naming what is missing)."""
+    if not isinstance(engine, Engine):
+        raise TypeError(f"register_engine: {type(engine).__name__} is not a distill.generation.engine.Engine; subclass "
+                        "Engine (it declares every member callers use, with defaults)")
+    if not engine.name:
+        raise TypeError(f"register_engine: {type(engine).__name__} has no name (the generation_engine value naming it)")
+    if engine.keeps_weights and type(engine).sync_weights is Engine.sync_weights:
+        raise TypeError(f"register_engine: {type(engine).__name__} keeps weights but defines no sync_weights")
+    return engine
 
 
 _ENGINES: Registry[Engine] = Registry("generation_engine", "generation engine", also=(AUTO,),
@@ -66,7 +106,11 @@ _ENGINES: Registry[Engine] = Registry("generation_engine", "generation engine", 
 
 # register_engine(engine), unregister_engine(name), engine_names() (those taking part in `auto` first, in order of
 # preference), get_engine(name) (an unknown name is a ValueError listing the others).
-register_engine, unregister_engine, engine_names, get_engine = _ENGINES.register, _ENGINES.unregister, _ENGINES.names, _ENGINES.get
+unregister_engine, engine_names, get_engine = _ENGINES.unregister, _ENGINES.names, _ENGINES.get
+
+
+def register_engine(engine: Engine) -> Engine:
+    return _ENGINES.register(check_engine(engine))
 
 
 def check_engine_name(name: str) -> None:
@@ -77,14 +121,10 @@ def check_engine_name(name: str) -> None:
 def configure_engine(config) -> None:
     """Give the engine a run names its settings (`configure(config)`, optional), before anything is decoded."""
     if config.generation_engine != AUTO:
-        engine = get_engine(config.generation_engine)
-        if callable(getattr(engine, "configure", None)):
-            engine.configure(config)
+        get_engine(config.generation_engine).configure(config)
 
 
 def close_engine(name: str) -> None:
     """Release what the engine `name` holds for the run (`close()`, optional: vLLM's replicas)."""
     if name != AUTO:
-        engine = get_engine(name)
-        if callable(getattr(engine, "close", None)):
-            engine.close()
+        get_engine(name).close()

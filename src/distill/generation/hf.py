@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from distill.generation.engine import SamplingParams, register_engine
+from distill.generation.engine import Engine, SamplingParams, register_engine
 
 
-class HFGenerate:
+class HFGenerate(Engine):
     name = "hf"
     label = "HF generate"
     auto_order = 1  # after the lean loop, which decodes the models it takes faster

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from distill.generation.engine import SamplingParams, register_engine
+from distill.generation.engine import Engine, SamplingParams, register_engine
 from distill.generation.lean_decode import lean_generate, refusal
 
 
-class LeanDecode:
+class LeanDecode(Engine):
     name = "lean"
     label = "distill's lean loop"
     auto_order = 0

@@ -1,7 +1,7 @@
 """Keeping an engine's own copy of the student's weights current.
 
 An engine that decodes the model it is given (the built-ins) needs nothing. One that holds its own copy
-(vLLM colocated, or a vLLM server the trainer pushes weights to) defines `sync_weights(model)`; `WeightSync`
+(vLLM colocated, or a vLLM server the trainer pushes weights to) sets `keeps_weights` and defines `sync_weights(model)`; `WeightSync`
 is the step hook that calls it with the student: once when training starts (a resumed run's student is
 the checkpoint's by then) and after every optimizer step, so every rollout samples from the weights the
 loss was computed with. With `num_iterations` > 1 a rollout serves several steps and only the steps that
@@ -20,7 +20,7 @@ class WeightSync:
     """Step hook: `engine.sync_weights(student)` after each optimizer step (and once at `start`), on every
     process. `with_student(run)` runs `run(student)` (the trainer's: under FSDP the parameters gathered).
     `teacher_samplers(visit)` calls `visit(model)` for each model a teacher samples from; at `start` each is
-    given to `engine.prepare(model)` when the engine has it (vLLM builds its replicas then, on every process)."""
+    given to `engine.prepare(model)` (vLLM builds its replicas then, on every process; the others do nothing)."""
 
     name = "engine_weights"
 
@@ -31,7 +31,7 @@ class WeightSync:
 
     def start(self) -> None:
         self._sync()
-        if self.teacher_samplers is not None and callable(getattr(self.engine, "prepare", None)):
+        if self.teacher_samplers is not None:
             self.teacher_samplers(self.engine.prepare)
 
     def after_optimizer_step(self, step: int) -> None:
@@ -55,4 +55,4 @@ def weight_sync(engine_name: str, with_student: Callable[[Callable], object],
     if engine_name == AUTO:
         return None
     engine = get_engine(engine_name)
-    return WeightSync(engine, with_student, teacher_samplers) if callable(getattr(engine, "sync_weights", None)) else None
+    return WeightSync(engine, with_student, teacher_samplers) if engine.keeps_weights else None

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from distill.generation.engine import SamplingParams, register_engine
+from distill.generation.engine import Engine, SamplingParams, register_engine
 from distill.generation.weights import (
     adapters_off,
     check_decodable,
@@ -73,10 +73,11 @@ class _Replica:
     syncs: int = 0
 
 
-class VllmEngine:
+class VllmEngine(Engine):
     name = "vllm"
     label = "vLLM (colocated)"
-    auto_order = None  # only when named: it needs the optional extra and a replica per model
+    auto_order = None
+    keeps_weights = True  # only when named: it needs the optional extra and a replica per model
 
     def __init__(self):
         self.kv_cache_bytes = 1 << 30

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from distill.generation.engine import SamplingParams, register_engine
+from distill.generation.engine import Engine, SamplingParams, register_engine
 from distill.generation.weights import (
     check_decodable,
     checkpoint_weights,
@@ -55,10 +55,11 @@ class VllmServerError(RuntimeError):
     """The generation server failed or answered something that is not vLLM's protocol."""
 
 
-class VllmServerEngine:
+class VllmServerEngine(Engine):
     name = "vllm_server"
     label = "a vLLM server"
     auto_order = None
+    keeps_weights = True
 
     def __init__(self):
         self.url: str | None = None

@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from distill.methods.registry import Method, Reads
 from distill.registry import Registry
+from distill.teachers.base import Teacher, check_teacher
 
 TRAIN, EVAL, CACHE = "train", "eval", "cache"
 
@@ -72,14 +73,18 @@ class TeacherRequest:
 class Teachers:
     """train: scores the training steps (None when the method takes no signal); eval: the evaluation's."""
 
-    train: Any = None
-    eval: Any = None
+    train: Teacher | None = None
+    eval: Teacher | None = None
+
+    def __post_init__(self) -> None:
+        check_teacher(self.train, "the location (training teacher)")
+        check_teacher(self.eval, "the location (evaluation teacher)")
 
     def sampling_models(self, visit) -> None:
         """`visit(model)` for each model these teachers sample from (a generation engine with replicas
         prepares them at start)."""
         for teacher in {id(t): t for t in (self.train, self.eval) if t is not None}.values():
-            if getattr(teacher, "can_generate", False) and hasattr(teacher, "sampling_models"):
+            if teacher.can_generate:
                 teacher.sampling_models(visit)
 
 
@@ -190,9 +195,7 @@ class TeacherLocation:
     def close(self, teachers: Teachers) -> None:
         """Release what the built teachers hold open (a server teacher's connections); once, at the end."""
         for teacher in {id(t): t for t in (teachers.train, teachers.eval) if t is not None}.values():
-            close = getattr(teacher, "close", None)
-            if close is not None:
-                close()
+            teacher.close()
 
     def check_evaluable(self, config) -> None:
         """`distill eval` of a run with this location: ValueError when its teacher cannot score new samples here."""

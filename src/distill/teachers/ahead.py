@@ -1,6 +1,6 @@
 """Scoring a whole step before any loss, for a teacher outside the process (a server, a cache).
 
-All the step's requests go out in one concurrent round (`score_many` when the teacher has it), and every
+All the step's requests go out in one concurrent round (`Teacher.score_many`), and every
 process learns whether any failed before anyone enters a collective of the step: a dead server then ends
 every process with the error instead of leaving the others waiting in an all-reduce.
 """
@@ -17,9 +17,7 @@ def score_step_ahead(teacher, micro_batches: list, temperature: float, runtime, 
     bad data, raised everywhere without a checkpoint (there is nothing to resume)."""
     start, signals, error = phase_clock(runtime.device), None, None
     try:
-        score_many = getattr(teacher, "score_many", None)
-        signals = (score_many(micro_batches, temperature) if score_many is not None
-                   else [teacher.score(mb, temperature) for mb in micro_batches])
+        signals = teacher.score_many(micro_batches, temperature)
     except Exception as failure:  # any failure: the other processes must learn of it, not wait for this one
         error = failure
     timings["teacher"] = timings.get("teacher", 0.0) + phase_clock(runtime.device) - start

@@ -41,6 +41,7 @@ from distill.generation import SamplingParams, generate_completions
 from distill.losses.uld import Alignment, ULDSettings, VocabularyMatch
 from distill.models import eos_token_ids, logit_head
 from distill.signals import AlignedSignal
+from distill.teachers.base import Teacher
 from distill.teachers.hidden import backbone_hidden
 
 
@@ -86,11 +87,12 @@ class MappedCompletion:
     groups: list[tuple[list[int], list[int]]]
 
 
-class CrossTokenizerTeacher:
+class CrossTokenizerTeacher(Teacher):
     """A teacher model whose tokenizer differs from the student's; scores into an `AlignedSignal`."""
 
     can_generate = True
     aligned = True  # its divergence is the aligned (ULD / hybrid) one, not a same-vocabulary KL
+    frozen = True  # its weights never change during the run (`Teacher.frozen`)
 
     def __init__(self, model: nn.Module | None, tokenizer, student_tokenizer, student_eos_ids: list[int], max_prompt_length: int,
                  settings: ULDSettings, device: torch.device, remote=None):
@@ -170,6 +172,9 @@ class CrossTokenizerTeacher:
     def close(self) -> None:
         if self.remote is not None:
             self.remote.close()
+
+    def score_divergence(self, batch: MicroBatch, temperature: float) -> AlignedSignal:
+        return self.score(batch, temperature, divergence_only=True)
 
     def completion_hidden(self, mapped: list[MappedCompletion]) -> list[torch.Tensor]:
         """Per row, the teacher's final hidden states (L, H) at the positions predicting its L completion tokens:

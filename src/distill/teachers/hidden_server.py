@@ -22,6 +22,7 @@ from distill.batch import MicroBatch
 from distill.errors import TeacherServerError
 from distill.losses import LogitHead
 from distill.signals import DenseSignal
+from distill.teachers.base import Teacher
 from distill.teachers.head import (
     head_fingerprint,
     head_from_bytes,
@@ -41,10 +42,11 @@ from distill.teachers.server import (
 )
 
 
-class HiddenStateServerTeacher:
+class HiddenStateServerTeacher(Teacher):
     """Scores micro-batches with the server's hidden states and the teacher head held here (a `DenseSignal`)."""
 
     can_generate = False
+    frozen = True  # its weights never change during the run (`Teacher.frozen`)
 
     def __init__(self, settings: ServerSettings, vocab_size: int, dtype: str = "float32"):
         self.settings, self.vocab_size, self.dtype = settings, vocab_size, dtype

@@ -9,13 +9,15 @@ from distill.batch import MicroBatch
 from distill.generation import SamplingParams, generate_completions
 from distill.models import logit_head
 from distill.signals import DenseSignal
+from distill.teachers.base import Teacher
 from distill.teachers.hidden import backbone_hidden, predicting_positions
 
 
-class LocalTeacher:
+class LocalTeacher(Teacher):
     """Teacher hidden states at completion positions plus its lm_head (a `DenseSignal`); samples for seq_kd."""
 
     can_generate = True
+    frozen = True  # its weights never change during the run (`Teacher.frozen`)
 
     def __init__(self, model: nn.Module, vocab_size: int, eos_ids: list[int], pad_id: int, device: torch.device):
         self.model = model.eval().requires_grad_(False)

@@ -7,10 +7,11 @@ import torch
 
 from distill.batch import MicroBatch
 from distill.signals import DenseSignal, SparseSignal
+from distill.teachers.base import Teacher
 from distill.teachers.cache import TeacherCache
 
 
-class OfflineTeacher:
+class OfflineTeacher(Teacher):
     """Looks up each completion's example id in the cache; the completion must be the cached one.
 
     The cache holds the teacher's signal at every completion token, so any trained mask of the run is served
@@ -18,6 +19,7 @@ class OfflineTeacher:
     environment tokens, reads the same cache)."""
 
     can_generate = False
+    frozen = True  # its weights never change during the run (`Teacher.frozen`)
 
     def __init__(self, cache: TeacherCache):
         self.cache = cache

@@ -6,21 +6,24 @@ import torch
 
 from distill.batch import MicroBatch, collate
 from distill.signals import RoutedSignal
+from distill.teachers.base import Teacher
 
 
-class RoutedTeacher:
+class RoutedTeacher(Teacher):
     """Splits a micro-batch by teacher id, scores each part with its teacher, keeps the positions' order."""
 
     can_generate = False
 
-    def __init__(self, teachers: dict[str, object], pad_id: int):
+    def __init__(self, teachers: dict[str, Teacher], pad_id: int):
         self.teachers, self.pad_id = teachers, pad_id
+
+    @property
+    def frozen(self) -> bool:
+        return all(teacher.frozen for teacher in self.teachers.values())
 
     def close(self) -> None:
         for teacher in self.teachers.values():
-            close = getattr(teacher, "close", None)
-            if close is not None:
-                close()
+            teacher.close()
 
     def score(self, batch: MicroBatch, temperature: float) -> RoutedSignal:
         return self.score_many([batch], temperature)[0]
@@ -46,8 +49,5 @@ class RoutedTeacher:
             plans.append(plan)
         signals = {}
         for tid, sub_batches in requests.items():
-            teacher = self.teachers[tid]
-            score_many = getattr(teacher, "score_many", None)
-            signals[tid] = (score_many(sub_batches, temperature) if score_many is not None
-                            else [teacher.score(sub, temperature) for sub in sub_batches])
+            signals[tid] = self.teachers[tid].score_many(sub_batches, temperature)
         return [RoutedSignal([(tid, positions, signals[tid][slot]) for tid, positions, slot in plan]) for plan in plans]

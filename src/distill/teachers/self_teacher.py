@@ -35,6 +35,7 @@ from distill.losses import LogitHead
 from distill.methods.self_teacher_prompts import TeacherPrompts
 from distill.models import logit_head
 from distill.signals import SelfSignal
+from distill.teachers.base import Teacher
 from distill.teachers.hidden import backbone_hidden, predicting_positions
 
 KINDS = ("base", "live", "ema")
@@ -63,7 +64,7 @@ def frozen_copy(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model).eval().requires_grad_(False)
 
 
-class SelfTeacher:
+class SelfTeacher(Teacher):
     """Scores micro-batches with the student's own weights (module docstring) after each row's teacher prompt."""
 
     can_generate = True

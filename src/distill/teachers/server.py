@@ -26,6 +26,7 @@ import torch
 from distill.batch import MicroBatch
 from distill.errors import TeacherServerError
 from distill.signals import SparseSignal
+from distill.teachers.base import Teacher
 
 
 class MalformedResponse(ValueError):
@@ -181,10 +182,11 @@ def parse_prompt_logprobs(body: object, prompts: list[list[int]], starts: list[i
     return results
 
 
-class ServerTeacher:
+class ServerTeacher(Teacher):
     """Scores micro-batches through a completions server; gives a `SparseSignal` (tail derived from 1 - mass)."""
 
     can_generate = False
+    frozen = True  # its weights never change during the run (`Teacher.frozen`)
 
     def __init__(self, settings: ServerSettings, vocab_size: int):
         if settings.top_k < 1 or settings.concurrency < 1 or settings.request_size < 1 or settings.retries < 0:
