@@ -35,6 +35,7 @@ from distill.data_files import BUNDLED_DATASET, load_dataset_spec
 from distill.generation import SamplingParams
 from distill.locations import TRAIN, TeacherLocation, TeacherRequest
 from distill.methods.registry import Method
+from distill.model_kinds import model_kind_of
 from distill.models import (
     check_context,
     check_rows_match,
@@ -148,7 +149,7 @@ def prepare_models(config, method: Method, location: TeacherLocation, runtime, m
     lora = dict(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                 target_modules=list(config.lora_target_modules)) if config.use_peft else None
     student = prepare_student(student, config.gradient_checkpointing, lora)
-    encoder = PromptEncoder(tokenizer, config.max_prompt_length, config.max_new_tokens, eos_ids)
+    encoder = model_kind_of(student).encoder(tokenizer, config.max_prompt_length, config.max_new_tokens, eos_ids)
     encoded = [encode(encoder, e) for e in train_examples]
     teachers = location.build(TeacherRequest(
         config, method, TRAIN, tokenizer, vocab_size, eos_ids, tokenizer.pad_token_id, runtime.device,
@@ -192,7 +193,7 @@ def make_sampler(config, method: Method, runtime, num_examples: int) -> StepSamp
 def encode(encoder: PromptEncoder, example: Example) -> EncodedExample:
     ids, truncated = encoder.prompt_ids(example.prompt)
     completion = encoder.completion_ids(example.completion) if example.completion is not None else None
-    return EncodedExample(ids, truncated, completion)
+    return EncodedExample(ids, truncated, completion, encoder.extras(example))
 
 
 def rollout_settings(config, method: Method, teacher) -> RolloutSettings:

@@ -7,6 +7,10 @@ trained or not. A mask may have holes: a multi-turn trajectory trains the model'
 environment's tokens between them, which stay in the context. The first EOS is kept and everything after it
 masked, so pad == eos is safe. Token tensors are torch.long, even when every completion is empty.
 
+A row may carry model inputs beyond its token ids (`Completion.extras`, named tensors a model kind encodes
+from the dataset row, `distill.model_kinds`): collated generically into `MicroBatch.extras` and given to the
+model's forward by name, for the student, the teacher and generation alike.
+
 Masks are made by `all_trained`, `skipping_first` (a method's `num_loss_tokens_to_skip`) and `untrained` (a
 row the method leaves out of the loss: its tokens leave the denominator too).
 """
@@ -19,6 +23,7 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from distill.data import Example
+from distill.model_inputs import RowExtras, collate_extras
 
 T = TypeVar("T")
 
@@ -72,6 +77,7 @@ class Completion:
     rollout_log_probs: list[float] | None = None  # per completion token, when the method records them
     trained_mask: TrainedMask | None = None  # per completion token; None: every token trained (`all_trained`)
     weights_version: int | None = None  # the student weights that sampled it (optimizer steps applied); None: not the student's
+    extras: RowExtras = field(default_factory=dict)  # model inputs beyond the ids (the prompt's), by forward argument name
     annotations: dict[str, Any] = field(default_factory=dict, repr=False)  # `Annotation`s, by name
 
     def __post_init__(self) -> None:
@@ -109,6 +115,7 @@ class MicroBatch:
         of them unless a method leaves rows or tokens out; possibly with holes).
     rollout_log_probs: (N,) float32 over the N trained tokens in row-major order, or None (module docstring).
     advantages: (B,) float32, each row's advantage for a policy gradient, or None (a step stage sets them).
+    extras: the model kind's inputs beyond the ids, collated (`collate_extras`), by forward argument name.
     """
 
     input_ids: torch.Tensor
@@ -118,6 +125,7 @@ class MicroBatch:
     completions: list[Completion] = field(repr=False)
     rollout_log_probs: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def num_completion_tokens(self) -> int:
@@ -137,7 +145,8 @@ class MicroBatch:
     def to(self, device: torch.device) -> "MicroBatch":
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return MicroBatch(self.input_ids.to(device), self.attention_mask.to(device), self.completion_mask.to(device),
-                          self.source, self.completions, move(self.rollout_log_probs), move(self.advantages))
+                          self.source, self.completions, move(self.rollout_log_probs), move(self.advantages),
+                          {name: value.to(device) for name, value in self.extras.items()})
 
 
 def collate(completions: list[Completion], source: str, pad_id: int) -> MicroBatch:
@@ -156,4 +165,5 @@ def collate(completions: list[Completion], source: str, pad_id: int) -> MicroBat
     if completions and all(c.rollout_log_probs is not None for c in completions):
         log_probs = torch.tensor([c.rollout_log_probs[i] for c in completions for i in c.trained_indices()],  # type: ignore[index]
                                  dtype=torch.float32)
-    return MicroBatch(input_ids, attention_mask, completion_mask, source, completions, log_probs)
+    return MicroBatch(input_ids, attention_mask, completion_mask, source, completions, log_probs,
+                      extras=collate_extras([c.extras for c in completions]))

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from distill.data_files import check_columns
+from distill.model_inputs import RowExtras
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -45,6 +46,7 @@ class EncodedExample:
     prompt_ids: list[int]
     prompt_truncated: bool
     completion_ids: list[int] | None
+    extras: RowExtras = field(default_factory=dict)  # the model kind's inputs beyond the ids (`distill.model_kinds`)
 
 
 def examples_from_dataset(dataset, field: str) -> list[Example]:
@@ -143,6 +145,10 @@ class PromptEncoder:
         if len(ids) > self.max_prompt_length:
             return ids[-self.max_prompt_length :], True
         return ids, False
+
+    def extras(self, example: "Example") -> RowExtras:
+        """The row's model inputs beyond its token ids: none for a text model (a model kind's encoder adds them)."""
+        return {}
 
     def completion_ids(self, completion: str) -> list[int]:
         """Token ids of a dataset completion, ending at its first EOS (an EOS string inside the text counts)."""

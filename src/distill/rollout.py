@@ -252,11 +252,12 @@ class StepRollout(RolloutProducer):
         on_policy = [i for i, s in enumerate(sources) if s == "student"]
         if on_policy:
             prompts = [self.encoded[j].prompt_ids for i in on_policy for j in groups[i]]
+            extras = [self.encoded[j].extras for i in on_policy for j in groups[i]]
             start = phase_clock(self.device)
             seeds = row_seeds(len(prompts), self.settings.seed, "student", step, self.process_index)
             outputs = iter(self.with_student(lambda student: generate_completions(
                 student, prompts, self.settings.student_sampling, self.eos_ids, self.pad_id, self.device,
-                vocab_size=self.vocab_size, with_log_probs=self.settings.record_log_probs, seeds=seeds)))
+                vocab_size=self.vocab_size, with_log_probs=self.settings.record_log_probs, seeds=seeds, extras=extras)))
             _add(timings, "generation_student", phase_clock(self.device) - start)
             generated.update({i: [next(outputs) for _ in groups[i]] for i in on_policy})
         if "teacher" in sources:
@@ -285,7 +286,7 @@ class StepRollout(RolloutProducer):
         mask = (skipping_first(len(ids), self.settings.loss_skip) if trains_row is None or trains_row(self.examples[j])
                 else untrained(len(ids)))
         return Completion(self.encoded[j].prompt_ids, ids, source, hit_max, self.encoded[j].prompt_truncated,
-                          self.examples[j], log_probs, mask, weights_version)
+                          self.examples[j], log_probs, mask, weights_version, extras=self.encoded[j].extras)
 
     def _teacher_samples(self, step: int, timings: dict[str, float]) -> dict[tuple[int, int], list[tuple[list[int], bool]]]:
         """Teacher (seq_kd) completions for every teacher micro-batch of the window of
@@ -304,12 +305,13 @@ class StepRollout(RolloutProducer):
                 for i, source in enumerate(self.sources(s)) if source == "teacher"]
         groups = {s: self.prompt_groups(s) for s in {s for s, _ in keys}}
         prompts = [self.encoded[j].prompt_ids for s, i in keys for j in groups[s][i]]
+        extras = [self.encoded[j].extras for s, i in keys for j in groups[s][i]]
         examples = [self.examples[j] for s, i in keys for j in groups[s][i]]
         start = phase_clock(self.device)
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(settings.seed * 1_000_003 + first + 104_729 * (self.process_index + 1))
             seeds = row_seeds(len(prompts), settings.seed, "teacher", first, self.process_index)
-            outputs = iter(self.teacher.generate(prompts, settings.teacher_sampling, examples=examples, seeds=seeds))
+            outputs = iter(self.teacher.generate(prompts, settings.teacher_sampling, examples=examples, seeds=seeds, extras=extras))
         _add(timings, "generation_teacher", phase_clock(self.device) - start)
         window = {(s, i): [next(outputs) for _ in groups[s][i]] for s, i in keys}
         self._teacher_window = (first, window)

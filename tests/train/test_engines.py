@@ -17,7 +17,7 @@ from distill.generation import (
     register_engine,
     unregister_engine,
 )
-from distill.generation.engine import Engine
+from distill.generation.engine import DecodeRequest, Engine
 from distill.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
 from tests.train.helpers import FAST
@@ -39,10 +39,10 @@ class ArgmaxLoop(Engine):
     def refusal(self, model, device):
         return None
 
-    def decode(self, model, input_ids, attention_mask, sampling, eos_ids, pad_id, suppress_tokens, stopping_criteria,
-               with_log_probs, device, seeds):
+    def decode(self, model, request: DecodeRequest):
         self.calls += 1
-        ids, mask = input_ids.clone(), attention_mask.clone()
+        sampling, pad_id, suppress_tokens, eos_ids = request.sampling, request.pad_id, request.suppress_ids, request.stop_ids
+        ids, mask = request.input_ids.clone(), request.attention_mask.clone()
         new, log_probs = [], []
         done = torch.zeros(ids.shape[0], dtype=torch.bool)
         for _ in range(sampling.max_new_tokens):
@@ -59,7 +59,7 @@ class ArgmaxLoop(Engine):
             mask = torch.cat([mask, torch.ones_like(token).unsqueeze(1)], 1)
             if done.all():
                 break
-        return torch.stack(new, 1), (torch.stack(log_probs, 1) if with_log_probs else None)
+        return torch.stack(new, 1), (torch.stack(log_probs, 1) if request.with_log_probs else None)
 
 
 class ArgmaxLoopWithItsOwnWeights(ArgmaxLoop):
@@ -146,9 +146,9 @@ def test_an_engine_defined_in_a_test_file_trains_end_to_end(tokenizer, tmp_path,
     micro_batches = distiller.rollout.take(0, {})
     assert toy_engine.calls == 1 and all(mb.source == "student" for mb in micro_batches)
     completion = micro_batches[0].completions[0]
-    expected = toy_engine.decode(student, torch.tensor([completion.prompt_ids]), torch.ones(1, len(completion.prompt_ids),
-                                 dtype=torch.long), SamplingParams(1.0, 1.0, 0, 6), distiller.eos_ids, distiller.pad_id, [],
-                                 None, False, CPU, None)[0][0].tolist()
+    request = DecodeRequest(torch.tensor([completion.prompt_ids]), torch.ones(1, len(completion.prompt_ids), dtype=torch.long),
+                            SamplingParams(1.0, 1.0, 0, 6), distiller.eos_ids, distiller.eos_ids, distiller.pad_id, CPU)
+    expected = toy_engine.decode(student, request)[0][0].tolist()
     assert completion.completion_ids == expected[: len(completion.completion_ids)]
     result = distiller.train()
     assert result["steps"] == 2 and toy_engine.calls >= 2
@@ -217,3 +217,18 @@ def test_the_vllm_server_engine_needs_an_http_address_before_any_model_loads(tmp
                                    "vllm_server_url": url}), train_dataset=datasets.Dataset.from_list(chat_rows(4)))
     with pytest.raises(ValueError, match="vllm_server_url is only read with generation_engine: vllm_server"):
         DistillConfig(**{**FAST, "output_dir": str(tmp_path / "run"), "vllm_server_url": "http://127.0.0.1:8000"}).validate()
+
+
+@pytest.mark.parametrize("engine", ["hf", "lean"])
+def test_a_stop_set_apart_from_the_end_of_completion_cuts_the_turn_there(tokenizer, engine):
+    """`stop_ids` end a turn (a tool call) without ending the completion: the row is cut after the first stop,
+    kept, and counts neither as ended (EOS) nor as cut at max_new_tokens."""
+    model = tiny_lm(len(tokenizer), layers=2, seed=5, eos_token_id=tokenizer.eos_token_id)
+    greedy = SamplingParams(1.0, 1.0, 0, 8, do_sample=False, engine=engine)
+    eos = [tokenizer.eos_token_id]
+    (ids, _), = generate_completions(model, [[3, 4, 5]], greedy, eos, tokenizer.pad_token_id, CPU)
+    body = [t for t in ids if t not in eos]
+    assert len(body) >= 3
+    stop = body[1]
+    (turn, hit_max), = generate_completions(model, [[3, 4, 5]], greedy, eos, tokenizer.pad_token_id, CPU, stop_ids=[stop, *eos])
+    assert turn == ids[: ids.index(stop) + 1] and not hit_max

@@ -24,6 +24,7 @@ from distill.generation import SamplingParams
 from distill.generation.seeds import row_seeds
 from distill.losses import DEFAULT_CHUNK_SIZE
 from distill.losses.sparse import DEFAULT_MIN_TAIL_MASS, teacher_cells
+from distill.model_kinds import model_kind_of
 from distill.runtime import eval_device
 from distill.signals import DenseSignal, SparseSignal
 from distill.teachers.cache import (
@@ -148,7 +149,7 @@ def run_cache_teacher(job: CacheJob) -> dict:
     from distill.models import eos_token_ids
 
     eos_ids = eos_token_ids(tokenizer, getattr(teacher, "model", None))
-    encoder = PromptEncoder(tokenizer, job.max_prompt_length, job.max_new_tokens, eos_ids)
+    encoder = model_kind_of(getattr(teacher, "model", None)).encoder(tokenizer, job.max_prompt_length, job.max_new_tokens, eos_ids)
     vocab = len(tokenizer)
     head = teacher.head if job.payload == "hidden" else None
     settings = {"teacher": teacher_name, "tokenizer_hash": tokenizer_hash(tokenizer), "vocab_size": vocab, "top_k": job.top_k,
@@ -262,18 +263,20 @@ def _check_out(out: Path, overwrite: bool) -> None:
 
 def _score_shard(job: CacheJob, shard: int, examples, teacher, encoder: PromptEncoder, pad_id: int, eos_ids) -> ShardRecords:
     prompts = [encoder.prompt_ids(e.prompt)[0] for e in examples]
+    extras = [encoder.extras(e) for e in examples]
     if job.generate:
         sampling = SamplingParams(job.sampling_temperature, 1.0, 0, job.max_new_tokens)
         with torch.random.fork_rng(devices=[teacher.device] if teacher.device.type == "cuda" else []):
             torch.manual_seed(job.seed * 1_000_003 + shard)
             seeds = row_seeds(len(prompts), job.seed, "cache", shard)
-            completions = [ids for ids, _ in teacher.generate(prompts, sampling, job.batch_size, seeds=seeds)]
+            completions = [ids for ids, _ in teacher.generate(prompts, sampling, job.batch_size, seeds=seeds, extras=extras)]
     else:
         completions = [encoder.completion_ids(e.completion) for e in examples]
     records = ShardRecords.empty() if job.payload == "topk" else HiddenShardRecords.empty()
     for start in range(0, len(examples), job.batch_size):
-        rows = [Completion(p, c, "cache", example=e) for p, c, e in
-                zip(prompts[start : start + job.batch_size], completions[start : start + job.batch_size], examples[start : start + job.batch_size])]
+        part = slice(start, start + job.batch_size)
+        rows = [Completion(p, c, "cache", example=e, extras=x)
+                for p, c, e, x in zip(prompts[part], completions[part], examples[part], extras[part])]
         batch = collate(rows, "cache", pad_id)
         device = getattr(teacher, "device", torch.device("cpu"))
         signal = teacher.score(batch.to(device), job.temperature or 1.0)

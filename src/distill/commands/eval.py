@@ -19,7 +19,7 @@ import torch
 import yaml
 
 from distill.config import DistillConfig
-from distill.data import PromptEncoder, examples_from_dataset
+from distill.data import examples_from_dataset
 from distill.data_files import BUNDLED_DATASET, load_dataset_spec
 from distill.evaluation.evaluator import (
     EvalSettings,
@@ -30,6 +30,7 @@ from distill.evaluation.evaluator import (
 from distill.generation.engine import close_engine, configure_engine
 from distill.locations import EVAL, TeacherRequest, Teachers, location_of
 from distill.methods import get_method
+from distill.model_kinds import model_kind_of
 from distill.models import check_context, eos_token_ids, resolve_model_source
 from distill.runtime import check_device, eval_device
 from distill.teachers.build import comparison_vocab_size, load_model
@@ -60,7 +61,7 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
     budget = {"max_prompt_length": config.max_prompt_length, "max_new_tokens": settings.max_new_tokens}
     check_context(student, "student", budget)
     eos_ids = eos_token_ids(tokenizer, student)
-    encoder = PromptEncoder(tokenizer, config.max_prompt_length, settings.max_new_tokens, eos_ids)
+    encoder = model_kind_of(student).encoder(tokenizer, config.max_prompt_length, settings.max_new_tokens, eos_ids)
     location = location_of(config, method)  # the same build as training's, for the evaluation (EVAL)
     source = location.model_source(config, None)
     teacher_model, teacher_tokenizer = location.load_model(source, device, method) if source is not None else (None, None)

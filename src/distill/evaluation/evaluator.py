@@ -112,15 +112,18 @@ class Evaluator:
         self.teacher, self.tokenizer, self.examples = teacher, tokenizer, examples
         self.vocab_size, self.eos_ids, self.pad_id, self.device, self.settings = vocab_size, eos_ids, pad_id, device, settings
         self.prompts = [encoder.prompt_ids(e.prompt)[0] for e in examples]
+        self.extras = [encoder.extras(e) for e in examples]  # the model kind's inputs beyond the ids
         self.prompt_texts = [e.prompt if isinstance(e.prompt, str) else e.prompt[-1]["content"] for e in examples]
         self._teacher_samples: list[list[int]] | None = None
         self._teacher_greedy: list[list[int]] | None = None
 
     def _completions(self, samples: list[list[int]], source: str) -> list[Completion]:
-        return [Completion(p, c, source, example=e) for p, c, e in zip(self.prompts, samples, self.examples)]
+        return [Completion(p, c, source, example=e, extras=x)
+                for p, c, e, x in zip(self.prompts, samples, self.examples, self.extras)]
 
     def _teacher_generate(self, prompts, sampling, batch_size, seeds):
-        return self.teacher.generate(prompts, sampling, batch_size, examples=self.examples[: len(prompts)], seeds=seeds)
+        return self.teacher.generate(prompts, sampling, batch_size, examples=self.examples[: len(prompts)], seeds=seeds,
+                                     extras=self.extras[: len(prompts)])
 
     def teacher_samples(self) -> list[list[int]]:
         if self._teacher_samples is None:
@@ -142,7 +145,7 @@ class Evaluator:
     def _student_generate(self, student):
         return lambda prompts, sampling, batch_size, seeds: generate_completions(
             student, prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size, vocab_size=self.vocab_size,
-            seeds=seeds)
+            seeds=seeds, extras=self.extras[: len(prompts)])
 
     def evaluate(self, student) -> dict:
         """{"on_teacher_completions": {...}, "on_student_completions": {...}, "answers": [...]}, and

@@ -11,8 +11,10 @@ import logging
 
 import torch
 
+from distill.model_inputs import RowExtras, collate_extras
 from distill.generation.engine import (
     AUTO,
+    DecodeRequest,
     Engine,
     SamplingParams,
     engine_names,
@@ -33,12 +35,19 @@ def first_eos_mask(tokens: torch.Tensor, eos_ids: list[int]) -> torch.Tensor:
     return ~eos_seen_before
 
 
-def choose_engine(name: str, model, device: torch.device) -> Engine:
+def choose_engine(name: str, model, device: torch.device, extras: tuple[str, ...] = ()) -> Engine:
     """The engine `name` (refusing `model` is an error), or under `auto` the first taking part in auto
-    choice (`auto_order` not None) that does not refuse it; the choice is logged once per reason."""
+    choice (`auto_order` not None) that does not refuse it; the choice is logged once per reason. With
+    `extras` (the model's inputs beyond the ids) only an engine that `takes_extras` decodes."""
+
+    def refusal(engine: Engine) -> str | None:
+        if extras and not engine.takes_extras:
+            return f"{engine.label} decodes token ids only and this model takes {list(extras)} too"
+        return engine.refusal(model, device)
+
     if name != AUTO:
         engine = get_engine(name)
-        reason = engine.refusal(model, device)
+        reason = refusal(engine)
         if reason is not None:
             raise ValueError(f"generation_engine {name}: {reason}; set generation_engine: {AUTO} to fall back")
         return engine
@@ -47,7 +56,7 @@ def choose_engine(name: str, model, device: torch.device) -> Engine:
         engine = get_engine(candidate)
         if engine.auto_order is None:
             continue
-        reason = engine.refusal(model, device)
+        reason = refusal(engine)
         if reason is None:
             message = f"decoding with {engine.label}" + (f": {'; '.join(refused)}" if refused else "")
             if message not in _logged:
@@ -71,6 +80,8 @@ def generate_completions(
     vocab_size: int | None = None,
     with_log_probs: bool = False,
     seeds: list[int] | None = None,
+    stop_ids: list[int] | None = None,
+    extras: list[RowExtras] | None = None,
 ) -> list[tuple]:
     """Sample a completion for each prompt with the engine `sampling.engine` names (module docstring).
 
@@ -81,12 +92,18 @@ def generate_completions(
     are never sampled, since those ids mean nothing to the tokenizer or the loss.
     `seeds`: one per prompt (`distill.generation.seeds`); every sampler in a run passes them. None is for
     the built-in engines only (they sample on torch's RNG); an engine that seeds rows itself refuses it.
+    `stop_ids`: where a row stops (kept), when that is not only at an EOS (the end of a turn); None: `eos_ids`.
+    A completion is cut at its first stop and "ended" when that token is an EOS.
+    `extras`: one `RowExtras` per prompt (the model kind's inputs beyond the ids), or None.
     """
     if seeds is not None and len(seeds) != len(prompts):
         raise ValueError(f"generate_completions: {len(seeds)} seeds for {len(prompts)} prompts; give one per prompt")
+    if extras is not None and len(extras) != len(prompts):
+        raise ValueError(f"generate_completions: {len(extras)} rows of extras for {len(prompts)} prompts; give one per prompt")
+    stops = list(eos_ids) if stop_ids is None else list(stop_ids)
     results: list[tuple] = []
     batch_size = batch_size or max(len(prompts), 1)
-    engine = choose_engine(sampling.engine, model, device)
+    engine = choose_engine(sampling.engine, model, device, tuple(sorted(extras[0])) if extras else ())
     was_training = model.training
     model.eval()
     try:
@@ -100,10 +117,11 @@ def generate_completions(
                 attention_mask[row, width - len(ids) :] = 1
             padded_rows = _output_rows(model) - vocab_size if vocab_size is not None else 0
             suppress = list(range(vocab_size, vocab_size + padded_rows)) if padded_rows > 0 else []
-            generated, log_probs = engine.decode(model, input_ids, attention_mask, sampling, eos_ids, pad_id, suppress,
-                                                 stopping_criteria, with_log_probs, device,
-                                                 None if seeds is None else seeds[start : start + batch_size])
-            keep = first_eos_mask(generated, eos_ids)
+            request = DecodeRequest(input_ids, attention_mask, sampling, stops, list(eos_ids), pad_id, device, suppress,
+                                    stopping_criteria, with_log_probs, None if seeds is None else seeds[start : start + batch_size],
+                                    collate_extras(extras[start : start + batch_size]) if extras is not None else {})
+            generated, log_probs = engine.decode(model, request)
+            keep = first_eos_mask(generated, stops)
             for row in range(len(chunk)):
                 ids = generated[row][keep[row]].tolist()
                 ended = bool(ids) and ids[-1] in eos_ids

@@ -1,6 +1,6 @@
 """What a generation engine is, and the table of registered engines.
 
-An engine decodes one left-padded batch: `decode(model, input_ids, attention_mask, sampling, ...)` returns
+An engine decodes one left-padded batch: `decode(model, DecodeRequest)` returns
 the new tokens (B, L) on the CPU (rows that finished padded with `pad_id`) and, when asked, each chosen
 token's log-prob under the distribution it was drawn from (the processed scores: temperature, top-k,
 top-p). `refusal(model, device)` says why it cannot decode a model (None: it can); `auto` takes the first
@@ -23,7 +23,7 @@ samples an uninterrupted one drew.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -42,6 +42,36 @@ class SamplingParams:
     engine: str = AUTO  # a registered engine's name (`generation_engine`), or auto: the first that applies
 
 
+@dataclass(frozen=True)
+class DecodeRequest:
+    """One left-padded batch for an engine to decode.
+
+    input_ids, attention_mask: (B, T) long, left-padded; sampling: temperature, top-k/p, max_new_tokens.
+    stop_ids: a row stops at its first token among these (kept): the end of a turn. end_ids: the tokens
+        that end a whole completion (EOS); usually the same set, but a turn may end without ending the
+        completion (a tool call, answered before the model continues). Engines stop at `stop_ids`.
+    pad_id: what finished rows are padded with; suppress_ids: ids never sampled (output rows past the
+        tokenizer's vocabulary); stopping_criteria: transformers criteria that may end rows early (engines
+        that cannot run them refuse the request); with_log_probs: also return each sampled token's log-prob
+        under the processed distribution; device: where the model runs; seeds: one per row, or None from a
+        caller outside a run; extras: the model kind's named input tensors for the batch (`distill.batch`),
+        given to the model's forward with the ids.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    sampling: SamplingParams
+    stop_ids: list[int]
+    end_ids: list[int]
+    pad_id: int
+    device: torch.device
+    suppress_ids: list[int] = field(default_factory=list)
+    stopping_criteria: object = None
+    with_log_probs: bool = False
+    seeds: list[int] | None = None
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
 class Engine(ABC):
     """A generation engine (module docstring). Subclasses set `name`, `label` and `auto_order` and implement
     `refusal` and `decode`; the other members have defaults for an engine that holds nothing of its own.
@@ -49,23 +79,24 @@ class Engine(ABC):
     name: `generation_engine`'s value for it; label: how messages name it;
     auto_order: preference under `auto`, lowest first; None: only when named.
     keeps_weights: it decodes its own copy of the student's weights, kept current by `sync_weights`.
+    takes_extras: it gives a model kind's extra inputs (`DecodeRequest.extras`) to the model; an engine that
+        decodes token ids only is not chosen for a batch that carries extras.
     """
 
     name: str = ""
     label: str = ""
     auto_order: int | None = None
     keeps_weights: bool = False
+    takes_extras: bool = False
 
     @abstractmethod
     def refusal(self, model, device: torch.device) -> str | None:
         """Why this engine cannot decode `model` on `device`, or None."""
 
     @abstractmethod
-    def decode(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: SamplingParams,
-               eos_ids: list[int], pad_id: int, suppress_tokens: list[int], stopping_criteria,
-               with_log_probs: bool, device: torch.device, seeds: list[int] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(B, L) long new tokens on the CPU and, with `with_log_probs`, (B, L) float32 log-probs, or None.
-        `seeds`: B per-row seeds (module docstring), or None from a caller outside a run."""
+    def decode(self, model, request: DecodeRequest) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, L) long new tokens on the CPU and, with `request.with_log_probs`, (B, L) float32 log-probs, or
+        None. `request.seeds`: B per-row seeds (module docstring), or None from a caller outside a run."""
 
     def availability(self) -> str | None:
         """Why it cannot run on this machine (an optional extra not installed), checked with the config; None: it can."""

@@ -4,39 +4,41 @@ from __future__ import annotations
 
 import torch
 
-from distill.generation.engine import Engine, SamplingParams, register_engine
+from distill.generation.engine import DecodeRequest, Engine, register_engine
 
 
 class HFGenerate(Engine):
     name = "hf"
     label = "HF generate"
     auto_order = 1  # after the lean loop, which decodes the models it takes faster
+    takes_extras = True
 
     def refusal(self, model, device: torch.device) -> str | None:
         return None
 
-    def decode(self, model, input_ids, attention_mask, sampling: SamplingParams, eos_ids, pad_id, suppress_tokens,
-               stopping_criteria, with_log_probs: bool, device: torch.device, seeds: list[int] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def decode(self, model, request: DecodeRequest) -> tuple[torch.Tensor, torch.Tensor | None]:
         # `seeds` unused: this engine samples on torch's process RNG, which the run seeds and checkpoints (engine.py).
-        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        sampling, device, with_log_probs = request.sampling, request.device, request.with_log_probs
+        input_ids, attention_mask = request.input_ids.to(device), request.attention_mask.to(device)
         kwargs = dict(
             max_new_tokens=sampling.max_new_tokens,
             do_sample=sampling.do_sample,
-            eos_token_id=eos_ids or None,
-            pad_token_id=pad_id,
+            eos_token_id=request.stop_ids or None,
+            pad_token_id=request.pad_id,
             # transformers turns synced_gpus on for an FSDP-managed model (every process steps until all are
             # done); distill generates on a gathered student (`distill.sharding.gathered`), which needs no sync.
             synced_gpus=False,
         )
         if sampling.do_sample:
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
-        if stopping_criteria is not None:
-            kwargs["stopping_criteria"] = stopping_criteria
-        if suppress_tokens:
-            kwargs["suppress_tokens"] = suppress_tokens
+        if request.stopping_criteria is not None:
+            kwargs["stopping_criteria"] = request.stopping_criteria
+        if request.suppress_ids:
+            kwargs["suppress_tokens"] = request.suppress_ids
         if with_log_probs:
             kwargs.update(output_scores=True, return_dict_in_generate=True)
-        output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        extras = {name: value.to(device) for name, value in request.extras.items()}
+        output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **extras, **kwargs)
         sequences = output.sequences if with_log_probs else output
         generated = sequences[:, input_ids.shape[1]:].cpu()
         return generated, (sampled_log_probs(output.scores, generated) if with_log_probs else None)

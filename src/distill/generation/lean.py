@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from distill.generation.engine import Engine, SamplingParams, register_engine
+from distill.generation.engine import DecodeRequest, Engine, register_engine
 from distill.generation.lean_decode import lean_generate, refusal
 
 
@@ -17,13 +17,14 @@ class LeanDecode(Engine):
     def refusal(self, model, device: torch.device) -> str | None:
         return refusal(model, device)
 
-    def decode(self, model, input_ids, attention_mask, sampling: SamplingParams, eos_ids, pad_id, suppress_tokens,
-               stopping_criteria, with_log_probs: bool, device: torch.device, seeds: list[int] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def decode(self, model, request: DecodeRequest) -> tuple[torch.Tensor, torch.Tensor | None]:
         # `seeds` unused: this engine samples on torch's process RNG, which the run seeds and checkpoints (engine.py).
-        return lean_generate(model, input_ids, attention_mask, max_new_tokens=sampling.max_new_tokens,
+        sampling = request.sampling
+        return lean_generate(model, request.input_ids, request.attention_mask, max_new_tokens=sampling.max_new_tokens,
                              do_sample=sampling.do_sample, temperature=sampling.temperature, top_k=sampling.top_k,
-                             top_p=sampling.top_p, eos_ids=eos_ids, pad_id=pad_id, suppress_tokens=suppress_tokens,
-                             stopping_criteria=stopping_criteria, with_log_probs=with_log_probs)
+                             top_p=sampling.top_p, eos_ids=request.stop_ids, pad_id=request.pad_id,
+                             suppress_tokens=request.suppress_ids, stopping_criteria=request.stopping_criteria,
+                             with_log_probs=request.with_log_probs)
 
 
 register_engine(LeanDecode())

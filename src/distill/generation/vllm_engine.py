@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from distill.generation.engine import Engine, SamplingParams, register_engine
+from distill.generation.engine import DecodeRequest, Engine, register_engine
 from distill.generation.weights import (
     adapters_off,
     check_decodable,
@@ -116,19 +116,19 @@ class VllmEngine(Engine):
             self._start(model, weights_fingerprint(model))
 
     # ------------------------------------------------------------------------------------- decode --
-    def decode(self, model, input_ids, attention_mask, sampling: SamplingParams, eos_ids, pad_id, suppress_tokens,
-               stopping_criteria, with_log_probs: bool, device: torch.device,
-               seeds: list[int] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        check_decodable(self.name, seeds, stopping_criteria)
+    def decode(self, model, request: DecodeRequest) -> tuple[torch.Tensor, torch.Tensor | None]:
+        check_decodable(self.name, request)
+        sampling, seeds, with_log_probs, suppress_tokens = request.sampling, request.seeds, request.with_log_probs, request.suppress_ids
         import vllm
         from vllm.inputs import TokensPrompt
 
         replica = self._replica(model)
-        prompts = [TokensPrompt(prompt_token_ids=row[mask.bool()].tolist()) for row, mask in zip(input_ids, attention_mask)]
+        prompts = [TokensPrompt(prompt_token_ids=row[mask.bool()].tolist())
+                   for row, mask in zip(request.input_ids, request.attention_mask)]
         allowed = list(range(min(suppress_tokens))) if suppress_tokens else None
         params = [vllm.SamplingParams(
             n=1, max_tokens=sampling.max_new_tokens, seed=seed, detokenize=False, ignore_eos=True,
-            stop_token_ids=list(eos_ids), logprobs=0 if with_log_probs else None, allowed_token_ids=allowed,
+            stop_token_ids=list(request.stop_ids), logprobs=0 if with_log_probs else None, allowed_token_ids=allowed,
             temperature=sampling.temperature if sampling.do_sample else 0.0,
             top_p=sampling.top_p if sampling.do_sample else 1.0, top_k=sampling.top_k if sampling.do_sample else 0,
         ) for seed in seeds]
@@ -136,7 +136,7 @@ class VllmEngine(Engine):
         rows = [list(sample.token_ids) for sample in samples]
         log_probs = ([[step[t].logprob for step, t in zip(sample.logprobs, ids)] for sample, ids in zip(samples, rows)]
                      if with_log_probs else None)
-        return padded(rows, log_probs, pad_id)
+        return padded(rows, log_probs, request.pad_id)
 
     def prepare(self, model: nn.Module) -> None:
         """A model a teacher samples from, given at start on every process: with several processes its

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from distill.generation.engine import Engine, SamplingParams, register_engine
+from distill.generation.engine import DecodeRequest, Engine, register_engine
 from distill.generation.weights import (
     check_decodable,
     checkpoint_weights,
@@ -94,30 +94,29 @@ class VllmServerEngine(Engine):
         self._student = weakref.ref(model)
 
     # ------------------------------------------------------------------------------------- decode --
-    def decode(self, model, input_ids, attention_mask, sampling: SamplingParams, eos_ids, pad_id, suppress_tokens,
-               stopping_criteria, with_log_probs: bool, device: torch.device,
-               seeds: list[int] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        check_decodable(self.name, seeds, stopping_criteria)
+    def decode(self, model, request: DecodeRequest) -> tuple[torch.Tensor, torch.Tensor | None]:
+        check_decodable(self.name, request)
+        sampling, seeds, with_log_probs, suppress_tokens = request.sampling, request.seeds, request.with_log_probs, request.suppress_ids
         if self._student is None or self._student() is not model:
             raise ValueError("generation_engine vllm_server samples the student only (the server holds the student's "
                              "weights); a run that samples a teacher or a self-teacher needs generation_engine vllm or auto")
         self._push_if_changed(model)
         allowed = list(range(min(suppress_tokens))) if suppress_tokens else None
-        rows = [row[mask.bool()].tolist() for row, mask in zip(input_ids, attention_mask)]
+        rows = [row[mask.bool()].tolist() for row, mask in zip(request.input_ids, request.attention_mask)]
 
         def request(row_and_seed):
             prompt, seed = row_and_seed
             payload = {"model": self._model_name(), "prompt": prompt, "max_tokens": sampling.max_new_tokens, "seed": seed,
                        "temperature": sampling.temperature if sampling.do_sample else 0.0,
                        "top_p": sampling.top_p if sampling.do_sample else 1.0,
-                       "top_k": sampling.top_k if sampling.do_sample else 0, "stop_token_ids": list(eos_ids),
+                       "top_k": sampling.top_k if sampling.do_sample else 0, "stop_token_ids": list(request.stop_ids),
                        "ignore_eos": True, "return_token_ids": True, "skip_special_tokens": False,
                        "logprobs": 0 if with_log_probs else None, "allowed_token_ids": allowed}
             return _completion(self._post("/v1/completions", payload), with_log_probs)
 
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             answers = list(pool.map(request, zip(rows, seeds)))
-        return padded([ids for ids, _ in answers], [values for _, values in answers] if with_log_probs else None, pad_id)
+        return padded([ids for ids, _ in answers], [values for _, values in answers] if with_log_probs else None, request.pad_id)
 
     # ------------------------------------------------------------------------------------ weights --
     def _push_if_changed(self, model: nn.Module) -> None:

@@ -64,12 +64,12 @@ def config_of(model: nn.Module):
     return model.get_base_model().config if hasattr(model, "get_base_model") else model.config
 
 
-def check_decodable(engine: str, seeds, stopping_criteria) -> None:
+def check_decodable(engine: str, request) -> None:
     """A vLLM engine seeds every row, and cannot run a stopping criterion (gold's byte budget)."""
-    if seeds is None:
+    if request.seeds is None:
         raise ValueError(f"generation_engine {engine} seeds every row: pass seeds (distill.generation.seeds) to "
                          "generate_completions")
-    if stopping_criteria is not None:
+    if request.stopping_criteria is not None:
         raise ValueError(f"generation_engine {engine} cannot apply a stopping criterion (a cross-tokenizer teacher's byte "
                          "budget); sample those with generation_engine: auto")
 

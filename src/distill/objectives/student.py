@@ -24,7 +24,7 @@ from distill.teachers.hidden import (
 
 def student_tokens(student: nn.Module, vocab_size: int, batch: MicroBatch) -> StudentTokens:
     """The student's hidden states at the completion-predicting positions of `batch` (B, T)."""
-    hidden = backbone_hidden(student, batch.input_ids, batch.attention_mask)
+    hidden = backbone_hidden(student, batch.input_ids, batch.attention_mask, batch.extras)
     positions = predicting_positions(batch.completion_mask)
     rows = torch.arange(positions.shape[0], device=positions.device).unsqueeze(1).expand_as(positions)[positions]
     rollout, advantages = batch.rollout_log_probs, batch.advantages

@@ -18,6 +18,7 @@ from typing import Callable
 from distill.batch import MicroBatch
 from distill.data import Example
 from distill.generation import SamplingParams
+from distill.model_inputs import RowExtras
 
 
 class Teacher(ABC):
@@ -56,10 +57,12 @@ class Teacher(ABC):
         return self.score(batch, temperature)
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
-                 examples: list[Example] | None = None, seeds: list[int] | None = None) -> list[tuple[list[int], bool]]:
+                 examples: list[Example] | None = None, seeds: list[int] | None = None,
+                 extras: list[RowExtras] | None = None) -> list[tuple[list[int], bool]]:
         """Completions in student ids for the student's `prompts`; `examples` (the same prompts as dataset
         examples) are for teachers that render their own prompts (another tokenizer); `seeds`: one per prompt
-        (`distill.generation.seeds`)."""
+        (`distill.generation.seeds`); `extras`: the prompts' model inputs beyond the ids (a teacher of the
+        student's kind takes them; one rendering its own prompts, its own)."""
         raise TypeError(f"{type(self).__name__} cannot sample completions (can_generate is False)")
 
     def sampling_models(self, visit: Callable) -> None:

@@ -195,8 +195,9 @@ class CrossTokenizerTeacher(Teacher):
 
     # ------------------------------------------------------------------------------ the protocol --
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
-                 examples: list[Example] | None = None, seeds: list[int] | None = None) -> list[tuple[list[int], bool]]:
-        """Sample from the teacher's own prompts (`examples`; the student's `prompts` are not its tokens)."""
+                 examples: list[Example] | None = None, seeds: list[int] | None = None,
+                 extras=None) -> list[tuple[list[int], bool]]:
+        """Sample from the teacher's own prompts (`examples`; the student's `prompts` and `extras` are not its inputs)."""
         if examples is None or len(examples) != len(prompts):
             raise ValueError("a cross-tokenizer teacher renders its own prompts: generate needs the examples")
         from transformers import StoppingCriteriaList

@@ -1,4 +1,4 @@
-"""Hidden states of a causal LM at the positions that predict completion tokens."""
+"""Hidden states of a model at the positions that predict completion tokens."""
 
 from __future__ import annotations
 
@@ -16,7 +16,10 @@ def completion_targets(input_ids: torch.Tensor, completion_mask: torch.Tensor) -
     return input_ids[:, 1:][predicting_positions(completion_mask)]
 
 
-def backbone_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Last hidden states (B, T, H) of a causal LM's decoder, without computing any logits."""
-    decoder = model.get_decoder()
-    return decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+def backbone_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    extras: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+    """Last hidden states (B, T, H) of `model`, without computing any logits, through its kind's forward
+    (`distill.model_kinds`: a causal LM's decoder), with the batch's extra inputs."""
+    from distill.model_kinds import model_kind_of
+
+    return model_kind_of(model).hidden(model, input_ids, attention_mask, extras or {})

@@ -25,21 +25,24 @@ class LocalTeacher(Teacher):
         self.eos_ids, self.pad_id, self.device = eos_ids, pad_id, device
 
     @torch.inference_mode()
-    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
-        """(N, H_t) teacher hidden states at the N completion-predicting positions, in row-major order."""
-        hidden = backbone_hidden(self.model, input_ids, attention_mask)
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_mask: torch.Tensor,
+                      extras: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """(N, H_t) teacher hidden states at the N completion-predicting positions, in row-major order; `extras`:
+        the batch's inputs beyond the ids (the student's, for a teacher of its kind)."""
+        hidden = backbone_hidden(self.model, input_ids, attention_mask, extras)
         return hidden[:, :-1][predicting_positions(completion_mask)].clone()
 
     def score(self, batch: MicroBatch, temperature: float) -> DenseSignal:
         # The full distribution travels as hidden states: the loss applies `temperature` to both sides.
-        return DenseSignal(self.hidden_states(batch.input_ids, batch.attention_mask, batch.completion_mask), self.head)
+        return DenseSignal(self.hidden_states(batch.input_ids, batch.attention_mask, batch.completion_mask, batch.extras),
+                           self.head)
 
     def sampling_models(self, visit) -> None:
         """`visit(model)` for the model `generate` samples from (a generation engine prepares it)."""
         visit(self.model)
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
-                 examples=None, seeds: list[int] | None = None) -> list[tuple[list[int], bool]]:
-        """Samples from the student's prompt ids (same tokenizer); `examples` is not needed."""
+                 examples=None, seeds: list[int] | None = None, extras=None) -> list[tuple[list[int], bool]]:
+        """Samples from the student's prompt ids (same tokenizer) and extras; `examples` is not needed."""
         return generate_completions(self.model, prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size,
-                                    vocab_size=self.head.vocab_size, seeds=seeds)
+                                    vocab_size=self.head.vocab_size, seeds=seeds, extras=extras)

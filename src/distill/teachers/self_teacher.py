@@ -116,7 +116,7 @@ class SelfTeacher(Teacher):
             hidden = torch.zeros(0, head.weight.shape[1], device=self.device)
             if rows:
                 teacher_batch = collate([row for row, _ in rows], batch.source, self.pad_id).to(self.device)
-                hidden = backbone_hidden(model, teacher_batch.input_ids, teacher_batch.attention_mask)
+                hidden = backbone_hidden(model, teacher_batch.input_ids, teacher_batch.attention_mask, teacher_batch.extras)
                 hidden = hidden[:, :-1][predicting_positions(teacher_batch.completion_mask)]
         hidden, distilled = hidden.float(), None
         if len(scored) < len(completions):  # place the scored rows' positions among all N
@@ -137,7 +137,7 @@ class SelfTeacher(Teacher):
             raise ValueError("a self-teacher needs each completion's dataset example (its prompt and privileged context)")
         else:
             ids, truncated = self.teacher_prompt(completion.example)
-        row = Completion(ids, completion.completion_ids, completion.source, trained_mask=completion.mask)
+        row = Completion(ids, completion.completion_ids, completion.source, trained_mask=completion.mask, extras=completion.extras)
         return row, truncated
 
     def sampling_models(self, visit) -> None:
@@ -147,15 +147,16 @@ class SelfTeacher(Teacher):
             visit(model)
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
-                 examples: list[Example] | None = None, seeds: list[int] | None = None) -> list[tuple[list[int], bool]]:
+                 examples: list[Example] | None = None, seeds: list[int] | None = None,
+                 extras=None) -> list[tuple[list[int], bool]]:
         """Samples after each example's teacher prompt (`prompts`, the student's, are not used: the teacher's
-        differ by the privileged context)."""
+        differ by the privileged context), with the rows' own extras (the student's kind)."""
         if examples is None or len(examples) != len(prompts):
             raise ValueError("a self-teacher samples from its own prompts and needs the examples of the student's prompts")
         teacher_prompts = [self.teacher_prompt(e)[0] for e in examples]
         with self.model() as model:
             return generate_completions(model, teacher_prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size,
-                                        vocab_size=self.vocab_size, seeds=seeds)
+                                        vocab_size=self.vocab_size, seeds=seeds, extras=extras)
 
 
 def _detached(head: LogitHead) -> LogitHead:

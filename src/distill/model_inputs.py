@@ -1,0 +1,56 @@
+"""A row's model inputs beyond its token ids (`Extra`), and how rows of them make a batch (`collate_extras`).
+
+A leaf module (torch only): the dataset rows (`distill.data`), the micro-batches (`distill.batch`) and the
+engines' requests (`distill.generation`) all hold extras. What a row's extras are is its model kind's
+(`distill.model_kinds`); everything else moves them by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Extra:
+    """One row's model input beyond its token ids, and how rows of it make a batch.
+
+    layout "row": the row's tensor (...) is stacked with the other rows' into (B, ...); every row of a batch
+        holds one, of one shape (a per-row feature);
+    layout "flat": the rows' tensors (n_i, ...) are concatenated along dim 0 into (sum n_i, ...) (image
+        patches: every image of every row, in row order), rows may hold none (n_i = 0).
+    """
+
+    value: torch.Tensor
+    layout: str = "row"
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"an extra's layout must be one of {LAYOUTS}, got {self.layout!r}")
+
+
+LAYOUTS = ("row", "flat")
+RowExtras = dict[str, Extra]  # one row's extras, by the model's forward argument name
+
+
+def collate_extras(rows: list[RowExtras]) -> dict[str, torch.Tensor]:
+    """The batch's extras (module docstring of `Extra`) from each row's; every row names the same inputs."""
+    names = set(rows[0]) if rows else set()
+    if any(set(row) != names for row in rows):
+        raise ValueError(f"rows of one batch carry different model inputs: {sorted({n for row in rows for n in row})}; "
+                         "every row of a model kind carries the same ones")
+    batch = {}
+    for name in sorted(names):
+        layouts = {row[name].layout for row in rows}
+        if len(layouts) != 1:
+            raise ValueError(f"model input {name!r} has layouts {sorted(layouts)} in one batch")
+        values = [row[name].value for row in rows]
+        if layouts == {"row"}:
+            if len({tuple(v.shape) for v in values}) != 1:
+                raise ValueError(f"model input {name!r} ('row' layout) has shapes {sorted({tuple(v.shape) for v in values})}; "
+                                 "stacking needs one shape (use the 'flat' layout for rows of different sizes)")
+            batch[name] = torch.stack(values)
+        else:
+            batch[name] = torch.cat(values)
+    return batch

@@ -1,0 +1,79 @@
+"""Model kinds: how a dataset row becomes a model's inputs, and how a model gives its hidden states.
+
+A kind is a part (registered like methods and engines). It says which models it `applies` to, builds the
+`PromptEncoder` that turns a row into token ids plus named extra inputs (`distill.batch.Extra`: a row's
+features, later a vision-language model's pixel values), and runs the model's own forward to the last hidden
+states (B, T, H), with those extras, for the student, the teacher and the server alike. Generation passes the
+same extras to the engine (`distill.generation.DecodeRequest.extras`).
+
+The built-in kind, `causal_lm`, applies to every model not claimed by another kind: token ids only, hidden
+states from the decoder (`get_decoder()`, which computes no logits). A kind registered later is asked first.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+from torch import nn
+
+from distill.data import PromptEncoder
+
+
+class ModelKind(ABC):
+    """A model kind (module docstring). Subclasses set `name` and implement `applies` and `hidden`."""
+
+    name: str = ""
+
+    @abstractmethod
+    def applies(self, model: nn.Module) -> bool:
+        """Whether `model` is of this kind."""
+
+    def encoder(self, tokenizer, max_prompt_length: int, max_new_tokens: int, eos_ids: list[int]) -> PromptEncoder:
+        """The row encoder of this kind (its `extras(example)` gives a row's inputs beyond the ids)."""
+        return PromptEncoder(tokenizer, max_prompt_length, max_new_tokens, eos_ids)
+
+    @abstractmethod
+    def hidden(self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+               extras: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Last hidden states (B, T, H) of `model` on the batch, through its own forward, without logits."""
+
+
+class CausalLM(ModelKind):
+    name = "causal_lm"
+
+    def applies(self, model: nn.Module) -> bool:
+        return True
+
+    def hidden(self, model, input_ids, attention_mask, extras):
+        if extras:
+            raise ValueError(f"a causal LM takes token ids only, this batch carries {sorted(extras)}: register the model "
+                             "kind of this model (distill.model_kinds.register_model_kind)")
+        decoder = model.get_decoder()
+        return decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+
+
+_KINDS: list[ModelKind] = []
+_FALLBACK = CausalLM()
+
+
+def register_model_kind(kind: ModelKind) -> ModelKind:
+    """Add `kind`; it is asked before the kinds registered earlier (and before `causal_lm`)."""
+    if not isinstance(kind, ModelKind) or not kind.name:
+        raise TypeError(f"register_model_kind: {type(kind).__name__} is not a named distill.model_kinds.ModelKind")
+    if any(k.name == kind.name for k in _KINDS) or kind.name == _FALLBACK.name:
+        raise ValueError(f"a model kind named {kind.name!r} is already registered")
+    _KINDS.insert(0, kind)
+    return kind
+
+
+def unregister_model_kind(name: str) -> None:
+    _KINDS[:] = [k for k in _KINDS if k.name != name]
+
+
+def model_kind_of(model: nn.Module | None) -> ModelKind:
+    """The first registered kind (latest first) that applies to `model`; `causal_lm` otherwise (and for None:
+    a model outside the process, whose inputs are token ids)."""
+    if model is None:
+        return _FALLBACK
+    return next((kind for kind in _KINDS if kind.applies(model)), _FALLBACK)
