@@ -2,10 +2,11 @@
 tree, and compare their metrics line by line (timing fields aside).
 
     python scripts/refactor_parity.py --base af0a4b5                 # the default run whole + every recipe's first 2 steps
-    python scripts/refactor_parity.py --base af0a4b5 --skip-default  # the recipes only (~5 minutes on 2 cores)
+    python scripts/refactor_parity.py --base af0a4b5 --skip-default  # the recipes only (~10 minutes on 2 cores)
 
-The base commit is checked out in a temporary `git worktree` and run with its own `src/` first on the path, so
-both sides use the same installed dependencies. The default run compares `metrics.jsonl` and `eval/eval.json`;
+Both commits (--head: HEAD by default, so commit first) are checked out in temporary `git worktree`s and run
+with their own `src/` first on the path, so both sides use the same installed dependencies and editing the
+working tree meanwhile changes nothing. The default run compares `metrics.jsonl` and `eval/eval.json`;
 each recipe runs `--max_steps 2 --eval_before_after false` (a bundled set standing in for a placeholder dataset) and
 compares `metrics.jsonl`. A recipe that needs
 something outside the process (a teacher server, a cache) fails the same way on both sides and is reported as
@@ -60,21 +61,24 @@ def compare(name: str, base: Path, head: Path, with_eval: bool) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", required=True, help="the commit before the change")
+    parser.add_argument("--head", default="HEAD", help="the commit after it (default HEAD)")
     parser.add_argument("--skip-default", action="store_true", help="only the recipes' first two steps")
     parser.add_argument("--recipes", nargs="*", default=None, help="default: every bundled recipe")
     parser.add_argument("--out", type=Path, default=Path("runs/refactor_parity.json"))
     args = parser.parse_args()
     recipes = args.recipes if args.recipes is not None else sorted(p.stem for p in (ROOT / "src/distill/recipes").glob("*.yaml"))
     work = Path(tempfile.mkdtemp(prefix="parity-"))
-    tree = work / "tree"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), args.base], check=True, capture_output=True)
+    trees = {"base": work / "tree-base", "head": work / "tree-head"}
+    for side, rev in (("base", args.base), ("head", args.head)):
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(trees[side]), rev], check=True, capture_output=True)
     verdicts = []
     try:
         jobs = ([] if args.skip_default else [("default", [], True)]) + [
             (name, [name, *STAND_INS.get(name, []), "--max_steps", "2", "--eval_before_after", "false"], False) for name in recipes]
         for name, flags, with_eval in jobs:
             outcomes = {}
-            for side, src in (("base", tree / "src"), ("head", ROOT / "src")):
+            for side, tree in trees.items():
+                src = tree / "src"
                 out_dir = work / side / name
                 out_dir.parent.mkdir(parents=True, exist_ok=True)
                 outcomes[side] = (out_dir, *run(src, flags, out_dir))
@@ -88,9 +92,10 @@ def main() -> None:
             print(f"{name:16s} {'identical' if verdict['identical'] else 'DIFFERS'}"
                   f"{'  (fails on both sides: ' + ' '.join(verdict['error']) + ')' if 'failed' in verdict else ''}", flush=True)
     finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+        for tree in trees.values():
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"base": args.base, "verdicts": verdicts}, indent=2))
+    args.out.write_text(json.dumps({"base": args.base, "head": args.head, "verdicts": verdicts}, indent=2))
     sys.exit(0 if all(v["identical"] for v in verdicts) else 1)
 
 
