@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import nn
@@ -33,20 +33,20 @@ from distill.data import (
 )
 from distill.data_files import BUNDLED_DATASET, load_dataset_spec
 from distill.generation import SamplingParams
-from distill.locations import TRAIN, TeacherLocation, TeacherRequest
+from distill.locations import TRAIN, TeacherLocation, Teachers
 from distill.methods.registry import Method
 from distill.model_kinds import model_kind_of
 from distill.models import (
     check_context,
     check_rows_match,
     describe_stop_tokens,
-    eos_token_ids,
     make_student,
     prepare_student,
     resolve_model_source,
 )
 from distill.rollout import RolloutSettings
-from distill.teachers.build import comparison_vocab_size, load_model
+from distill.teacher_assembly import Comparison, assemble_teachers, comparison
+from distill.teachers.build import load_model
 
 logger = logging.getLogger(__name__)
 
@@ -114,16 +114,14 @@ def load_models(location: TeacherLocation, method: Method, student, teacher, tok
     return LoadedModels(student_model, student_tokenizer, teacher_model, teacher_tokenizer)
 
 
-class PreparedModels(NamedTuple):
+@dataclass
+class PreparedModels:
     student: nn.Module  # as it trains: layers dropped, LoRA, activation checkpointing
     tokenizer: Any  # the student's
-    vocab_size: int  # the vocabulary both models are compared over
-    eos_ids: list[int]
-    pad_id: int
+    against: Comparison  # the vocabulary both models are compared over, the EOS ids, the pad id
     encoder: PromptEncoder
     encoded: list[EncodedExample]  # the training rows (a cache's completions replace the dataset's)
-    teacher: Any  # scores training steps (None for a method without a teacher signal)
-    eval_teacher: Any  # the evaluation's
+    teachers: Teachers  # train: scores training steps (None for a method without a teacher signal); eval: the evaluation's
 
 
 def prepare_models(config, method: Method, location: TeacherLocation, runtime, models: LoadedModels, student_given: bool,
@@ -133,15 +131,9 @@ def prepare_models(config, method: Method, location: TeacherLocation, runtime, m
     student = make_student(models.student, config.resolved_student_init(student_given))
     check_contexts(config, location, method, bool(method.objective(config).signals), student, models.teacher,
                    bool(eval_examples))
-    teacher_model, teacher_tokenizer = models.teacher, models.teacher_tokenizer
-    if teacher_model is None:  # the teacher's vocabulary is checked against the student's tokenizer remotely
-        teacher_model, teacher_tokenizer = student, models.tokenizer
-    for each in (teacher_tokenizer, models.tokenizer):
-        if each.pad_token_id is None:
-            each.pad_token = each.eos_token
-    vocab_size = comparison_vocab_size(method.cross_tokenizer, models.tokenizer, teacher_tokenizer, student, teacher_model)
     tokenizer = models.tokenizer
-    eos_ids = eos_token_ids(tokenizer, student)
+    against = comparison(method, tokenizer, student, models.teacher, models.teacher_tokenizer)
+    eos_ids = against.eos_ids
     if not eos_ids:
         raise ValueError("the tokenizer has no EOS token; completions could never end")
     if runtime.is_main_process:
@@ -151,15 +143,14 @@ def prepare_models(config, method: Method, location: TeacherLocation, runtime, m
     student = prepare_student(student, config.gradient_checkpointing, lora)
     encoder = model_kind_of(student).encoder(tokenizer, config.max_prompt_length, config.max_new_tokens, eos_ids)
     encoded = [encode(encoder, e) for e in train_examples]
-    teachers = location.build(TeacherRequest(
-        config, method, TRAIN, tokenizer, vocab_size, eos_ids, tokenizer.pad_token_id, runtime.device,
+    teachers = assemble_teachers(
+        location, TRAIN, config, method, tokenizer, against, runtime.device,
         probe_ids=max((e.prompt_ids for e in encoded), key=len),  # a server's temperature probe scores it
         temperature=config.temperature, teacher_tokenizer=models.teacher_tokenizer, student=student,
         teacher_model=models.teacher.to(runtime.device, runtime.teacher_dtype) if models.teacher is not None else None,
         evaluating=bool(eval_examples), examples=train_examples, encoded=encoded, eval_examples=eval_examples,
-        autocast=runtime.accelerator.autocast))
-    return PreparedModels(student, tokenizer, vocab_size, eos_ids, tokenizer.pad_token_id, encoder, encoded,
-                          teachers.train, teachers.eval)
+        autocast=runtime.accelerator.autocast)
+    return PreparedModels(student, tokenizer, against, encoder, encoded, teachers)
 
 
 def check_contexts(config, location: TeacherLocation, method: Method, takes_signal: bool, student: nn.Module,

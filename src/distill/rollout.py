@@ -55,8 +55,8 @@ class SourcePlan(Protocol):
     def draw(self, seed: int, step: int, num_micro_batches: int) -> list[str]:
         """The sources of step `step`'s micro-batches; identical on every process."""
 
-    def lmbda(self, step: int) -> float:
-        """The probability of an on-policy micro-batch at `step` (logged)."""
+    def logged(self, step: int) -> dict[str, float]:
+        """What the plan logs for `step` (GKD's mix: its lmbda, the probability of an on-policy micro-batch)."""
 
     def possible(self) -> frozenset[str]:
         """Every source some step can draw."""

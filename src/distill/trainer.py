@@ -41,7 +41,7 @@ from distill.errors import StepFailure
 from distill.evaluation.evaluator import EvalSettings, Evaluator
 from distill.generation.engine import close_engine, configure_engine
 from distill.generation.sync import weight_sync
-from distill.locations import Teachers, location_of
+from distill.locations import location_of
 from distill.methods import get_method
 from distill.methods.registry import StageParts
 from distill.metrics import (
@@ -66,9 +66,9 @@ from distill.rundir.directory import (
     run_inputs,
 )
 from distill.runtime import StopRequest, phase_clock, start_runtime
+from distill.student_access import StudentAccess
 from distill.teachers.ahead import score_step_ahead
 from distill.teachers.build import teachers_of
-from distill.teachers.self_teacher import distilled_tokens
 
 
 class Distiller:
@@ -111,9 +111,13 @@ class Distiller:
         self.sampler = make_sampler(config, self.method, self.runtime, len(self.train_examples))
         models = load_models(self.location, self.method, student, teacher_source, tokenizer, teacher_tokenizer)
         # A student of its own (given, or the location's default model) keeps all its layers unless student_init says.
-        (self.student_model, self.tokenizer, self.vocab_size, self.eos_ids, self.pad_id, self.encoder, self.encoded,
-         self.teacher, self.eval_teacher) = prepare_models(config, self.method, self.location, self.runtime, models,
-                                                           student is not None, self.train_examples, self.eval_examples)
+        prepared = prepare_models(config, self.method, self.location, self.runtime, models, student is not None,
+                                  self.train_examples, self.eval_examples)
+        self.student_model, self.tokenizer, self.encoder, self.encoded = (prepared.student, prepared.tokenizer,
+                                                                          prepared.encoder, prepared.encoded)
+        self.vocab_size, self.eos_ids, self.pad_id = prepared.against.vocab_size, prepared.against.eos_ids, prepared.against.pad_id
+        self.teachers = prepared.teachers  # kept whole: train and eval
+        self.with_student = StudentAccess(self.student_model, config.fsdp, self.accelerator.unwrap_model)
         # The method's work on each rollout before any loss (sdpo's rewards), if it has one.
         self.stage = self.method.stage(config, StageParts(self.tokenizer, self.eos_ids, self.runtime, self.sampler.first_row))
         self.rollout: RolloutProducer = StepRollout(
@@ -121,21 +125,20 @@ class Distiller:
             self.with_student, self.teacher, self.eos_ids, self.pad_id, self.vocab_size, self.device,
             self.runtime.process_index, self.stage)
 
-    def _rollout_settings(self):
-        return rollout_settings(self.config, self.method, self.teacher)
+    @property
+    def teacher(self):
+        """The teacher that scores training steps (None for a method without a teacher signal)."""
+        return self.teachers.train
+
+    @property
+    def eval_teacher(self):
+        return self.teachers.eval
 
     def sources_for_step(self, step: int) -> list[str]:
         return self.rollout.sources(step)
 
     def student_for_generation(self) -> nn.Module:
-        return self.accelerator.unwrap_model(self.wrapped).student if self.wrapped is not None else self.student_model
-
-    def with_student(self, run):
-        """`run(student)`; call on every process at the same point. Under FSDP the student's parameters are
-        gathered for `run` (`distill.sharding.gathered`), so it may generate or evaluate without collectives."""
-        if self.config.fsdp and self.wrapped is not None:
-            return sharding.gathered(self.wrapped, run)
-        return run(self.student_for_generation())
+        return self.with_student.current()
 
     # ---------------------------------------------------------------------------------------- train --
     def setup(self) -> int:
@@ -160,13 +163,14 @@ class Distiller:
             self.wrapped, self.optimizer = objective, accelerator.prepare(optimizer)
         else:
             self.wrapped, self.optimizer = accelerator.prepare(objective, optimizer)
+        self.with_student.attach(self.wrapped)
         self.hooks = list(self.method.hooks(config, self.student_for_generation(), self.teacher))
-        self.hooks += self.location.hooks(Teachers(self.teacher, self.eval_teacher))  # checkpointed with the run
+        self.hooks += self.location.hooks(self.teachers)  # checkpointed with the run
         if self.rollout.holds_state():  # what the producer holds (a reused rollout) is checkpointed by it, as a hook
             self.hooks.append(self.rollout)
         configure_engine(config)  # an engine's own settings (vLLM's KV cache), before its first decode
         sync = weight_sync(config.generation_engine, self.with_student,  # an engine with its own weights
-                           Teachers(self.teacher, self.eval_teacher).sampling_models)
+                           self.teachers.sampling_models)
         if sync is not None:
             self.hooks.append(sync)
         if self.run is not None:  # setup called again (train after a manual setup): this Distiller's own lock
@@ -192,7 +196,7 @@ class Distiller:
             raise
         finally:
             try:
-                self.location.close(Teachers(self.teacher, self.eval_teacher))
+                self.location.close(self.teachers)
                 close_engine(self.config.generation_engine)
             finally:
                 if self.run is not None:
@@ -264,11 +268,12 @@ class Distiller:
         micro_batches = self.rollout.take(step, timings)
         for name, (numerator, denominator) in self.rollout.take_stage_metrics().items():
             window.add_mean(name, numerator, denominator)
-        step_tokens, step_rows, step_distilled_tokens = self.runtime.global_sums(
+        counts = getattr(self.objective, "step_counts", {})  # what the objective needs summed over the step
+        step_tokens, step_rows, *step_counts = self.runtime.global_sums(
             [sum(mb.num_completion_tokens for mb in micro_batches), sum(mb.num_rows for mb in micro_batches),
-             sum(distilled_tokens(mb) for mb in micro_batches)])
+             *(sum(count(mb) for mb in micro_batches) for count in counts.values())])
         scale = self.runtime.num_processes / step_tokens if step_tokens else 0.0
-        sizes = dict(step_tokens=step_tokens, step_rows=step_rows, step_distilled_tokens=step_distilled_tokens,
+        sizes = dict(step_tokens=step_tokens, step_rows=step_rows, step_counts=dict(zip(counts, step_counts)),
                      step_micro_batches=len(micro_batches) * self.runtime.num_processes)
         # A teacher outside the process scores the whole step up front; a model here, each micro-batch before its loss.
         remote_signals = (score_step_ahead(self.teacher, micro_batches, config.temperature, self.runtime, timings)
@@ -320,7 +325,7 @@ class Distiller:
         add_throughput(window, timings)
         epoch = self.rollout.generations(step) * self.sampler.prompts_per_step / len(self.train_examples)
         record = log_record(step, epoch, window.reduce(self.device))
-        record["lmbda"] = self.plan.lmbda(self.rollout.generation_step(step - 1))
+        record.update(self.plan.logged(self.rollout.generation_step(step - 1)))  # GKD's lmbda
         self.metrics_log.write(record)
         if self.config.report_to != "none":
             self.accelerator.log({k: v for k, v in record.items() if k != "step"}, step=step)

@@ -33,7 +33,7 @@ def step_loss(p, weight: float, splits: list[list[int]], distilled_rows: list[bo
     distilled = torch.tensor(distilled_rows)[rows]
     advantages = torch.tensor([0.5, -1.0, 1.5, -0.25])[rows]
     sizes = {"step_tokens": len(rows), "step_rows": len(LENGTHS), "step_micro_batches": len(splits),
-             "step_distilled_tokens": int(distilled.sum())}
+             "step_counts": {"distilled_tokens": int(distilled.sum())}}
     total = torch.zeros(())
     for split in splits:
         index = torch.cat([(rows == r).nonzero().squeeze(1) for r in split])

@@ -194,7 +194,7 @@ def test_config_turns_the_lean_loop_off_for_training_and_evaluation(tokenizer, t
     from tests.train.helpers import make_distiller
 
     distiller = make_distiller(tokenizer, tmp_path, generation_engine="hf")
-    settings = distiller._rollout_settings()
+    settings = distiller.rollout.settings
     assert settings.student_sampling.engine == settings.teacher_sampling.engine == "hf"
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,6 +28,7 @@ from distill.losses.sparse import DEFAULT_MIN_TAIL_MASS, teacher_cells
 from distill.model_kinds import model_kind_of
 from distill.runtime import eval_device
 from distill.signals import DenseSignal, SparseSignal
+from distill.teacher_assembly import Comparison
 from distill.teachers.cache import (
     FORMAT,
     HIDDEN_ARRAYS,
@@ -89,20 +91,27 @@ def sparse_top_k(signal, batch, k: int, temperature: float) -> TopK:
     raise TypeError(f"cannot cache a {type(signal).__name__}")
 
 
-def _open_teacher(job: CacheJob, device: torch.device):
-    """(teacher, tokenizer, teacher name) for a local model or a server, built by their teacher locations as
-    training builds them (`distill.locations`, purpose CACHE), for a run whose tokenizer is the teacher's own
-    (a model) or `--tokenizer` (a server)."""
+@dataclass
+class OpenTeacher:
+    """The teacher a cache is written from: `name` (its model or URL, for the manifest), the `tokenizer` the
+    cache is for, its `model` here (None for a server) and what it is built against (`against`)."""
+
+    teacher: Any  # a LocalTeacher or a server's (its `head` and `device` are read for the hidden payload)
+    tokenizer: Any
+    name: str
+    model: Any
+    against: Comparison
+
+
+def _open_teacher(job: CacheJob, device: torch.device) -> OpenTeacher:
+    """A local model or a server, built by their teacher locations as training builds them
+    (`distill.teacher_assembly`, purpose CACHE), for a run whose tokenizer is the teacher's own (a model) or
+    `--tokenizer` (a server)."""
     from distill.config import DistillConfig
-    from distill.locations import CACHE, TeacherRequest, location_of
+    from distill.locations import CACHE, location_of
     from distill.methods import get_method
-    from distill.models import (
-        DEFAULT_TEACHER,
-        check_context,
-        eos_token_ids,
-        load_tokenizer,
-        resolve_model_source,
-    )
+    from distill.models import DEFAULT_TEACHER, check_context, load_tokenizer, resolve_model_source
+    from distill.teacher_assembly import assemble_teachers, comparison
 
     method = get_method("gkd")  # a same-tokenizer method: the cache holds the teacher's own top-k or hidden states
     remote = {} if job.teacher_url is None else (
@@ -123,10 +132,10 @@ def _open_teacher(job: CacheJob, device: torch.device):
         check_context(model, "teacher", {"--max-prompt-length": job.max_prompt_length, "--max-new-tokens": job.max_new_tokens})
     # A server that ignores the temperature (stock vLLM) would fill a cache labelled with the wrong one.
     probe = tokenizer("The quick brown fox jumps over the lazy dog.", add_special_tokens=False)["input_ids"]
-    teacher = location.build(TeacherRequest(
-        config, method, CACHE, tokenizer, len(tokenizer), eos_token_ids(tokenizer, model), tokenizer.pad_token_id, device,
-        probe_ids=probe, temperature=config.temperature, teacher_model=model, teacher_tokenizer=tokenizer)).train
-    return teacher, tokenizer, job.teacher_url or job.teacher
+    against = comparison(method, tokenizer, None, model, tokenizer)  # the cache is for the teacher's own tokenizer
+    teacher = assemble_teachers(location, CACHE, config, method, tokenizer, against, device, probe_ids=probe,
+                                temperature=config.temperature, teacher_model=model, teacher_tokenizer=tokenizer).train
+    return OpenTeacher(teacher, tokenizer, job.teacher_url or job.teacher, model, against)
 
 
 def run_cache_teacher(job: CacheJob) -> dict:
@@ -145,12 +154,10 @@ def run_cache_teacher(job: CacheJob) -> dict:
             raise ValueError(f"dataset row {missing[0]} (and {len(missing) - 1} more) has no completion; add a 'completion' "
                              "column or pass --generate to let the teacher write them")
     device = eval_device(job.device)
-    teacher, tokenizer, teacher_name = _open_teacher(job, device)
-    from distill.models import eos_token_ids
-
-    eos_ids = eos_token_ids(tokenizer, getattr(teacher, "model", None))
-    encoder = model_kind_of(getattr(teacher, "model", None)).encoder(tokenizer, job.max_prompt_length, job.max_new_tokens, eos_ids)
-    vocab = len(tokenizer)
+    opened = _open_teacher(job, device)
+    teacher, tokenizer, teacher_name = opened.teacher, opened.tokenizer, opened.name
+    eos_ids, vocab = opened.against.eos_ids, opened.against.vocab_size
+    encoder = model_kind_of(opened.model).encoder(tokenizer, job.max_prompt_length, job.max_new_tokens, eos_ids)
     head = teacher.head if job.payload == "hidden" else None
     settings = {"teacher": teacher_name, "tokenizer_hash": tokenizer_hash(tokenizer), "vocab_size": vocab, "top_k": job.top_k,
                 "temperature": job.temperature, "max_prompt_length": job.max_prompt_length, "max_new_tokens": job.max_new_tokens,
@@ -159,7 +166,7 @@ def run_cache_teacher(job: CacheJob) -> dict:
                 "seed": job.seed, "payload": job.payload,
                 "hidden_dtype": job.hidden_dtype if head is not None else None,
                 "head_sha256": head_fingerprint(head) if head is not None else None}
-    manifest = {"format": FORMAT, "version": VERSION, **settings, "id_bytes": id_bytes_for(vocab), "shards": [], "complete": False}
+    manifest: dict[str, Any] = {"format": FORMAT, "version": VERSION, **settings, "id_bytes": id_bytes_for(vocab), "shards": [], "complete": False}
     if head is not None:
         manifest["hidden_size"] = head.weight.shape[1]
     if job.overwrite:

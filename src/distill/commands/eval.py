@@ -28,12 +28,13 @@ from distill.evaluation.evaluator import (
     write_report,
 )
 from distill.generation.engine import close_engine, configure_engine
-from distill.locations import EVAL, TeacherRequest, Teachers, location_of
+from distill.locations import EVAL, location_of
 from distill.methods import get_method
 from distill.model_kinds import model_kind_of
-from distill.models import check_context, eos_token_ids, resolve_model_source
+from distill.models import check_context, resolve_model_source
 from distill.runtime import check_device, eval_device
-from distill.teachers.build import comparison_vocab_size, load_model
+from distill.teacher_assembly import assemble_teachers, comparison
+from distill.teachers.build import load_model
 
 
 def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
@@ -60,27 +61,24 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
                             tuple(getattr(config, f) for f in method.template_fields))
     budget = {"max_prompt_length": config.max_prompt_length, "max_new_tokens": settings.max_new_tokens}
     check_context(student, "student", budget)
-    eos_ids = eos_token_ids(tokenizer, student)
-    encoder = model_kind_of(student).encoder(tokenizer, config.max_prompt_length, settings.max_new_tokens, eos_ids)
     location = location_of(config, method)  # the same build as training's, for the evaluation (EVAL)
     source = location.model_source(config, None)
     teacher_model, teacher_tokenizer = location.load_model(source, device, method) if source is not None else (None, None)
     if teacher_model is not None:
         check_context(teacher_model, "teacher", budget)
-    own = teacher_model is None  # the teacher's vocabulary is the student's, or checked against it remotely
-    vocab = comparison_vocab_size(method.cross_tokenizer, tokenizer, tokenizer if own else teacher_tokenizer, student,
-                                  student if own else teacher_model)
-    teacher = location.build(TeacherRequest(
-        config, method, EVAL, tokenizer, vocab, eos_ids, tokenizer.pad_token_id, device,
-        probe_ids=encoder.prompt_ids(examples[0].prompt)[0], teacher_model=teacher_model,
-        teacher_tokenizer=teacher_tokenizer)).eval
+    against = comparison(method, tokenizer, student, teacher_model, teacher_tokenizer)
+    encoder = model_kind_of(student).encoder(tokenizer, config.max_prompt_length, settings.max_new_tokens, against.eos_ids)
+    teachers = assemble_teachers(location, EVAL, config, method, tokenizer, against, device,
+                                 probe_ids=encoder.prompt_ids(examples[0].prompt)[0], teacher_model=teacher_model,
+                                 teacher_tokenizer=teacher_tokenizer)
     configure_engine(config)  # the run's engine samples the evaluation, as it did in training
     try:
-        evaluator = Evaluator(teacher, tokenizer, encoder, examples, vocab, eos_ids, tokenizer.pad_token_id, device, settings)
+        evaluator = Evaluator(teachers.eval, tokenizer, encoder, examples, against.vocab_size, against.eos_ids, against.pad_id,
+                              device, settings)
         with torch.no_grad():
             report = build_report(evaluator, {"student": evaluator.evaluate(student)})
     finally:
-        location.close(Teachers(eval=teacher))
+        location.close(teachers)
         close_engine(config.generation_engine)
     return report, write_report(report, Path(args.out) if args.out else target / "eval-cli")
 

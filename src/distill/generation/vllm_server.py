@@ -104,7 +104,7 @@ class VllmServerEngine(Engine):
         allowed = list(range(min(suppress_tokens))) if suppress_tokens else None
         rows = [row[mask.bool()].tolist() for row, mask in zip(request.input_ids, request.attention_mask)]
 
-        def request(row_and_seed):
+        def ask(row_and_seed):
             prompt, seed = row_and_seed
             payload = {"model": self._model_name(), "prompt": prompt, "max_tokens": sampling.max_new_tokens, "seed": seed,
                        "temperature": sampling.temperature if sampling.do_sample else 0.0,
@@ -115,7 +115,7 @@ class VllmServerEngine(Engine):
             return _completion(self._post("/v1/completions", payload), with_log_probs)
 
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            answers = list(pool.map(request, zip(rows, seeds)))
+            answers = list(pool.map(ask, zip(rows, seeds)))
         return padded([ids for ids, _ in answers], [values for _, values in answers] if with_log_probs else None, request.pad_id)
 
     # ------------------------------------------------------------------------------------ weights --

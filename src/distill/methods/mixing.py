@@ -37,6 +37,9 @@ class MixedSources:
     def from_config(cls, config) -> "MixedSources":
         return cls(config.lmbda, config.lmbda_schedule, config.lmbda_start, config.lmbda_schedule_steps, config.seq_kd)
 
+    def logged(self, step: int) -> dict[str, float]:
+        return {"lmbda": self.lmbda(step)}
+
     def lmbda(self, step: int) -> float:
         """lmbda at optimizer step `step` (0-based)."""
         if self.schedule == "constant" or self.schedule_steps <= 0:

@@ -7,12 +7,16 @@ completion tokens of the whole optimizer step on every process.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 
 from distill.losses import DistillLoss, LogitHead
+
+if TYPE_CHECKING:
+    from distill.batch import MicroBatch
 
 
 @dataclass
@@ -50,8 +54,9 @@ class StepContext:
 
     step_tokens: trained completion tokens of the step, all micro-batches and processes; step_rows: rows
     with a trained token, likewise; step_micro_batches: micro-batches of the step over all processes;
-    step_distilled_tokens: the trained tokens of rows with a self-distillation loss (`self_teacher.DISTILLED`),
-    likewise (sdpo's distillation term is a mean over those).
+    step_counts: the step's sums (all micro-batches and processes) of the counts the objective declares in its
+    `step_counts` (sdpo: "distilled_tokens", the trained tokens of rows with a self-distillation loss, whose
+    mean its distillation term is).
 
     staleness: optimizer steps between the student weights that sampled the micro-batch and the weights it
     trains (`MicroBatch.staleness`; 0 for dataset and teacher completions, k for the k-th reuse of a rollout).
@@ -64,12 +69,17 @@ class StepContext:
     step_tokens: int = 0
     step_rows: int = 0
     step_micro_batches: int = 1
-    step_distilled_tokens: int = 0
+    step_counts: Mapping[str, int] = field(default_factory=dict)
     staleness: int = 0
 
 
+StepCount = Callable[["MicroBatch"], int]  # a count of one micro-batch, summed over the step by the trainer
+
+
 class Objective(Protocol):
-    """signals: the signal kinds (`distill.signals.DENSE`, ...) the objective can consume."""
+    """signals: the signal kinds (`distill.signals.DENSE`, ...) the objective can consume.
+    step_counts (optional): name -> a count of a micro-batch the objective needs summed over the whole step,
+    given back in `StepContext.step_counts` (none when the objective does not declare it)."""
 
     signals: frozenset[str]
 

@@ -32,6 +32,7 @@ from distill.objectives.self_distillation import (
     SelfDistillationSettings,
 )
 from distill.signals import DENSE
+from distill.teachers.self_teacher import distilled_tokens
 
 # The token counts are per-step means: each micro-batch adds its own count over 1 / (the step's micro-batches).
 METRICS = ("sdpo/policy_loss", "sdpo/distillation_loss", "sdpo/clip_fraction", "sdpo/completion_tokens",
@@ -56,6 +57,8 @@ class SDPOObjective:
         self.distillation = SelfDistillationObjective(settings.distillation)
         # w = 0 (GRPO) takes no teacher signal at all.
         self.signals = frozenset({DENSE}) if settings.distillation_weight > 0 else frozenset()
+        # The distillation term is a mean over the step's distilled tokens (rows with a demonstration).
+        self.step_counts = {"distilled_tokens": distilled_tokens}
 
     def __call__(self, tokens: StudentTokens, signal, context: StepContext) -> DistillLoss:
         w = self.settings.distillation_weight
@@ -80,6 +83,7 @@ class SDPOObjective:
             metrics["sdpo/distillation_loss"] = (distillation_sum.detach(), n_distilled)
             metrics["sdpo/distilled_tokens"] = (n_distilled, share)
             # No distilled row in the step: the sum is zero, and stays in the graph (backward needs one).
-            factor = context.step_tokens / context.step_distilled_tokens if context.step_distilled_tokens else 0.0
+            step_distilled = context.step_counts.get("distilled_tokens", 0)
+            factor = context.step_tokens / step_distilled if step_distilled else 0.0
             loss_sum = loss_sum + w * distillation_sum * factor
         return DistillLoss(loss_sum, torch.tensor(tokens.targets.numel()), stats, metrics=metrics, stats_tokens=covered)
