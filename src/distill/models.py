@@ -25,7 +25,7 @@ from distill.byte_student import (
     is_byte_student,
     parse_shape,
 )
-from distill.config import DEFAULT_TEACHER
+from distill.config_values import DEFAULT_TEACHER
 from distill.losses import LogitHead
 
 logger = logging.getLogger(__name__)

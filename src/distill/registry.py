@@ -30,6 +30,10 @@ class Registry(Generic[T]):
             load()
         return self._parts
 
+    def load_with(self, load: Callable[[], None]) -> None:
+        """Register the built-in parts with `load()` when the table is first used (once)."""
+        self._load = load
+
     def register(self, part: T) -> T:
         """Add `part` under its `name` (a name may be registered once)."""
         name = part.name

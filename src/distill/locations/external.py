@@ -4,7 +4,7 @@ is not asked to write completions, and how `distill eval` takes `--teacher` / `-
 
 from __future__ import annotations
 
-from distill.config import DEFAULT_TEACHER
+from distill.config_values import DEFAULT_TEACHER
 from distill.locations.base import TeacherLocation
 from distill.methods.registry import Method
 

@@ -9,8 +9,8 @@ row's privileged context when it has one.
 
 from __future__ import annotations
 
-from distill.config import DEFAULT_TEACHER
 from distill.config_io import OBJECT_RECORD
+from distill.config_values import DEFAULT_TEACHER
 from distill.data import PromptEncoder
 from distill.locations.base import TeacherLocation, TeacherRequest, Teachers, locations
 from distill.methods.registry import Method

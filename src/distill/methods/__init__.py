@@ -6,6 +6,7 @@ import it in `built_in.py`. The built-ins register when the table is first used 
 `method_names`), so importing this package loads no method. docs/methods.md walks through it.
 """
 
+from distill.methods import registry
 from distill.methods.registry import (
     Method,
     Paper,
@@ -16,5 +17,12 @@ from distill.methods.registry import (
     register,
     unregister,
 )
+
+
+def _register_built_in_methods() -> None:
+    import distill.methods.built_in  # noqa: F401  (each built-in method registers itself)
+
+
+registry._METHODS.load_with(_register_built_in_methods)
 
 __all__ = ["Method", "Paper", "Reads", "StepHook", "get_method", "method_names", "register", "unregister"]

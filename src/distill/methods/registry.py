@@ -159,14 +159,11 @@ RETIRED = {
 }
 
 
-def _register_built_in_methods() -> None:
-    import distill.methods.built_in  # noqa: F401  (each built-in method registers itself)
-
-
 # The built-in methods are imported when the table is first used, not with this module: the config imports
-# the methods' field declarations (`distill.methods.*_fields`) without loading any method's code or torch.
-_METHODS: Registry[Method] = Registry("method", "method", RETIRED, order=lambda name, method: name,
-                                      load=_register_built_in_methods)
+# the methods' field declarations (`distill.methods.*_fields`) without loading any method's code or torch. The
+# package (`distill.methods`, always imported before this module) gives the table its loader, so that this module
+# imports no method and no import circle runs through it.
+_METHODS: Registry[Method] = Registry("method", "method", RETIRED, order=lambda name, method: name)
 
 
 def register(method: Method) -> Method:
