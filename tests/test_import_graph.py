@@ -1,7 +1,8 @@
-"""The import graph of `distill` has no circle, lazy imports (inside functions) and type-only imports included.
+"""The import graph of `distill` has no circle, lazy imports (inside functions) included.
 
-Edges are read from the source (every `import` / `from ... import` statement anywhere in a module), not from what
-Python happens to execute, so a circle hidden behind a function-level import fails here too. `from pkg import
+Edges are read from the source (every `import` / `from ... import` statement anywhere in a module, except under
+`if TYPE_CHECKING:`, which never runs), not from what Python happens to execute, so a circle hidden behind a
+function-level import fails here too. `from pkg import
 name` is an edge to `pkg.name` when that is a module, to `pkg` otherwise; the implicit import of a package's
 `__init__` before any of its submodules is not an edge (every submodule import makes it, and it is not a
 dependency of the importer on the package's contents).
@@ -25,6 +26,26 @@ def modules() -> dict[str, Path]:
     return found
 
 
+def _is_type_checking(node: ast.AST) -> bool:
+    test = node.test if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def import_statements(tree: ast.AST):
+    """Every import statement of `tree`, at any depth, outside `if TYPE_CHECKING:` blocks."""
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        for child in ast.iter_child_nodes(node):
+            if _is_type_checking(child):
+                pending.extend(child.orelse)  # the else branch runs
+            else:
+                pending.append(child)
+
+
 def import_graph() -> dict[str, set[str]]:
     known = modules()
 
@@ -36,18 +57,16 @@ def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {name: set() for name in known}
     for name, path in known.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in import_statements(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
+            else:
                 base = node.module or ""
                 if node.level:
                     up = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join(up + ([base] if base else []))
                 submodules = [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known]
                 targets = submodules if len(submodules) == len(node.names) else [base, *submodules]
-            else:
-                continue
             for target in targets:
                 resolved = resolve(target) if target.startswith("distill") else None
                 if resolved is not None and resolved != name:
@@ -107,6 +126,7 @@ def test_the_reader_sees_lazy_imports_and_finds_a_planted_circle():
     graph = import_graph()
     assert "distill.methods.built_in" in graph["distill.methods"]  # a function-level import is an edge
     assert "distill.config_values" in graph["distill.config"]
+    assert "distill.config" not in graph["distill.methods.registry"]  # imported under TYPE_CHECKING only
     planted = {name: set(edges) for name, edges in graph.items()}
     planted["distill.config_values"].add("distill.config")
     assert any({"distill.config", "distill.config_values"} <= set(c) for c in circles(planted))

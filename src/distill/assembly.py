@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -48,17 +48,20 @@ from distill.rollout import RolloutSettings
 from distill.teacher_assembly import Comparison, assemble_teachers, comparison
 from distill.teachers.build import load_model
 
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
+
 logger = logging.getLogger(__name__)
 
 
-def check_arguments(config, location: TeacherLocation, teacher, teacher_tokenizer, eval_dataset) -> None:
+def check_arguments(config: DistillConfig, location: TeacherLocation, teacher, teacher_tokenizer, eval_dataset) -> None:
     """Arguments this run would not read are errors, like config fields (no silent inputs)."""
     location.check_arguments(config, teacher, teacher_tokenizer)
     if eval_dataset is not None and not config.eval_before_after:
         raise ValueError("eval_dataset: evaluation is off (eval_before_after: false); drop eval_dataset or turn it on")
 
 
-def load_examples(config, method: Method, train_dataset, eval_dataset) -> tuple[list[Example], list[Example]]:
+def load_examples(config: DistillConfig, method: Method, train_dataset, eval_dataset) -> tuple[list[Example], list[Example]]:
     """(training rows, held-out rows); the held-out ones are the bundled set's when training on it, none
     when evaluation is off."""
     train = examples_from_dataset(
@@ -73,7 +76,7 @@ def load_examples(config, method: Method, train_dataset, eval_dataset) -> tuple[
     return train, held_out[: config.eval_max_prompts] if config.eval_max_prompts else held_out
 
 
-def student_source(config, location: TeacherLocation, student):
+def student_source(config: DistillConfig, location: TeacherLocation, student):
     """The student to load: the one given, the config's, the location's default, or None (the teacher's weights)."""
     source = student if student is not None else config.student
     if source is None:
@@ -124,7 +127,7 @@ class PreparedModels:
     teachers: Teachers  # train: scores training steps (None for a method without a teacher signal); eval: the evaluation's
 
 
-def prepare_models(config, method: Method, location: TeacherLocation, runtime, models: LoadedModels, student_given: bool,
+def prepare_models(config: DistillConfig, method: Method, location: TeacherLocation, runtime, models: LoadedModels, student_given: bool,
                    train_examples: list[Example], eval_examples: list[Example]) -> PreparedModels:
     """The student as it trains, the vocabulary both models are compared over, the encoded training rows,
     and the teachers the location builds against them (`TeacherLocation.build`, purpose TRAIN)."""
@@ -153,7 +156,7 @@ def prepare_models(config, method: Method, location: TeacherLocation, runtime, m
     return PreparedModels(student, tokenizer, against, encoder, encoded, teachers)
 
 
-def check_contexts(config, location: TeacherLocation, method: Method, takes_signal: bool, student: nn.Module,
+def check_contexts(config: DistillConfig, location: TeacherLocation, method: Method, takes_signal: bool, student: nn.Module,
                    teacher: nn.Module | None, evaluating: bool) -> None:
     """Prompt + completion budget within the models' context (a server teacher checks per request), and the
     budgets of prompts the student's own weights see as a teacher (`TeacherLocation.prompt_budgets`)."""
@@ -168,7 +171,7 @@ def check_contexts(config, location: TeacherLocation, method: Method, takes_sign
         check_context(student, "student (as its own teacher)", {name: getattr(config, name), completion[0]: completion[1]})
 
 
-def make_sampler(config, method: Method, runtime, num_examples: int) -> StepSampler:
+def make_sampler(config: DistillConfig, method: Method, runtime, num_examples: int) -> StepSampler:
     sampler = StepSampler(num_examples, config.per_device_train_batch_size, config.gradient_accumulation_steps,
                           runtime.num_processes, runtime.process_index, config.seed, method.group_size(config))
     if sampler.prompts_per_step > num_examples:
@@ -187,7 +190,7 @@ def encode(encoder: PromptEncoder, example: Example) -> EncodedExample:
     return EncodedExample(ids, truncated, completion, encoder.extras(example))
 
 
-def rollout_settings(config, method: Method, teacher) -> RolloutSettings:
+def rollout_settings(config: DistillConfig, method: Method, teacher) -> RolloutSettings:
     # A teacher whose weights move (a live or EMA self-teacher) samples step by step, never ahead.
     window = config.seq_kd_generation_steps if teacher is not None and teacher.frozen else 1
     c = config
@@ -198,7 +201,7 @@ def rollout_settings(config, method: Method, teacher) -> RolloutSettings:
                            c.num_loss_tokens_to_skip, lambda example: method.trains_row(config, example))
 
 
-def make_optimizer(config, params: list[nn.Parameter]):
+def make_optimizer(config: DistillConfig, params: list[nn.Parameter]):
     """(AdamW, schedule). The fused kernel makes one pass over each parameter's state (on 2 CPU cores 0.07 s
     per step for the default student instead of 0.3-0.7 s, and no 200-400 MB of temporaries;
     benchmarks/step.py)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distill import locations
 from distill.config_values import DTYPES, SCHEDULERS, TRACKERS
@@ -22,8 +22,11 @@ from distill.models import parse_student_init
 from distill.run_parts import check_fields_read
 from distill.runtime import check_device
 
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
-def validate(config):
+
+def validate(config: DistillConfig):
     """The config with the method's defaults in the fields left at None (a copy: `config` is not changed),
     checked; raises ValueError naming the field and the fix."""
     method = get_method(config.method)

@@ -9,9 +9,13 @@ fills in: `Method.defaults`) that no active part reads is an error that says wha
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from distill.locations import location_reads
 from distill.methods.registry import Method, Reads, get_method, method_names
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 CORE = Reads("every run", (
     "method", "dataset", "dataset_split", "output_dir", "overwrite_output_dir", "student", "student_init",
@@ -39,7 +43,7 @@ def run_reads(sources: frozenset[str]) -> tuple[Reads, ...]:
     )
 
 
-def check_fields_read(config, method: Method, sources: frozenset[str]) -> None:
+def check_fields_read(config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
     """Raise ValueError for the first field changed from its default that no active part of the run reads."""
     active, inactive = set(), {}
     for part in (*run_reads(sources), *method.reads):

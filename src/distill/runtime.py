@@ -13,10 +13,14 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from distill import cpu_memory
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 MIXED_PRECISION = {"float32": "no", "bfloat16": "bf16", "float16": "fp16"}
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -87,7 +91,7 @@ def mixed_precision(dtype: str, device_type: str) -> str:
     return "no"
 
 
-def start_runtime(config, project_dir: str) -> Runtime:
+def start_runtime(config: DistillConfig, project_dir: str) -> Runtime:
     """The Accelerator for `config` (device, precision, trackers), checked for what distill cannot run on."""
     from accelerate import Accelerator
 

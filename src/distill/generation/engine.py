@@ -24,10 +24,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from distill.registry import Registry
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 AUTO = "auto"
 
@@ -102,10 +106,10 @@ class Engine(ABC):
         """Why it cannot run on this machine (an optional extra not installed), checked with the config; None: it can."""
         return None
 
-    def check_config(self, config) -> None:
+    def check_config(self, config: DistillConfig) -> None:
         """Its own settings' rules (a ValueError naming the field), checked with the config's."""
 
-    def configure(self, config) -> None:
+    def configure(self, config: DistillConfig) -> None:
         """Read its settings, once per run, before any decode."""
 
     def sync_weights(self, model) -> None:
@@ -149,7 +153,7 @@ def check_engine_name(name: str) -> None:
         get_engine(name)
 
 
-def configure_engine(config) -> None:
+def configure_engine(config: DistillConfig) -> None:
     """Give the engine a run names its settings (`configure(config)`, optional), before anything is decoded."""
     if config.generation_engine != AUTO:
         get_engine(config.generation_engine).configure(config)

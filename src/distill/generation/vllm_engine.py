@@ -43,6 +43,7 @@ import tempfile
 import time
 import weakref
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -57,6 +58,9 @@ from distill.generation.weights import (
     vllm_installed,
     weights_fingerprint,
 )
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 logger = logging.getLogger("distill.rollout")
 
@@ -91,11 +95,11 @@ class VllmEngine(Engine):
             return f"generation_engine vllm needs vLLM, which is not installed; {INSTALL}"
         return None
 
-    def check_config(self, config) -> None:
+    def check_config(self, config: DistillConfig) -> None:
         if not config.vllm_kv_cache_gib > 0 or math.isinf(config.vllm_kv_cache_gib):
             raise ValueError(f"vllm_kv_cache_gib must be a finite number > 0 (GiB), got {config.vllm_kv_cache_gib!r}")
 
-    def configure(self, config) -> None:
+    def configure(self, config: DistillConfig) -> None:
         self.kv_cache_bytes = int(config.vllm_kv_cache_gib * (1 << 30))
 
     def refusal(self, model, device: torch.device) -> str | None:

@@ -33,6 +33,7 @@ import urllib.request
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -45,6 +46,9 @@ from distill.generation.weights import (
     padded,
     weights_fingerprint,
 )
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 logger = logging.getLogger("distill.rollout")
 
@@ -71,12 +75,12 @@ class VllmServerEngine(Engine):
         self._served_name: str | None = None
         self.pushes = 0
 
-    def configure(self, config) -> None:
+    def configure(self, config: DistillConfig) -> None:
         self.url = config.vllm_server_url.rstrip("/")
         self.weights_root = Path(config.vllm_weights_dir or config.output_dir)
         self._student, self._pushed, self._directory, self._served_name, self.pushes = None, None, None, None, 0
 
-    def check_config(self, config) -> None:
+    def check_config(self, config: DistillConfig) -> None:
         url = config.vllm_server_url
         if not url or not url.startswith(("http://", "https://")):
             raise ValueError(f"generation_engine vllm_server needs vllm_server_url, the server's http(s) address "

@@ -16,6 +16,8 @@ A method works with a location when its objective consumes that location's signa
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from distill.locations.base import (
     CACHE,
     EVAL,
@@ -35,12 +37,15 @@ from distill.locations.routes import parse_routes
 from distill.locations.server import ServerLocation
 from distill.locations.student_itself import SelfLocation
 
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
+
 for _location in (SelfLocation(), NoTeacher(), CacheLocation(), ServerLocation()):
     register_location(_location)
 register_location(ModelLocation(), fallback=True)
 
 
-def validate(config, method, sources: frozenset[str]) -> None:
+def validate(config: DistillConfig, method, sources: frozenset[str]) -> None:
     """The teacher's location against the method (its objective's signals, its completion sources)."""
     named = [loc.selected_by[0] for loc in locations() if loc.selected_by and getattr(config, loc.selected_by[0]) is not None]
     if len(named) > 1:

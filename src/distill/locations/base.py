@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from distill.methods.registry import Method, Reads
 from distill.registry import Registry
 from distill.teachers.base import Teacher, check_teacher
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 TRAIN, EVAL, CACHE = "train", "eval", "cache"
 
@@ -110,21 +113,21 @@ class TeacherLocation:
     selected_by: tuple[str, Any, tuple[dict, ...]] | None = None
 
     # ------------------------------------------------------------------------------ choosing it --
-    def claims(self, config, method: Method) -> bool:
+    def claims(self, config: DistillConfig, method: Method) -> bool:
         """Whether this run's teacher lives here."""
         raise NotImplementedError
 
-    def signal_kind(self, method: Method, config) -> str | None:
+    def signal_kind(self, method: Method, config: DistillConfig) -> str | None:
         """The signal kind (`distill.signals`) it gives `method`'s objective with this run's `config`; None: no
         signal."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------------ checks, no model --
-    def validate(self, config, method: Method, sources: frozenset[str]) -> None:
+    def validate(self, config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
         """Its fields' rules against the method and the completion sources it draws; ValueError naming
         the field and the fix."""
 
-    def inputs(self, config) -> dict[str, str]:
+    def inputs(self, config: DistillConfig) -> dict[str, str]:
         """Its inputs named by path in `config` (label -> path): the run directory must not lie inside one."""
         return {}
 
@@ -132,7 +135,7 @@ class TeacherLocation:
         """The model card's title line for a run of this location (`record`: the run's config.yaml)."""
         raise NotImplementedError
 
-    def check_arguments(self, config, teacher, teacher_tokenizer) -> None:
+    def check_arguments(self, config: DistillConfig, teacher, teacher_tokenizer) -> None:
         """A teacher model or tokenizer passed from Python that this location would not read is an error."""
         if teacher is not None:
             raise ValueError(f"teacher: this run's teacher is {self.describe(config)}; do not also pass a teacher model")
@@ -140,21 +143,21 @@ class TeacherLocation:
             raise ValueError(f"teacher_tokenizer: this run's teacher is {self.describe(config)}, which is checked against "
                              "the student's tokenizer; do not pass a teacher tokenizer")
 
-    def describe(self, config) -> str:
+    def describe(self, config: DistillConfig) -> str:
         """A few words naming this run's teacher, for messages ("teacher_url")."""
         return self.name
 
-    def model_source(self, config, teacher):
+    def model_source(self, config: DistillConfig, teacher):
         """The teacher model this location loads (a spec or a module), given the `teacher` argument; None
         when it holds no model here."""
         return None
 
-    def default_student(self, config) -> str | None:
+    def default_student(self, config: DistillConfig) -> str | None:
         """The student to start from when none is given and the location holds no teacher weights to start
         from; None: `student` must be given."""
         return None
 
-    def check_dataset(self, config, method: Method, possible_sources: frozenset[str], examples: list) -> None:
+    def check_dataset(self, config: DistillConfig, method: Method, possible_sources: frozenset[str], examples: list) -> None:
         """What the location asks of the training rows: dataset completions for the micro-batches that use them."""
         if "dataset" not in possible_sources:
             return
@@ -166,7 +169,7 @@ class TeacherLocation:
                 "(or assistant turns in 'messages'), set seq_kd: true to let the teacher write them, or set lmbda: 1 "
                 "with lmbda_schedule: constant")
 
-    def prompt_budgets(self, config, method: Method, takes_signal: bool, evaluating: bool) -> set[str]:
+    def prompt_budgets(self, config: DistillConfig, method: Method, takes_signal: bool, evaluating: bool) -> set[str]:
         """Config fields bounding prompts the *student's* weights see as a teacher (checked against its context)."""
         return set()
 
@@ -197,7 +200,7 @@ class TeacherLocation:
         for teacher in {id(t): t for t in (teachers.train, teachers.eval) if t is not None}.values():
             teacher.close()
 
-    def check_evaluable(self, config) -> None:
+    def check_evaluable(self, config: DistillConfig) -> None:
         """`distill eval` of a run with this location: ValueError when its teacher cannot score new samples here."""
 
 
@@ -224,7 +227,7 @@ def locations() -> list[TeacherLocation]:
     return [loc for loc in asked if loc not in _FALLBACK] + [loc for loc in _FALLBACK if loc in asked]
 
 
-def location_of(config, method: Method) -> TeacherLocation:
+def location_of(config: DistillConfig, method: Method) -> TeacherLocation:
     """The location that holds this run's teacher: the first that claims it."""
     for location in locations():
         if location.claims(config, method):

@@ -5,6 +5,8 @@ cannot score new samples, so every micro-batch must use its completions and noth
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from distill.locations.base import TeacherRequest, Teachers, location_of
 from distill.locations.external import NOT_EVALUABLE
 from distill.locations.remote import RemoteLocation, hidden_payload
@@ -13,6 +15,9 @@ from distill.methods.registry import Method, Reads, get_method
 from distill.teachers.build import check_routes, one_or_routed, use_cached_completions
 from distill.teachers.cache import TeacherCache
 from distill.teachers.offline import OfflineTeacher
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 
 class CacheLocation(RemoteLocation):
@@ -23,7 +28,7 @@ class CacheLocation(RemoteLocation):
                    ({"lmbda": 0.0, "lmbda_schedule": "constant", "seq_kd": False, "eval_before_after": False},))
 
     def __init__(self) -> None:
-        def here(config) -> bool:
+        def here(config: DistillConfig) -> bool:
             return location_of(config, get_method(config.method)) is self
 
         self.reads = (Reads("a server or cache teacher", ("teacher_payload",), here),
@@ -31,16 +36,16 @@ class CacheLocation(RemoteLocation):
                             lambda c: here(c) and not hidden_payload(c)),
                       Reads("teacher_cache", ("teacher_cache",), here))
 
-    def claims(self, config, method: Method) -> bool:
+    def claims(self, config: DistillConfig, method: Method) -> bool:
         return method.teacher == "external" and config.teacher_cache is not None
 
     def card_teacher(self, record: dict) -> str:
         return f"the teacher cache {record['teacher_cache']}"
 
-    def inputs(self, config) -> dict[str, str]:
+    def inputs(self, config: DistillConfig) -> dict[str, str]:
         return {f"teacher_cache {tid}".strip(): path for tid, path in parse_routes(config.teacher_cache, "teacher_cache").items()}
 
-    def validate(self, config, method: Method, sources: frozenset[str]) -> None:
+    def validate(self, config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
         parse_routes(config.teacher_cache, "teacher_cache")
         super().validate(config, method, sources)
         if sources != frozenset({"dataset"}):
@@ -50,7 +55,7 @@ class CacheLocation(RemoteLocation):
             raise ValueError("eval_before_after: a teacher cache cannot score new samples; set it to false and evaluate "
                              "with `distill eval RUN_DIR --teacher MODEL`")
 
-    def check_dataset(self, config, method: Method, possible_sources: frozenset[str], examples: list) -> None:
+    def check_dataset(self, config: DistillConfig, method: Method, possible_sources: frozenset[str], examples: list) -> None:
         pass  # the cache's completions replace the dataset's (`build`)
 
     def build(self, request: TeacherRequest) -> Teachers:
@@ -68,5 +73,5 @@ class CacheLocation(RemoteLocation):
         use_cached_completions(teacher, request.examples, request.encoded)
         return Teachers(teacher, teacher)
 
-    def check_evaluable(self, config) -> None:
+    def check_evaluable(self, config: DistillConfig) -> None:
         raise ValueError(NOT_EVALUABLE)

@@ -4,19 +4,24 @@ is not asked to write completions, and how `distill eval` takes `--teacher` / `-
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from distill.config_values import DEFAULT_TEACHER
 from distill.locations.base import TeacherLocation
 from distill.methods.registry import Method
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 
 class ExternalLocation(TeacherLocation):
     """A teacher apart from the student, chosen by the user for any method whose `teacher` is "external"."""
 
-    def gives(self, method: Method, config) -> str:
+    def gives(self, method: Method, config: DistillConfig) -> str:
         """The signal it gives, in words, for the error that refuses a method that cannot learn from it."""
         return f"the {self.name} teacher"
 
-    def validate(self, config, method: Method, sources: frozenset[str]) -> None:
+    def validate(self, config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
         kind = self.signal_kind(method, config)
         accepted = method.objective(config).signals
         if kind not in accepted:

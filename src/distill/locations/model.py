@@ -4,6 +4,8 @@ passed from Python): dense signals with the student's tokenizer, aligned ones wi
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from torch import nn
 
 from distill.locations.base import (
@@ -17,6 +19,9 @@ from distill.models import resolve_model_source
 from distill.signals import ALIGNED, DENSE
 from distill.teachers.build import load_model, model_teacher
 
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
+
 
 class ModelLocation(ExternalLocation):
     name = "model"
@@ -26,25 +31,25 @@ class ModelLocation(ExternalLocation):
         self.reads = (Reads("a teacher model (no teacher_url / teacher_cache)", ("teacher",),
                             lambda config: location_of(config, get_method(config.method)) is self),)
 
-    def claims(self, config, method: Method) -> bool:
+    def claims(self, config: DistillConfig, method: Method) -> bool:
         return method.teacher == "external"
 
-    def signal_kind(self, method: Method, config) -> str:
+    def signal_kind(self, method: Method, config: DistillConfig) -> str:
         return ALIGNED if method.cross_tokenizer else DENSE
 
-    def gives(self, method: Method, config) -> str:
+    def gives(self, method: Method, config: DistillConfig) -> str:
         return "a teacher model with its own tokenizer" if method.cross_tokenizer else "a teacher model with the student's tokenizer"
 
     def card_teacher(self, record: dict) -> str:
         return str(record["teacher"])
 
-    def inputs(self, config) -> dict[str, str]:
+    def inputs(self, config: DistillConfig) -> dict[str, str]:
         return {"teacher": config.teacher}
 
-    def check_arguments(self, config, teacher, teacher_tokenizer) -> None:
+    def check_arguments(self, config: DistillConfig, teacher, teacher_tokenizer) -> None:
         pass  # a teacher model object and its tokenizer are this location's to read
 
-    def model_source(self, config, teacher):
+    def model_source(self, config: DistillConfig, teacher):
         source = teacher if teacher is not None else config.teacher
         if isinstance(source, str):
             resolve_model_source(source, "teacher")  # a missing path fails here, before anything loads
@@ -68,6 +73,6 @@ class ModelLocation(ExternalLocation):
                                 max_prompt_length=request.config.max_prompt_length, uld_config=request.config)
         return Teachers(teacher, teacher)
 
-    def check_evaluable(self, config) -> None:
+    def check_evaluable(self, config: DistillConfig) -> None:
         if str(config.teacher).startswith("<"):  # a module passed from Python: config.yaml records only its type
             raise ValueError(NOT_EVALUABLE)

@@ -3,8 +3,13 @@ evaluation still compares the student with its initial weights (`StudentOnlyLoca
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from distill.locations.student_itself import StudentOnlyLocation
 from distill.methods.registry import Method
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 
 class NoTeacher(StudentOnlyLocation):
@@ -12,7 +17,7 @@ class NoTeacher(StudentOnlyLocation):
     why = "it learns from the dataset's completions and has no teacher"
     title = "# Student fine-tuned on its dataset's completions (no teacher)"
 
-    def check_dataset(self, config, method: Method, possible_sources: frozenset[str], examples: list) -> None:
+    def check_dataset(self, config: DistillConfig, method: Method, possible_sources: frozenset[str], examples: list) -> None:
         missing = [e.index for e in examples if e.completion is None]
         if missing:
             raise ValueError(f"dataset row {missing[0]} has no completion ({len(missing)} rows lack one): method "

@@ -5,15 +5,20 @@ by teacher_id)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from distill.locations.external import ExternalLocation
 from distill.methods.registry import Method
 from distill.signals import DENSE, SPARSE
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 PAYLOADS = ("topk", "hidden")
 HIDDEN_DTYPES = ("float32", "bfloat16")
 
 
-def hidden_payload(config) -> bool:
+def hidden_payload(config: DistillConfig) -> bool:
     return config.teacher_payload == "hidden"
 
 
@@ -22,18 +27,18 @@ class RemoteLocation(ExternalLocation):
 
     field: str = ""  # the config field naming it (teacher_url / teacher_cache)
 
-    def signal_kind(self, method: Method, config) -> str:
+    def signal_kind(self, method: Method, config: DistillConfig) -> str:
         return DENSE if hidden_payload(config) else SPARSE
 
-    def gives(self, method: Method, config) -> str:
+    def gives(self, method: Method, config: DistillConfig) -> str:
         if hidden_payload(config):
             return f"the teacher's hidden states from {self.field} (teacher_payload: hidden)"
         return f"sparse top-k log-probs from {self.field}"
 
-    def describe(self, config) -> str:
+    def describe(self, config: DistillConfig) -> str:
         return self.field
 
-    def validate(self, config, method: Method, sources: frozenset[str]) -> None:
+    def validate(self, config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
         if config.teacher_payload not in PAYLOADS:
             raise ValueError(f"teacher_payload must be one of {PAYLOADS}, got {config.teacher_payload!r}")
         if config.teacher_hidden_dtype not in HIDDEN_DTYPES:

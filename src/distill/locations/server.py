@@ -6,6 +6,7 @@ one concurrent round."""
 from __future__ import annotations
 
 import urllib.parse
+from typing import TYPE_CHECKING
 
 from distill.locations.base import TeacherRequest, Teachers, location_of
 from distill.locations.remote import RemoteLocation, hidden_payload
@@ -21,6 +22,9 @@ from distill.teachers.build import (
     server_teacher,
 )
 
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
+
 
 class ServerLocation(RemoteLocation):
     name = "server"
@@ -29,7 +33,7 @@ class ServerLocation(RemoteLocation):
     selected_by = ("teacher_url", "http://127.0.0.1:8000", ({}, {"seq_kd": False}))
 
     def __init__(self) -> None:
-        def here(config) -> bool:
+        def here(config: DistillConfig) -> bool:
             return location_of(config, get_method(config.method)) is self
 
         self.reads = (
@@ -42,10 +46,10 @@ class ServerLocation(RemoteLocation):
                                                      "teacher_request_size", "teacher_timeout", "teacher_retries"), here),
         )
 
-    def claims(self, config, method: Method) -> bool:
+    def claims(self, config: DistillConfig, method: Method) -> bool:
         return method.teacher == "external" and config.teacher_url is not None
 
-    def signal_kind(self, method: Method, config) -> str:
+    def signal_kind(self, method: Method, config: DistillConfig) -> str:
         """Hidden states of a teacher with its own tokenizer are aligned here (gold); top-k log-probs cannot be."""
         if hidden_payload(config) and method.cross_tokenizer:
             return ALIGNED
@@ -54,7 +58,7 @@ class ServerLocation(RemoteLocation):
     def card_teacher(self, record: dict) -> str:
         return f"the teacher server {record['teacher_url']}"
 
-    def validate(self, config, method: Method, sources: frozenset[str]) -> None:
+    def validate(self, config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
         for url in parse_routes(config.teacher_url, "teacher_url").values():
             parsed = urllib.parse.urlsplit(url)
             if parsed.scheme not in ("http", "https") or not parsed.hostname:
@@ -82,7 +86,7 @@ class ServerLocation(RemoteLocation):
         check_routes(teacher, request.examples + request.eval_examples)
         return Teachers(teacher, teacher)
 
-    def check_evaluable(self, config) -> None:
+    def check_evaluable(self, config: DistillConfig) -> None:
         if list(parse_routes(config.teacher_url, "teacher_url")) != [""]:
             raise ValueError("this run had several teacher servers: pass the one to score with as --teacher-url URL (or "
                              "--teacher MODEL)")

@@ -9,6 +9,8 @@ row's privileged context when it has one.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from distill.config_io import OBJECT_RECORD
 from distill.config_values import DEFAULT_TEACHER
 from distill.data import PromptEncoder
@@ -19,6 +21,9 @@ from distill.models import check_context, make_student
 from distill.signals import DENSE
 from distill.teachers.build import load_model
 from distill.teachers.self_teacher import SelfTeacher
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 
 class StudentOnlyLocation(TeacherLocation):
@@ -31,19 +36,19 @@ class StudentOnlyLocation(TeacherLocation):
     title = ""  # the model card's title line
     student_origin = "the default model"
 
-    def signal_kind(self, method: Method, config) -> str | None:
+    def signal_kind(self, method: Method, config: DistillConfig) -> str | None:
         return self.signal
 
     def card_title(self, record: dict) -> str:
         return self.title
 
-    def claims(self, config, method: Method) -> bool:
+    def claims(self, config: DistillConfig, method: Method) -> bool:
         return method.teacher == self.kind
 
-    def describe(self, config) -> str:
+    def describe(self, config: DistillConfig) -> str:
         return f"{self.words} (method {config.method})"
 
-    def validate(self, config, method: Method, sources: frozenset[str]) -> None:
+    def validate(self, config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
         for other in locations():
             field = other.selected_by[0] if other.selected_by else None
             if field is not None and getattr(config, field) is not None:
@@ -52,10 +57,10 @@ class StudentOnlyLocation(TeacherLocation):
             raise ValueError(f"teacher: method {method.name} takes no teacher model ({self.why}); remove teacher and name "
                              "the model to train as student")
 
-    def default_student(self, config) -> str:
+    def default_student(self, config: DistillConfig) -> str:
         return DEFAULT_TEACHER  # no teacher to start from: the default model trains
 
-    def prompt_budgets(self, config, method: Method, takes_signal: bool, evaluating: bool) -> set[str]:
+    def prompt_budgets(self, config: DistillConfig, method: Method, takes_signal: bool, evaluating: bool) -> set[str]:
         return {"max_teacher_prompt_length"} if evaluating else set()
 
     def build(self, request: TeacherRequest) -> Teachers:
@@ -115,13 +120,13 @@ class SelfLocation(StudentOnlyLocation):
     why = "its teacher is the student itself, shown privileged context"
     title = "# Student distilled from itself, shown privileged context (self-distillation)"
 
-    def validate(self, config, method: Method, sources: frozenset[str]) -> None:
+    def validate(self, config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
         super().validate(config, method, sources)
         if config.fsdp and method.objective(config).signals:
             raise ValueError(f"fsdp: true with method {method.name}'s self-teacher is not supported: the self-teacher "
                              "runs the student's own weights outside the sharded forward. Train it without fsdp "
                              "(sdpo with distillation_weight 0, GRPO, has no self-teacher and shards)")
 
-    def prompt_budgets(self, config, method: Method, takes_signal: bool, evaluating: bool) -> set[str]:
+    def prompt_budgets(self, config: DistillConfig, method: Method, takes_signal: bool, evaluating: bool) -> set[str]:
         budgets = super().prompt_budgets(config, method, takes_signal, evaluating)
         return budgets | {method.teacher_prompt_budget} if takes_signal else budgets

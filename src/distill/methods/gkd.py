@@ -5,10 +5,15 @@ dataset or teacher completions (off-policy; `seq_kd` for the teacher's). Any sam
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from distill.methods import mixing
 from distill.methods.registry import Method, Paper, Reads, register
 from distill.objectives import DivergenceObjective
 from distill.signals import DENSE, SPARSE
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 GKD_PAPER = Paper(
     "On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes (GKD)", "Agarwal et al., 2024",
@@ -17,7 +22,7 @@ GKD_PAPER = Paper(
     "and Bachem, Olivier", "booktitle={ICLR}, year={2024}")
 
 
-def divergence_objective(config) -> DivergenceObjective:
+def divergence_objective(config: DistillConfig) -> DivergenceObjective:
     """Same-tokenizer teachers: a model (dense), a server or a cache (sparse)."""
     return DivergenceObjective(mixing.beta_for(config), config.temperature, config.loss_chunk_size, frozenset({DENSE, SPARSE}))
 
@@ -34,13 +39,13 @@ class GKD(Method):
     reads = (Reads("method gkd", ("beta", "temperature")), *mixing.READS, mixing.OFF_POLICY_BETA)
     defaults = {"beta": 0.5}
 
-    def sources(self, config) -> mixing.MixedSources:
+    def sources(self, config: DistillConfig) -> mixing.MixedSources:
         return mixing.MixedSources.from_config(config)
 
-    def objective(self, config) -> DivergenceObjective:
+    def objective(self, config: DistillConfig) -> DivergenceObjective:
         return divergence_objective(config)
 
-    def validate(self, config) -> None:
+    def validate(self, config: DistillConfig) -> None:
         mixing.validate(config)
 
     def describe_loss(self, record: dict) -> str:

@@ -6,11 +6,15 @@ mixing. The teacher scores into aligned signals (`distill.teachers.cross_tokeniz
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from distill.methods import mixing
 from distill.methods.registry import Method, Paper, Reads, register
 from distill.objectives import DivergenceObjective
 from distill.signals import ALIGNED
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 ULD_PAPER = Paper(
     "Towards Cross-Tokenizer Distillation: the Universal Logit Distillation Loss for LLMs (ULD)", "Boizard et al., 2024",
@@ -18,12 +22,12 @@ ULD_PAPER = Paper(
     "booktitle={arXiv preprint}, year={2024}")
 
 
-def aligned_objective(config) -> DivergenceObjective:
+def aligned_objective(config: DistillConfig) -> DivergenceObjective:
     """ULD / hybrid ULD on aligned signals only: a teacher model with its own tokenizer."""
     return DivergenceObjective(mixing.beta_for(config), config.temperature, config.loss_chunk_size, frozenset({ALIGNED}))
 
 
-def hybrid(config) -> bool:
+def hybrid(config: DistillConfig) -> bool:
     return config.uld_use_hybrid_loss
 
 
@@ -40,13 +44,13 @@ class GOLD(Method):
                    mixing.OFF_POLICY_BETA.names, lambda c: hybrid(c) and mixing.off_policy(c)))
     defaults = {"beta": 0.5}
 
-    def sources(self, config) -> mixing.MixedSources:
+    def sources(self, config: DistillConfig) -> mixing.MixedSources:
         return mixing.MixedSources.from_config(config)
 
-    def objective(self, config):
+    def objective(self, config: DistillConfig):
         return aligned_objective(config)
 
-    def validate(self, config) -> None:
+    def validate(self, config: DistillConfig) -> None:
         mixing.validate(config)
         if (config.uld_hybrid_matched_weight is None) != (config.uld_hybrid_unmatched_weight is None):
             raise ValueError("uld_hybrid_matched_weight and uld_hybrid_unmatched_weight: set both (fixed weights) or "

@@ -12,6 +12,7 @@ which holds completions written before the run, not the student's samples.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from distill.losses.policy_gradient import ClipSettings
 from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
@@ -25,13 +26,16 @@ from distill.objectives.iw_opd import (
     IWOPDSettings,
 )
 
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
+
 IW_OPD_PAPER = Paper(
     "On the Position Bias of On-Policy Distillation", "Xie et al., 2026", "2606.22600", "xie2026position",
     "Yan Xie and Sijie Zhu and Tiansheng Wen and Bo Chen and Yifei Wang",
     "journal={arXiv preprint arXiv:2606.22600}, year={2026}")
 
 
-def clip_settings(config) -> ClipSettings:
+def clip_settings(config: DistillConfig) -> ClipSettings:
     return ClipSettings(config.epsilon_low, config.epsilon_high, config.dual_clip)
 
 
@@ -50,17 +54,17 @@ class IWOPD(Method):
     )
     metrics, maxima, minima = METRICS, MAXIMA, MINIMA
 
-    def sources(self, config):
+    def sources(self, config: DistillConfig):
         """Teacher samples for the warm-up steps (sequence-level KD), the student's own after."""
         if config.teacher_warmup_steps == 0:
             return ALWAYS_ON_POLICY
         return MixedSources(1.0, "step", 0.0, config.teacher_warmup_steps, seq_kd=True)
 
-    def objective(self, config) -> IWOPDObjective:
+    def objective(self, config: DistillConfig) -> IWOPDObjective:
         return IWOPDObjective(IWOPDSettings(config.iw_opd_gamma, config.iw_opd_epsilon, clip_settings(config),
                                             config.temperature, config.loss_chunk_size, config.num_iterations > 1))
 
-    def validate(self, config) -> None:
+    def validate(self, config: DistillConfig) -> None:
         """iw_opd's own rules; every message names the field and the fix."""
         if not (config.iw_opd_gamma >= 0 and math.isfinite(config.iw_opd_gamma)):
             raise ValueError(f"iw_opd_gamma must be a finite number >= 0 (0 = plain sampled-token OPD), got {config.iw_opd_gamma!r}")
@@ -80,7 +84,7 @@ class IWOPD(Method):
             raise ValueError("teacher_warmup_steps needs a teacher model that samples; a teacher_url server only scores. "
                              "Set teacher_warmup_steps: 0")
 
-    def records_log_probs(self, config) -> bool:
+    def records_log_probs(self, config: DistillConfig) -> bool:
         return True  # pi_old of every sampled token
 
     def describe_loss(self, record: dict) -> str:

@@ -8,11 +8,15 @@ Student samples get `beta`; off-policy ones `off_policy_beta` (None: `beta`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from distill.methods.mixing_fields import LMBDA_SCHEDULES
 from distill.methods.registry import Reads
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 
 def draw_sources(lmbda: float, seq_kd: bool, seed: int, step: int, num_micro_batches: int) -> list[str]:
@@ -34,7 +38,7 @@ class MixedSources:
     seq_kd: bool = False
 
     @classmethod
-    def from_config(cls, config) -> "MixedSources":
+    def from_config(cls, config: DistillConfig) -> "MixedSources":
         return cls(config.lmbda, config.lmbda_schedule, config.lmbda_start, config.lmbda_schedule_steps, config.seq_kd)
 
     def logged(self, step: int) -> dict[str, float]:
@@ -67,13 +71,13 @@ class MixedSources:
 ALWAYS_ON_POLICY = MixedSources(1.0)
 
 
-def beta_for(config):
+def beta_for(config: DistillConfig):
     """The loss beta of each completion source: `beta` for student samples, `off_policy_beta` for the rest."""
     off = config.beta if config.off_policy_beta is None else config.off_policy_beta
     return lambda source: config.beta if source == "student" else off
 
 
-def off_policy(config) -> bool:
+def off_policy(config: DistillConfig) -> bool:
     return bool(MixedSources.from_config(config).possible() - {"student"})
 
 
@@ -86,7 +90,7 @@ READS = (
 OFF_POLICY_BETA = Reads("off-policy micro-batches (lmbda < 1)", ("off_policy_beta",), off_policy)
 
 
-def validate(config) -> None:
+def validate(config: DistillConfig) -> None:
     """The mixing fields' own ranges."""
     if config.lmbda_schedule not in LMBDA_SCHEDULES:
         raise ValueError(f"lmbda_schedule must be one of {LMBDA_SCHEDULES}, got {config.lmbda_schedule!r}")

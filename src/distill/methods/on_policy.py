@@ -3,10 +3,15 @@ distributions toward the teacher's (GKD with lmbda fixed to 1; the reference lib
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from distill.methods.gkd import GKD_PAPER, describe_jsd, divergence_objective
 from distill.methods.mixing import ALWAYS_ON_POLICY
 from distill.methods.registry import Method, Reads, register
 from distill.objectives import DivergenceObjective
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 
 class OnPolicy(Method):
@@ -16,10 +21,10 @@ class OnPolicy(Method):
     reads = (Reads("method on_policy", ("beta", "temperature")),)
     defaults = {"beta": 0.5}
 
-    def sources(self, config):
+    def sources(self, config: DistillConfig):
         return ALWAYS_ON_POLICY
 
-    def objective(self, config) -> DivergenceObjective:
+    def objective(self, config: DistillConfig) -> DivergenceObjective:
         return divergence_objective(config)
 
     def describe_loss(self, record: dict) -> str:

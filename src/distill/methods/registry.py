@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 from distill.registry import Registry
 
 if TYPE_CHECKING:  # annotations only: this module stays a leaf
+    from distill.config import DistillConfig
     from distill.objectives.base import Objective
     from distill.rollout import SourcePlan, StepStage
 
@@ -103,39 +104,39 @@ class Method:
     template_fields: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------------------------ required --
-    def sources(self, config) -> SourcePlan:
+    def sources(self, config: DistillConfig) -> SourcePlan:
         """Which completions each micro-batch uses (`distill.rollout.SourcePlan`)."""
         raise NotImplementedError
 
-    def objective(self, config) -> Objective:
+    def objective(self, config: DistillConfig) -> Objective:
         """The loss (`distill.objectives.Objective`); its `signals` say which teachers fit."""
         raise NotImplementedError
 
     # -------------------------------------------------------------------------------- optional hooks --
-    def validate(self, config) -> None:
+    def validate(self, config: DistillConfig) -> None:
         """Its own rules, raising ValueError naming the field and the fix (before anything loads)."""
 
-    def check_examples(self, config, examples: list, field: str) -> None:
+    def check_examples(self, config: DistillConfig, examples: list, field: str) -> None:
         """Its checks of the training rows, before models load."""
 
-    def records_log_probs(self, config) -> bool:
+    def records_log_probs(self, config: DistillConfig) -> bool:
         """Record each sampled token's log-prob under the sampling policy (pi_old)."""
         return False
 
-    def group_size(self, config) -> int:
+    def group_size(self, config: DistillConfig) -> int:
         """Completions per prompt in a step (GRPO-style groups; `distill.data.StepSampler`)."""
         return 1
 
-    def trains_row(self, config, example) -> bool:
+    def trains_row(self, config: DistillConfig, example) -> bool:
         """False for rows that get no loss (their tokens leave the denominator too)."""
         return True
 
-    def stage(self, config, parts: StageParts) -> StepStage | None:
+    def stage(self, config: DistillConfig, parts: StageParts) -> StepStage | None:
         """Work run on each rollout before any loss (`distill.rollout.StepStage`: sdpo's rewards and
         demonstrations), or None."""
         return None
 
-    def hooks(self, config, student, teacher) -> list[StepHook]:
+    def hooks(self, config: DistillConfig, student, teacher) -> list[StepHook]:
         """Step hooks (an EMA teacher's update), checkpointed with the run."""
         return []
 

@@ -9,8 +9,13 @@ the student's sampling must use the loss temperature and no truncation (top_p 1,
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def check_sampling_matches_loss(config, estimators: list[str]) -> None:
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
+
+
+def check_sampling_matches_loss(config: DistillConfig, estimators: list[str]) -> None:
     """Raise ValueError, naming both fields and the estimators that need it, unless the student samples from
     the loss's distribution; `estimators`: what in this run needs it (empty: nothing does)."""
     if not estimators:
@@ -27,6 +32,6 @@ def check_sampling_matches_loss(config, estimators: list[str]) -> None:
                          "differentiate; set top_p: 1 and top_k: 0")
 
 
-def reused_rollouts(config, student_samples: bool = True) -> list[str]:
+def reused_rollouts(config: DistillConfig, student_samples: bool = True) -> list[str]:
     """The importance ratio's claim, when rollouts of the student's samples are reused."""
     return ["num_iterations > 1 (the importance ratio pi_theta / pi_old)"] if config.num_iterations > 1 and student_samples else []

@@ -11,6 +11,8 @@ reverse KL). Learning from demonstrations on-policy is the paper's answer to SFT
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
 from distill.methods.registry import Method, Paper, Reads, register
 from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
@@ -26,6 +28,9 @@ from distill.objectives.self_distillation import (
     SelfDistillationSettings,
 )
 from distill.teachers.self_teacher import EMAUpdate
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 SDFT_PAPER = Paper(
     "Self-Distillation Enables Continual Learning", "Shenfeld et al., 2026", "2601.19897", "shenfeld2026selfdistillation",
@@ -58,16 +63,16 @@ class SDFT(Method):
     )
     metrics = METRICS
 
-    def sources(self, config):
+    def sources(self, config: DistillConfig):
         """The student samples every completion; with generate_from_teacher the self-teacher does."""
         return TEACHER_SAMPLES if config.generate_from_teacher else ALWAYS_ON_POLICY
 
-    def objective(self, config) -> SelfDistillationObjective:
+    def objective(self, config: DistillConfig) -> SelfDistillationObjective:
         return SelfDistillationObjective(SelfDistillationSettings(
             config.distillation_mode, config.beta, config.temperature, config.loss_chunk_size, config.distillation_topk,
             config.distillation_is_clip, config.num_iterations > 1 and not config.generate_from_teacher))
 
-    def validate(self, config) -> None:
+    def validate(self, config: DistillConfig) -> None:
         """sdft's own rules, checked before any model loads; every message names the field and the fix."""
         check_self_teacher(config)
         check_template(config.teacher_prompt_template, "teacher_prompt_template")
@@ -84,7 +89,7 @@ class SDFT(Method):
         if not config.generate_from_teacher:  # the self-teacher's samples train by a divergence, never a policy gradient
             check_sampling_matches_loss(config, sampled_token_loss(config) + reused_rollouts(config))
 
-    def check_examples(self, config, examples, field: str) -> None:
+    def check_examples(self, config: DistillConfig, examples, field: str) -> None:
         """Every training row has a privileged context, unless missing_privileged_context: skip."""
         check_chat_prompts([e for e in examples if e.privileged_context is not None], field)
         missing = [e.index for e in examples if e.privileged_context is None]
@@ -97,13 +102,13 @@ class SDFT(Method):
                          "one): give every row the text the self-teacher sees, or set missing_privileged_context: skip to "
                          "train them without it (no loss; counted in self_teacher/rows_without_context)")
 
-    def records_log_probs(self, config) -> bool:
+    def records_log_probs(self, config: DistillConfig) -> bool:
         return config.num_iterations > 1 and not config.generate_from_teacher
 
-    def trains_row(self, config, example) -> bool:
+    def trains_row(self, config: DistillConfig, example) -> bool:
         return example.privileged_context is not None
 
-    def hooks(self, config, student, teacher) -> list:
+    def hooks(self, config: DistillConfig, student, teacher) -> list:
         if config.teacher_model_kind != "ema":
             return []
         return [EMAUpdate(teacher.copy, student, config.teacher_update_rate, config.teacher_sync_steps)]

@@ -4,11 +4,16 @@ model loads; a rule a part already checks (the teacher's kind, the loss's settin
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from distill.objectives.self_distillation import SelfDistillationSettings
 from distill.teachers.self_teacher import check_kind
 
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
-def check_self_teacher(config) -> None:
+
+def check_self_teacher(config: DistillConfig) -> None:
     check_kind(config.teacher_model_kind)
     if not (0.0 < config.teacher_update_rate <= 1.0):
         raise ValueError(f"teacher_update_rate must be in (0, 1] (the student's share of each EMA update; 1 = copy the "
@@ -17,12 +22,12 @@ def check_self_teacher(config) -> None:
         raise ValueError(f"teacher_sync_steps must be >= 1 (optimizer steps between EMA updates), got {config.teacher_sync_steps!r}")
 
 
-def sampled_token_loss(config) -> list[str]:
+def sampled_token_loss(config: DistillConfig) -> list[str]:
     """The sampled-token loss's claim on sampling (`distill.methods.sampling_rules`), when it is the loss."""
     return ["distillation_mode sampled_token (REINFORCE on the student's samples)"] if config.distillation_mode == "sampled_token" else []
 
 
-def check_distillation(config) -> None:
+def check_distillation(config: DistillConfig) -> None:
     """The self-distillation loss's fields, checked by building its settings."""
     SelfDistillationSettings(config.distillation_mode, config.beta, topk=config.distillation_topk,
                              is_clip=config.distillation_is_clip)

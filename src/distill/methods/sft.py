@@ -3,9 +3,14 @@ is measured against. No teacher; the same rollout, denominators, metrics and che
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from distill.methods.mixing import MixedSources
 from distill.methods.registry import Method, Reads, register
 from distill.objectives.supervised import CrossEntropyObjective
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 DATASET_ONLY = MixedSources(0.0)
 
@@ -19,10 +24,10 @@ class SFT(Method):
     reads = (Reads("eval_before_after: true (the evaluation's teacher is the initial model shown the row's context)",
                    ("teacher_prompt_template", "max_teacher_prompt_length"), lambda c: c.eval_before_after),)
 
-    def sources(self, config):
+    def sources(self, config: DistillConfig):
         return DATASET_ONLY
 
-    def objective(self, config) -> CrossEntropyObjective:
+    def objective(self, config: DistillConfig) -> CrossEntropyObjective:
         return CrossEntropyObjective(config.loss_chunk_size)
 
     def describe_loss(self, record: dict) -> str:

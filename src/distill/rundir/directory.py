@@ -17,7 +17,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -36,6 +36,9 @@ from distill.models import count_parameters
 from distill.rundir import checkpoint as ckpt
 from distill.rundir.lock import RunLock, check_unlocked
 from distill.rundir.model_card import write_model_card
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +81,7 @@ def launch_rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def run_inputs(config, location) -> dict[str, str]:
+def run_inputs(config: DistillConfig, location) -> dict[str, str]:
     """The run's inputs named by path in `config` (field -> path), the teacher location's among them
     (`TeacherLocation.inputs`); objects passed from Python are not paths."""
     inputs = {"student": config.student, "dataset": config.dataset, "eval_dataset": config.eval_dataset,
@@ -87,7 +90,7 @@ def run_inputs(config, location) -> dict[str, str]:
     return {field: path for field, path in inputs.items() if isinstance(path, str) and path not in named}
 
 
-def check_objects_given(config, given: set[str]) -> None:
+def check_objects_given(config: DistillConfig, given: set[str]) -> None:
     """A resumed run started from Python with objects (config.yaml records only "<Type object>") needs them again."""
     missing = [name for name in ("student", "teacher", "dataset", "eval_dataset")
                if isinstance(getattr(config, name), str) and OBJECT_RECORD.fullmatch(getattr(config, name)) and name not in given]
@@ -218,7 +221,7 @@ def clear_previous_run(run_dir: Path) -> list[Path]:
 class RunDirectory:
     """Writes the run directory on the main process; every method here is called on every process."""
 
-    def __init__(self, path: Path, runtime, config, config_record: dict[str, Any], break_lock: bool = False):
+    def __init__(self, path: Path, runtime, config: DistillConfig, config_record: dict[str, Any], break_lock: bool = False):
         self.path, self.runtime, self.config, self.record = Path(path), runtime, config, config_record
         self.break_lock = break_lock  # take over a lock another host left (`distill.rundir.lock`)
         self._saved_step: int | None = None

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
@@ -28,6 +30,9 @@ from distill.teachers.hidden_server import HiddenStateServerTeacher
 from distill.teachers.local import LocalTeacher
 from distill.teachers.routed import RoutedTeacher
 from distill.teachers.server import ServerSettings, ServerTeacher
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 
 def load_model(spec: str, field: str = "teacher", device: torch.device | None = None, dtype: torch.dtype = torch.float32):
@@ -74,7 +79,7 @@ def hidden_server_teacher(settings: ServerSettings, tokenizer, vocab_size: int, 
     return teacher
 
 
-def cross_tokenizer_server_teacher(settings: ServerSettings, config, request) -> CrossTokenizerTeacher:
+def cross_tokenizer_server_teacher(settings: ServerSettings, config: DistillConfig, request) -> CrossTokenizerTeacher:
     """A hidden-state server of a teacher with its own tokenizer (method gold): the tokenizer and the head come
     from `teacher_head`, the alignment and the group prefixes are computed here (`CrossTokenizerTeacher`)."""
     teacher_tokenizer = load_tokenizer(resolve_model_source(config.teacher_head, "teacher_head"))
@@ -85,7 +90,7 @@ def cross_tokenizer_server_teacher(settings: ServerSettings, config, request) ->
                                  settings_uld, request.device, remote=remote)
 
 
-def server_settings(config, url: str) -> ServerSettings:
+def server_settings(config: DistillConfig, url: str) -> ServerSettings:
     """How to talk to the teacher server at `url`, as the run's config says (training and `distill eval` alike)."""
     return ServerSettings(url, config.teacher_logprobs, config.teacher_model_name, config.teacher_concurrency,
                           config.teacher_request_size, config.teacher_timeout, config.teacher_retries)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import codecs
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -43,6 +44,9 @@ from distill.models import eos_token_ids, logit_head
 from distill.signals import AlignedSignal
 from distill.teachers.base import Teacher
 from distill.teachers.hidden import backbone_hidden
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 
 class ByteBudget:
@@ -270,7 +274,7 @@ class CrossTokenizerTeacher(Teacher):
         return AlignedSignal(alignment, teacher_hidden, log_prefix, self.head, settings, temperature)
 
 
-def uld_settings(config, student_tokenizer, teacher_tokenizer, student_vocab: int, teacher_vocab: int) -> ULDSettings:
+def uld_settings(config: DistillConfig, student_tokenizer, teacher_tokenizer, student_vocab: int, teacher_vocab: int) -> ULDSettings:
     """The ULD variant a gold config asks for; the hybrid's adaptive weights follow the vocabulary overlap.
 
     Adaptive (both hybrid weights None): w_matched = matched tokens / teacher vocabulary, w_unmatched = 1 - w_matched.

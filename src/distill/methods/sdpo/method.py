@@ -4,6 +4,7 @@ checks of the rows, step stage, hooks and model-card lines."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from distill.data import PromptEncoder
 from distill.losses.policy_gradient import ClipSettings
@@ -29,6 +30,9 @@ from distill.objectives.sdpo import METRICS, SDPOObjective, SDPOSettings
 from distill.objectives.self_distillation import SelfDistillationSettings
 from distill.teachers.self_teacher import EMAUpdate
 
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
+
 SDPO_PAPER = Paper(
     "Reinforcement Learning via Self-Distillation", "Hübotter et al., 2026", "2601.20802", "hubotter2026sdpo",
     "Jonas H{\\\"u}botter and Frederike L{\\\"u}beck and Lejs Behric and Anton Baumann and Marco Bagatella and "
@@ -36,11 +40,11 @@ SDPO_PAPER = Paper(
     "journal={arXiv preprint arXiv:2601.20802}, year={2026}")
 
 
-def distils(config) -> bool:
+def distils(config: DistillConfig) -> bool:
     return config.distillation_weight > 0
 
 
-def reward_weights(config) -> list[float]:
+def reward_weights(config: DistillConfig) -> list[float]:
     weights = config.reward_weights if config.reward_weights is not None else [1.0] * len(config.reward_funcs)
     try:
         return [float(w) for w in weights]
@@ -48,7 +52,7 @@ def reward_weights(config) -> list[float]:
         raise ValueError(f"reward_weights must be numbers, got {config.reward_weights!r}") from None
 
 
-def rewards(config) -> Rewards:
+def rewards(config: DistillConfig) -> Rewards:
     """The configured reward functions (each resolved now: an unknown name or import path is an error)."""
     if not config.reward_funcs:
         raise ValueError("reward_funcs is empty: name at least one reward function (e.g. contains_answer)")
@@ -95,10 +99,10 @@ class SDPO(Method):
     metrics = METRICS
     teacher_prompt_budget = "max_reprompt_length"
 
-    def sources(self, config):
+    def sources(self, config: DistillConfig):
         return ALWAYS_ON_POLICY
 
-    def objective(self, config) -> SDPOObjective:
+    def objective(self, config: DistillConfig) -> SDPOObjective:
         reused = config.num_iterations > 1
         policy = PolicySettings(config.loss_type, ClipSettings(config.epsilon_low, config.epsilon_high, dual_clip=None),
                                 config.temperature, config.loss_chunk_size, config.max_new_tokens, reused)
@@ -106,7 +110,7 @@ class SDPO(Method):
                                                 config.distillation_topk, config.distillation_is_clip, reused)
         return SDPOObjective(SDPOSettings(config.distillation_weight, policy, distillation))
 
-    def validate(self, config) -> None:
+    def validate(self, config: DistillConfig) -> None:
         """sdpo's own rules, checked before any model loads; every message names the field and the fix."""
         if config.num_generations < 2:
             raise ValueError(f"num_generations must be >= 2 (a group's advantages compare its completions), got "
@@ -133,7 +137,7 @@ class SDPO(Method):
         policy = ["the policy loss (distillation_weight < 1)"] if config.distillation_weight < 1.0 else []
         check_sampling_matches_loss(config, policy + (sampled_token_loss(config) if distils(config) else []) + reused_rollouts(config))
 
-    def check_examples(self, config, examples, field: str) -> None:
+    def check_examples(self, config: DistillConfig, examples, field: str) -> None:
         """Answer rewards need an `answer` on every row; feedback needs a row that has some."""
         names = [str(spec) for spec in config.reward_funcs]
         needing = [name for name in names if name in ANSWER_REWARDS]
@@ -148,13 +152,13 @@ class SDPO(Method):
             raise ValueError(f"include_feedback: no {field} row has a 'feedback' (or 'privileged_context') column to show "
                              "the self-teacher; add one or set include_feedback: false")
 
-    def records_log_probs(self, config) -> bool:
+    def records_log_probs(self, config: DistillConfig) -> bool:
         return config.num_iterations > 1
 
-    def group_size(self, config) -> int:
+    def group_size(self, config: DistillConfig) -> int:
         return config.num_generations
 
-    def stage(self, config, parts) -> RewardStage:
+    def stage(self, config: DistillConfig, parts) -> RewardStage:
         settings = GroupSettings(config.num_generations, config.advantage_scaling, config.success_reward_threshold,
                                  config.demonstration_from_self, config.include_feedback, config.feedback_only_without_solution,
                                  config.remove_thinking_from_demonstration)
@@ -164,7 +168,7 @@ class SDPO(Method):
             reprompts = Reprompts(encoder, config.reprompt_template, config.solution_template, config.feedback_template)
         return RewardStage(rewards(config), settings, reprompts, parts.tokenizer, parts.runtime, parts.first_row)
 
-    def hooks(self, config, student, teacher) -> list:
+    def hooks(self, config: DistillConfig, student, teacher) -> list:
         if not distils(config) or config.teacher_model_kind != "ema":
             return []
         return [EMAUpdate(teacher.copy, student, config.teacher_update_rate, config.teacher_sync_steps)]
