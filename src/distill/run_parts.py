@@ -9,8 +9,9 @@ fills in: `Method.defaults`) that no active part reads is an error that says wha
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
+from distill.generation.engine import engine_names, get_engine
 from distill.locations import location_reads
 from distill.methods.registry import Method, Reads, get_method, method_names
 
@@ -32,15 +33,22 @@ def run_reads(sources: frozenset[str]) -> tuple[Reads, ...]:
         Reads("warmup_steps: 0 (warmup_steps > 0 overrides it)", ("warmup_ratio",), lambda c: c.warmup_steps == 0),
         Reads("on-policy micro-batches (the student samples; lmbda > 0)", ("sampling_temperature", "top_p", "top_k"),
               lambda c: "student" in sources),
-        Reads("generation_engine: vllm", ("vllm_kv_cache_gib",), lambda c: c.generation_engine == "vllm"),
-        Reads("generation_engine: vllm_server", ("vllm_server_url", "vllm_weights_dir"),
-              lambda c: c.generation_engine == "vllm_server"),
+        *engine_reads(),
         Reads("use_peft: true", ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"), lambda c: c.use_peft),
         Reads("eval_before_after: true", ("eval_dataset", "eval_split", "eval_max_prompts", "eval_max_new_tokens",
                                           "eval_batch_size", "eval_examples"), lambda c: c.eval_before_after),
         Reads("a tracker (report_to other than none)", ("run_name",), lambda c: c.report_to.strip() not in ("", "none")),
         *location_reads(),
     )
+
+
+def engine_reads() -> tuple[Reads, ...]:
+    """The fields each registered engine reads (`Engine.reads`), active when the run names it."""
+    def named(name: str) -> Callable[[DistillConfig], bool]:
+        return lambda config: config.generation_engine == name
+
+    return tuple(Reads(f"generation_engine: {name}", get_engine(name).reads, named(name))
+                 for name in engine_names() if get_engine(name).reads)
 
 
 def check_fields_read(config: DistillConfig, method: Method, sources: frozenset[str]) -> None:

@@ -113,7 +113,8 @@ def _open_teacher(job: CacheJob, device: torch.device) -> OpenTeacher:
     from distill.models import DEFAULT_TEACHER, check_context, load_tokenizer, resolve_model_source
     from distill.teacher_assembly import assemble_teachers, comparison
 
-    method = get_method("gkd")  # a same-tokenizer method: the cache holds the teacher's own top-k or hidden states
+    # The default method, a same-tokenizer one: the cache holds the teacher's own top-k or hidden states.
+    method = get_method(DistillConfig().method)
     remote = {} if job.teacher_url is None else (
         {"teacher_payload": "hidden"} if job.payload == "hidden" else {"teacher_logprobs": job.top_k})
     config = DistillConfig(method=method.name, teacher=job.teacher or DEFAULT_TEACHER, teacher_url=job.teacher_url,

@@ -82,6 +82,8 @@ class Engine(ABC):
 
     name: `generation_engine`'s value for it; label: how messages name it;
     auto_order: preference under `auto`, lowest first; None: only when named.
+    reads: the config fields it reads when a run names it (`distill.run_parts`: changed while another engine
+        runs, they are an error).
     keeps_weights: it decodes its own copy of the student's weights, kept current by `sync_weights`.
     takes_extras: it gives a model kind's extra inputs (`DecodeRequest.extras`) to the model; an engine that
         decodes token ids only is not chosen for a batch that carries extras.
@@ -90,6 +92,7 @@ class Engine(ABC):
     name: str = ""
     label: str = ""
     auto_order: int | None = None
+    reads: tuple[str, ...] = ()
     keeps_weights: bool = False
     takes_extras: bool = False
 

@@ -80,8 +80,9 @@ class _Replica:
 class VllmEngine(Engine):
     name = "vllm"
     label = "vLLM (colocated)"
-    auto_order = None
-    keeps_weights = True  # only when named: it needs the optional extra and a replica per model
+    auto_order = None  # only when named: it needs the optional extra and a replica per model
+    keeps_weights = True
+    reads = ("vllm_kv_cache_gib",)
 
     def __init__(self):
         self.kv_cache_bytes = 1 << 30

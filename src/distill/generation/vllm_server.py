@@ -64,6 +64,7 @@ class VllmServerEngine(Engine):
     label = "a vLLM server"
     auto_order = None
     keeps_weights = True
+    reads = ("vllm_server_url", "vllm_weights_dir")
 
     def __init__(self):
         self.url: str | None = None
