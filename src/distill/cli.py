@@ -160,12 +160,12 @@ def cmd_serve_teacher(argv: list[str]) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--served-model-name", default=None, help="the `model` name clients send (default: MODEL)")
     parser.add_argument("--max-batch-tokens", type=int, default=16384, help="padded prompt tokens (rows x longest) per forward pass of batched requests")
-    from distill.commands.serve_teacher import (
+    from distill.commands.serve_teacher import serve
+    from distill.serving.limits import (
         DEFAULT_MAX_LOGPROBS,
         DEFAULT_MAX_PROMPT_TOKENS,
         DEFAULT_MAX_REQUEST_BYTES,
         ServerLimits,
-        serve,
     )
 
     parser.add_argument("--max-logprobs", type=int, default=DEFAULT_MAX_LOGPROBS,

@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from distill.batch import Completion, collate
-from distill.commands.serve_teacher import ScoringEngine, build_app
 from distill.data import Example
 from distill.losses import LogitHead
 from distill.losses.uld import ULDSettings, VocabularyMatch
 from distill.objectives import LossSettings, StudentTokens, divergence
+from distill.serving.app import build_app
+from distill.serving.scoring import ScoringEngine
 from distill.teachers.cross_tokenizer import CrossTokenizerTeacher
 from distill.teachers.hidden_server import HiddenStateServerTeacher
 from distill.teachers.server import ServerSettings

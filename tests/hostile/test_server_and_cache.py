@@ -13,12 +13,9 @@ import math
 import pytest
 import torch
 
-from distill.commands.serve_teacher import (
-    DEFAULT_MAX_LOGPROBS,
-    ScoringEngine,
-    ServerLimits,
-    build_app,
-)
+from distill.serving.app import build_app
+from distill.serving.limits import DEFAULT_MAX_LOGPROBS, ServerLimits
+from distill.serving.scoring import ScoringEngine
 from tests.teachers.servers import post, serve_app
 
 VOCAB, CONTEXT = 320, 512  # the conftest tiny teacher: len(tokenizer), max_position_embeddings
@@ -152,7 +149,7 @@ def test_nonsensical_limits_fail_at_start_up_naming_the_option(field, value):
 
 
 def test_max_logprobs_minus_one_lifts_the_cap_as_in_vllm(tokenizer):
-    from distill.commands.serve_teacher import parse_completion_request
+    from distill.serving.limits import parse_completion_request
 
     body = completion(prompt_logprobs=10**9)
     _, k, _ = parse_completion_request(body, tokenizer, VOCAB, ServerLimits(max_logprobs=-1))

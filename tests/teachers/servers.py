@@ -41,7 +41,7 @@ def serve_teacher(model_dir, *extra: str):
 
 @contextlib.contextmanager
 def serve_app(app):
-    """Run an ASGI app (`distill.commands.serve_teacher.build_app(...)`) with uvicorn on a thread, on a free loopback port; yields its URL.
+    """Run an ASGI app (`distill.serving.app.build_app(...)`) with uvicorn on a thread, on a free loopback port; yields its URL.
 
     Starts in well under a second (no model load in a subprocess), so each hostile request is cheap to test.
     """

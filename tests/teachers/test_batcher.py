@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from distill.commands.serve_teacher import Batcher
+from distill.serving.scoring import Batcher
 
 
 class CountingEngine:

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from distill.batch import Completion, all_trained, collate, skipping_first, untrained
-from distill.commands.serve_teacher import ScoringEngine, build_app
 from distill.errors import TeacherServerError
 from distill.losses import LogitHead
 from distill.objectives import LossSettings, StudentTokens, divergence
+from distill.serving.app import build_app
+from distill.serving.scoring import ScoringEngine
 from distill.signals import DenseSignal, RoutedSignal
 from distill.teachers import LocalTeacher
 from distill.teachers.head import head_fingerprint

@@ -167,7 +167,7 @@ def test_prompt_logprobs_over_the_cap_are_refused_naming_the_option(server):
 def test_cli_limits_reach_the_server(monkeypatch):
     import distill.commands.serve_teacher
     from distill.cli import main
-    from distill.commands.serve_teacher import ServerLimits
+    from distill.serving.limits import ServerLimits
 
     calls = []
     monkeypatch.setattr(distill.commands.serve_teacher, "serve", lambda *args: calls.append(args))
