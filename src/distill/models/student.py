@@ -1,0 +1,108 @@
+"""Building the student: the teacher's layers kept or dropped (`student_init`), then prepared to train (float32
+master weights, activation checkpointing, LoRA)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+
+def parse_student_init(spec: str) -> tuple[str, list[int] | int | None]:
+    """Parse `student_init` into (kind, argument); raises ValueError with the accepted forms."""
+    forms = "'all', 'drop_every:K', 'keep_every:K', 'first:N' or 'layers:0,2,5'"
+    kind, _, arg = spec.partition(":")
+    try:
+        if kind == "all" and not arg:
+            return "all", None
+        if kind in ("drop_every", "keep_every", "first"):
+            value = int(arg)
+            if value < 1 or (kind == "drop_every" and value < 2):
+                raise ValueError
+            return kind, value
+        if kind == "layers":
+            layers = [int(x) for x in arg.split(",")]
+            if not layers or min(layers) < 0 or len(set(layers)) != len(layers):
+                raise ValueError
+            return kind, layers
+    except ValueError:
+        pass
+    raise ValueError(f"student_init must be {forms}, got {spec!r}")
+
+
+def layers_of(model: nn.Module) -> nn.ModuleList:
+    """The list of transformer blocks of a decoder-only model."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
+    layers = getattr(decoder, "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise ValueError(
+            f"student_init: cannot find the transformer layers of {type(model).__name__} (expected "
+            "model.get_decoder().layers); use student_init 'all' or pass a student model"
+        )
+    return layers
+
+
+def select_layer_indices(num_layers: int, spec: str) -> list[int]:
+    """Which of `num_layers` layers `student_init` keeps (sorted)."""
+    kind, arg = parse_student_init(spec)
+    if kind == "all":
+        keep = list(range(num_layers))
+    elif kind == "drop_every":
+        keep = [i for i in range(num_layers) if (i + 1) % arg != 0]
+    elif kind == "keep_every":
+        keep = list(range(0, num_layers, arg))
+    elif kind == "first":
+        keep = list(range(min(arg, num_layers)))
+    else:
+        if max(arg) >= num_layers:
+            raise ValueError(f"student_init: layer {max(arg)} does not exist (the model has {num_layers} layers)")
+        keep = sorted(arg)
+    if not keep:
+        raise ValueError(f"student_init {spec!r} keeps no layer of {num_layers}")
+    return keep
+
+
+def make_student(base: nn.Module, spec: str) -> nn.Module:
+    """A copy of `base` keeping the layers `spec` selects, with config and layer indices made consistent."""
+    student = copy.deepcopy(base)
+    layers = layers_of(student)
+    keep = select_layer_indices(len(layers), spec)
+    if len(keep) == len(layers):
+        return student
+    kept = nn.ModuleList([layers[i] for i in keep])
+    decoder = student.get_decoder() if hasattr(student, "get_decoder") else student.model
+    decoder.layers = kept
+    for new_index, layer in enumerate(kept):
+        for module in layer.modules():
+            if hasattr(module, "layer_idx"):
+                module.layer_idx = new_index
+    student.config.num_hidden_layers = len(keep)
+    layer_types = getattr(student.config, "layer_types", None)
+    if isinstance(layer_types, list) and len(layer_types) == len(layers):
+        student.config.layer_types = [layer_types[i] for i in keep]
+    logger.info("student_init %s: kept %d of %d layers %s", spec, len(keep), len(layers), keep)
+    return student
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def prepare_student(model: nn.Module, gradient_checkpointing: bool, lora: dict | None) -> nn.Module:
+    """The student as it trains: float32 master weights, activation checkpointing, LoRA adapters (`lora`:
+    r, lora_alpha, lora_dropout, target_modules; None = full fine-tuning)."""
+    model = model.float()
+    if gradient_checkpointing:
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()
+        model.config.use_cache = False
+    if lora is not None:
+        try:
+            from peft import LoraConfig, get_peft_model
+        except ImportError:
+            raise ValueError("use_peft: true needs the optional extra: pip install peft") from None
+        model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **lora))
+    return model
