@@ -54,10 +54,10 @@ def main() -> None:
     args = parser.parse_args()
 
     from distill.align import TokenBytes, align_groups, paired_groups, text_and_ends
-    from distill.byte_student import byte_tokenizer
     from distill.losses import LogitHead, chunked_generalized_jsd
     from distill.losses.uld import Alignment, ULDSettings, VocabularyMatch, chunked_uld
     from distill.models import load_tokenizer, resolve_model_source
+    from distill.models.byte_student import byte_tokenizer
 
     teacher_tok = load_tokenizer(resolve_model_source("smollm2-135m-instruct", "teacher"))
     text = ""

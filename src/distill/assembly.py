@@ -35,7 +35,6 @@ from distill.data_files import BUNDLED_DATASET, load_dataset_spec
 from distill.generation import SamplingParams
 from distill.locations import TRAIN, TeacherLocation, Teachers
 from distill.methods.registry import Method
-from distill.model_kinds import model_kind_of
 from distill.models import (
     check_context,
     check_rows_match,
@@ -44,6 +43,7 @@ from distill.models import (
     prepare_student,
     resolve_model_source,
 )
+from distill.models.kinds import model_kind_of
 from distill.rollout import RolloutSettings
 from distill.teacher_assembly import Comparison, assemble_teachers, comparison
 from distill.teachers.build import load_model

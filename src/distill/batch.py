@@ -8,7 +8,7 @@ environment's tokens between them, which stay in the context. The first EOS is k
 masked, so pad == eos is safe. Token tensors are torch.long, even when every completion is empty.
 
 A row may carry model inputs beyond its token ids (`Completion.extras`, named tensors a model kind encodes
-from the dataset row, `distill.model_kinds`): collated generically into `MicroBatch.extras` and given to the
+from the dataset row, `distill.models.kinds`): collated generically into `MicroBatch.extras` and given to the
 model's forward by name, for the student, the teacher and generation alike.
 
 Masks are made by `all_trained`, `skipping_first` (a method's `num_loss_tokens_to_skip`) and `untrained` (a
@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from distill.data import Example
-from distill.model_inputs import RowExtras, collate_extras
+from distill.models.inputs import RowExtras, collate_extras
 
 T = TypeVar("T")
 

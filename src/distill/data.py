@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from distill.data_files import check_columns
-from distill.model_inputs import RowExtras
+from distill.models.inputs import RowExtras
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -46,7 +46,7 @@ class EncodedExample:
     prompt_ids: list[int]
     prompt_truncated: bool
     completion_ids: list[int] | None
-    extras: RowExtras = field(default_factory=dict)  # the model kind's inputs beyond the ids (`distill.model_kinds`)
+    extras: RowExtras = field(default_factory=dict)  # the model kind's inputs beyond the ids (`distill.models.kinds`)
 
 
 def examples_from_dataset(dataset, field: str) -> list[Example]:

@@ -189,7 +189,7 @@ def test_score_refuses_another_temperature(smol_teacher, smol_tokenizer, tokeniz
 
 @pytest.mark.parametrize("engine", ["hf", "lean"])
 def test_teacher_sampling_stops_at_the_students_byte_budget_and_padding_is_not_an_eos(smol_teacher, smol_tokenizer, monkeypatch, engine):
-    from distill.byte_student import byte_tokenizer
+    from distill.models.byte_student import byte_tokenizer
 
     student_tokenizer = byte_tokenizer()  # one byte per token: 6 student tokens are 6 bytes
     teacher = make_teacher(smol_teacher, smol_tokenizer, student_tokenizer)

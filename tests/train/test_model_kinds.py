@@ -1,4 +1,4 @@
-"""A model kind defined only here (`distill.model_kinds`): a causal LM that takes one extra per-row input,
+"""A model kind defined only here (`distill.models.kinds`): a causal LM that takes one extra per-row input,
 `row_feature` (B, F), read from the dataset's `feature` column. It trains with a teacher of the same kind,
 evaluates and resumes; the extra reaches the student's and the teacher's forward and generation."""
 
@@ -14,8 +14,8 @@ from distill import DistillConfig
 from distill.batch import Completion, collate
 from distill.data import PromptEncoder
 from distill.generation import SamplingParams, generate_completions
-from distill.model_inputs import Extra, collate_extras
-from distill.model_kinds import ModelKind, model_kind_of, register_model_kind, unregister_model_kind
+from distill.models.inputs import Extra, collate_extras
+from distill.models.kinds import ModelKind, model_kind_of, register_model_kind, unregister_model_kind
 from distill.teachers.hidden import backbone_hidden
 from distill.trainer import Distiller
 from tests.conftest import chat_rows

@@ -25,7 +25,7 @@ from distill.generation import SamplingParams
 from distill.generation.seeds import row_seeds
 from distill.losses import DEFAULT_CHUNK_SIZE
 from distill.losses.sparse import DEFAULT_MIN_TAIL_MASS, teacher_cells
-from distill.model_kinds import model_kind_of
+from distill.models.kinds import model_kind_of
 from distill.runtime import eval_device
 from distill.signals import DenseSignal, SparseSignal
 from distill.teacher_assembly import Comparison

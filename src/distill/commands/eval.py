@@ -30,8 +30,8 @@ from distill.evaluation.evaluator import (
 from distill.generation.engine import close_engine, configure_engine
 from distill.locations import EVAL, location_of
 from distill.methods import get_method
-from distill.model_kinds import model_kind_of
 from distill.models import check_context, resolve_model_source
+from distill.models.kinds import model_kind_of
 from distill.runtime import check_device, eval_device
 from distill.teacher_assembly import assemble_teachers, comparison
 from distill.teachers.build import load_model

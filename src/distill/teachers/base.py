@@ -18,7 +18,7 @@ from typing import Callable
 from distill.batch import MicroBatch
 from distill.data import Example
 from distill.generation import SamplingParams
-from distill.model_inputs import RowExtras
+from distill.models.inputs import RowExtras
 
 
 class Teacher(ABC):

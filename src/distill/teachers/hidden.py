@@ -19,7 +19,7 @@ def completion_targets(input_ids: torch.Tensor, completion_mask: torch.Tensor) -
 def backbone_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                     extras: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
     """Last hidden states (B, T, H) of `model`, without computing any logits, through its kind's forward
-    (`distill.model_kinds`: a causal LM's decoder), with the batch's extra inputs."""
-    from distill.model_kinds import model_kind_of
+    (`distill.models.kinds`: a causal LM's decoder), with the batch's extra inputs."""
+    from distill.models.kinds import model_kind_of
 
     return model_kind_of(model).hidden(model, input_ids, attention_mask, extras or {})

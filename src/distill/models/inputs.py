@@ -2,7 +2,7 @@
 
 A leaf module (torch only): the dataset rows (`distill.data`), the micro-batches (`distill.batch`) and the
 engines' requests (`distill.generation`) all hold extras. What a row's extras are is its model kind's
-(`distill.model_kinds`); everything else moves them by name.
+(`distill.models.kinds`); everything else moves them by name.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ class CausalLM(ModelKind):
     def hidden(self, model, input_ids, attention_mask, extras):
         if extras:
             raise ValueError(f"a causal LM takes token ids only, this batch carries {sorted(extras)}: register the model "
-                             "kind of this model (distill.model_kinds.register_model_kind)")
+                             "kind of this model (distill.models.kinds.register_model_kind)")
         decoder = model.get_decoder()
         return decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
 
@@ -60,7 +60,7 @@ _FALLBACK = CausalLM()
 def register_model_kind(kind: ModelKind) -> ModelKind:
     """Add `kind`; it is asked before the kinds registered earlier (and before `causal_lm`)."""
     if not isinstance(kind, ModelKind) or not kind.name:
-        raise TypeError(f"register_model_kind: {type(kind).__name__} is not a named distill.model_kinds.ModelKind")
+        raise TypeError(f"register_model_kind: {type(kind).__name__} is not a named distill.models.kinds.ModelKind")
     if any(k.name == kind.name for k in _KINDS) or kind.name == _FALLBACK.name:
         raise ValueError(f"a model kind named {kind.name!r} is already registered")
     _KINDS.insert(0, kind)
