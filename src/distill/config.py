@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from distill import config_io
+from distill import config_io, registry
 from distill.config_io import setting
 from distill.config_values import DEFAULT_STUDENT_INIT, DEFAULT_TEACHER, DTYPES, SCHEDULERS, TRACKERS
 from distill.data_files import BUNDLED_DATASET
@@ -228,3 +228,55 @@ class DistillConfig(SdpoFields, SdftFields, SelfTeacherFields, RolloutReuseField
         if self.student_init is not None:
             return self.student_init
         return "all" if student_given else DEFAULT_STUDENT_INIT
+
+
+# ------------------------------------------------------------------------------------- part settings --
+# A part registered from outside the package (a method, an engine) declares its own settings as a dataclass of
+# fields with defaults (`setting(...)`, like the built-ins' `*_fields.py`); its registry adds them to
+# `distill.registry.part_fields()`, and they are composed here into `DistillConfig`, flat: the command line, YAML
+# recipes, `--help` and config.yaml see them like any field. The class object stays the same (every module holds
+# it); its dataclass fields and generated methods become those of a dataclass over the parts' settings and the
+# built-in fields.
+_BUILT_IN = frozenset(DistillConfig.__dataclass_fields__)
+_GENERATED = ("__init__", "__repr__", "__eq__", "__match_args__", "__dataclass_fields__", "__dataclass_params__")
+_PRISTINE = {name: DistillConfig.__dict__[name] for name in _GENERATED if name in DistillConfig.__dict__}
+_DEFAULTS_SET: list[str] = []  # class attributes set for the parts' defaults
+
+
+def _check_part_fields(parts: tuple[type, ...]) -> None:
+    taken = set(_BUILT_IN) | set(RETIRED_FIELDS)
+    for fields_class in parts:
+        if not dataclasses.is_dataclass(fields_class):
+            raise TypeError(f"a part's settings are a dataclass of fields, got {fields_class!r}")
+        for f in dataclasses.fields(fields_class):
+            if f.name in taken:
+                raise ValueError(f"{fields_class.__name__}.{f.name}: a config field of that name exists already; name "
+                                 "the part's setting after the part (e.g. `mypart_scale`)")
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ValueError(f"{fields_class.__name__}.{f.name} has no default; a part's settings need one (setting(...))")
+            taken.add(f.name)
+
+
+def _compose() -> None:
+    """Make `DistillConfig` the dataclass of the built-in fields and the registered parts' settings."""
+    parts = registry.part_fields()
+    _check_part_fields(parts)
+    for name, value in _PRISTINE.items():  # the built-in dataclass first, then the parts over it
+        setattr(DistillConfig, name, value)
+    while _DEFAULTS_SET:
+        delattr(DistillConfig, _DEFAULTS_SET.pop())
+    if not parts:
+        return
+    # The parts' settings come after the built-in fields (config.yaml and --help keep their order).
+    composed = dataclasses.make_dataclass("DistillConfig", [], bases=(*reversed(parts), DistillConfig))
+    for name in _GENERATED:
+        if name in composed.__dict__:
+            setattr(DistillConfig, name, composed.__dict__[name])
+    for fields_class in parts:
+        for f in dataclasses.fields(fields_class):
+            if f.default is not dataclasses.MISSING:  # a dataclass keeps a field's default as a class attribute
+                setattr(DistillConfig, f.name, f.default)
+                _DEFAULTS_SET.append(f.name)
+
+
+registry.on_part_fields(_compose)

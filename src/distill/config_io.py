@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from distill import registry
+
 
 def setting(default: Any, help: str, **kwargs: Any) -> Any:
     """A config field with its help text (read by `--help` and the field help); list and dict defaults are
@@ -67,6 +69,9 @@ def coerce(config_class, name: str, value: Any, where: str = "config") -> Any:
     """Convert a YAML/CLI value to the field's type; strings from the command line are parsed."""
     annotation = {f.name: f.type for f in dataclasses.fields(config_class)}[name]
     hints = typing.get_type_hints(config_class)
+    for part in registry.part_fields():  # a registered part's settings are not in the class's bases
+        if name in {f.name for f in dataclasses.fields(part)}:
+            hints = typing.get_type_hints(part)
     target = hints.get(name, annotation)
     optional = _is_optional(target)
     base = _strip_optional(target)

@@ -17,7 +17,7 @@ import dataclasses
 from distill.config import DistillConfig
 from distill.locations import locations
 from distill.methods.registry import get_method, method_names
-from distill.run_parts import run_reads
+from distill.run_parts import own_fields, run_reads
 
 
 def field_help(name: str) -> str:
@@ -81,7 +81,8 @@ def field_groups() -> list[tuple[str, list[str]]]:
     shared = {n for part in run_reads(frozenset({"student", "dataset", "teacher"})) for n in part.names} - at_location
     readers: dict[str, list[str]] = {}
     for method in method_names():
-        for name in {n for part in get_method(method).reads for n in part.names} - shared - at_location:
+        reads = {n for part in get_method(method).reads for n in part.names} | set(own_fields(get_method(method)))
+        for name in reads - shared - at_location:
             readers.setdefault(name, []).append(method)
     groups = [("every run", [n for n in every if n in shared]),
               ("where the teacher lives (teacher, teacher_url, teacher_cache)", [n for n in every if n in at_location])]

@@ -62,3 +62,44 @@ class Registry(Generic[T]):
             accepted = "".join(f"{word!r} or " for word in self.also)
             raise ValueError(f"{self.field} must be {accepted}one of {self.names()}, got {name!r}{hint}")
         return self._parts[name]
+
+
+# ------------------------------------------------------------------------------------- part settings --
+# The settings of parts registered from outside the package (a dataclass of fields each): the registries add them
+# here, and the config (`distill.config`), which listens, composes them into `DistillConfig`. The registries
+# import only this leaf, so no import circle runs from a part's registration to the config.
+_PART_FIELDS: list[type] = []
+_LISTENERS: list[Callable[[], None]] = []
+
+
+def part_fields() -> tuple[type, ...]:
+    """The registered parts' settings classes, in registration order."""
+    return tuple(_PART_FIELDS)
+
+
+def add_part_fields(fields_class: type) -> None:
+    """Register a part's settings; a listener that refuses them (a name clash) raises, and they are not added."""
+    if fields_class in _PART_FIELDS:
+        return
+    _PART_FIELDS.append(fields_class)
+    try:
+        for listener in _LISTENERS:
+            listener()
+    except Exception:
+        _PART_FIELDS.remove(fields_class)
+        for listener in _LISTENERS:
+            listener()
+        raise
+
+
+def remove_part_fields(fields_class: type) -> None:
+    if fields_class in _PART_FIELDS:
+        _PART_FIELDS.remove(fields_class)
+        for listener in _LISTENERS:
+            listener()
+
+
+def on_part_fields(listener: Callable[[], None]) -> None:
+    """Call `listener()` now and whenever the registered settings change."""
+    _LISTENERS.append(listener)
+    listener()

@@ -47,14 +47,20 @@ def engine_reads() -> tuple[Reads, ...]:
     def named(name: str) -> Callable[[DistillConfig], bool]:
         return lambda config: config.generation_engine == name
 
-    return tuple(Reads(f"generation_engine: {name}", get_engine(name).reads, named(name))
-                 for name in engine_names() if get_engine(name).reads)
+    return tuple(Reads(f"generation_engine: {name}", (*get_engine(name).reads, *own_fields(get_engine(name))), named(name))
+                 for name in engine_names() if get_engine(name).reads or get_engine(name).fields is not None)
+
+
+def own_fields(part) -> tuple[str, ...]:
+    """The names of a part's own settings (`fields`, composed into the config when it registered)."""
+    return tuple(f.name for f in dataclasses.fields(part.fields)) if part.fields is not None else ()
 
 
 def check_fields_read(config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
     """Raise ValueError for the first field changed from its default that no active part of the run reads."""
     active, inactive = set(), {}
-    for part in (*run_reads(sources), *method.reads):
+    own = (Reads(f"method {method.name}", own_fields(method)),) if method.fields is not None else ()
+    for part in (*run_reads(sources), *method.reads, *own):
         if part.when(config):
             active.update(part.names)
         else:
@@ -75,4 +81,4 @@ def check_fields_read(config: DistillConfig, method: Method, sources: frozenset[
 
 def declared_fields(method: Method, sources: frozenset[str]) -> set[str]:
     """Every field some part of a run of `method` can read (a test checks no config field is left out)."""
-    return {name for part in (*run_reads(sources), *method.reads) for name in part.names}
+    return {name for part in (*run_reads(sources), *method.reads) for name in part.names} | set(own_fields(method))

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from distill.config import DistillConfig
+from distill.config_io import setting
 from distill.losses import DistillLoss
 from distill.methods import (
     Method,
@@ -332,3 +333,85 @@ def test_no_help_text_names_a_method_that_does_not_read_its_field():
         named = [m for m in method_names() if re.search(rf"\b{m}\b", f.metadata.get("help", ""))]
         readers = [m for m, _ in method_readers(f.name)]
         assert set(named) <= set(readers), (f.name, named, readers)
+
+
+# ------------------------------------------------------------------------------- a part with settings --
+@dataclasses.dataclass
+class ScaledFields:
+    toy_loss_scale: float = setting(1.0, "The toy's loss multiplier (a setting of a part registered from a test file).")
+
+
+class ScaledObjective(SampledTokenNLL):
+    def __init__(self, scale: float):
+        self.scale = scale
+
+    def __call__(self, tokens, signal, context) -> DistillLoss:
+        out = super().__call__(tokens, signal, context)
+        return out._replace(loss_sum=out.loss_sum * self.scale)
+
+
+class ScaledToy(ToyMethod):
+    """The toy method with a setting of its own: declared here, composed into DistillConfig at registration."""
+
+    name = "toy_scaled"
+    fields = ScaledFields
+
+    def objective(self, config):
+        return ScaledObjective(config.toy_loss_scale)
+
+
+@pytest.fixture
+def scaled_toy():
+    method = register(ScaledToy())
+    yield method
+    unregister(method.name)
+
+
+def test_a_part_with_its_own_settings_is_configured_from_yaml_and_flags_and_trains(tokenizer, tmp_path, scaled_toy):
+    from distill.cli import fields_help, parse_field_flags
+
+    assert "toy_loss_scale" in DistillConfig.field_names() and DistillConfig().toy_loss_scale == 1.0
+    assert parse_field_flags(["--toy-loss-scale", "3"]) == {"toy_loss_scale": 3.0}  # flat, coerced to its type
+    assert "--toy_loss_scale (default: 1.0)" in fields_help() and "method toy_scaled" in fields_help()
+    recipe = tmp_path / "toy.yaml"
+    recipe.write_text("method: toy_scaled\ntoy_loss_scale: 2.0\ntemperature: 1.0\n")
+    assert DistillConfig.from_yaml(recipe).toy_loss_scale == 2.0
+    losses = {}
+    for scale in (1.0, 2.0):
+        run = _toy(tokenizer, tmp_path, f"scale{scale}", method="toy_scaled", toy_loss_scale=scale, max_steps=1, save_steps=0)
+        losses[scale] = run.train()["train"]["loss"]
+        assert resume_config(str(tmp_path / f"scale{scale}" / "run")).toy_loss_scale == scale  # config.yaml keeps it
+    assert losses[2.0] == pytest.approx(2 * losses[1.0], rel=1e-5)  # the setting reached the objective
+    with pytest.raises(ValueError, match="toy_loss_scale is not read by method on_policy"):
+        DistillConfig(method="on_policy", toy_loss_scale=2.0).validate()  # no silent field for other methods
+
+
+def test_a_parts_settings_leave_with_it_and_a_clash_is_refused(scaled_toy):
+    @dataclasses.dataclass
+    class Clashing:
+        beta: float = setting(0.1, "Clashes with the built-in beta.")
+
+    class ClashingToy(ToyMethod):
+        name, fields = "toy_clash", Clashing
+
+    with pytest.raises(ValueError, match="Clashing.beta: a config field of that name exists already"):
+        register(ClashingToy())
+    assert "toy_clash" not in method_names()
+    unregister(scaled_toy.name)
+    assert "toy_loss_scale" not in DistillConfig.field_names() and not hasattr(DistillConfig, "toy_loss_scale")
+    with pytest.raises(TypeError, match="toy_loss_scale"):
+        DistillConfig(toy_loss_scale=2.0)
+    register(scaled_toy)  # the fixture unregisters it again
+
+
+def test_distill_train_takes_a_parts_setting_as_a_flag_over_its_yaml_recipe(model_dirs, tmp_path, scaled_toy):
+    from distill.cli import main
+
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in chat_rows(8)))
+    recipe = tmp_path / "toy.yaml"
+    recipe.write_text(f"method: toy_scaled\ntoy_loss_scale: 2.0\nteacher: {model_dirs['teacher']}\nstudent: {model_dirs['student']}\n"
+                      f"dataset: {data}\nmax_steps: 1\nmax_new_tokens: 4\nmax_prompt_length: 48\nper_device_train_batch_size: 2\n"
+                      "gradient_accumulation_steps: 1\neval_before_after: false\nprogress_bar: false\nsave_steps: 0\n")
+    assert main(["train", str(recipe), "--toy-loss-scale", "3", "--output_dir", str(tmp_path / "run")]) == 0
+    assert resume_config(str(tmp_path / "run")).toy_loss_scale == 3.0  # the flag over the recipe, recorded

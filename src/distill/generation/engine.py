@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from distill.registry import Registry
+from distill.registry import Registry, add_part_fields, remove_part_fields
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
@@ -84,6 +84,8 @@ class Engine(ABC):
     auto_order: preference under `auto`, lowest first; None: only when named.
     reads: the config fields it reads when a run names it (`distill.run_parts`: changed while another engine
         runs, they are an error).
+    fields: its own settings, a dataclass of fields with defaults, for an engine registered from outside the
+        package: registering composes them into `DistillConfig` (flat); they are read when a run names it.
     keeps_weights: it decodes its own copy of the student's weights, kept current by `sync_weights`.
     takes_extras: it gives a model kind's extra inputs (`DecodeRequest.extras`) to the model; an engine that
         decodes token ids only is not chosen for a batch that carries extras.
@@ -93,6 +95,7 @@ class Engine(ABC):
     label: str = ""
     auto_order: int | None = None
     reads: tuple[str, ...] = ()
+    fields: type | None = None
     keeps_weights: bool = False
     takes_extras: bool = False
 
@@ -144,11 +147,27 @@ _ENGINES: Registry[Engine] = Registry("generation_engine", "generation engine", 
 
 # register_engine(engine), unregister_engine(name), engine_names() (those taking part in `auto` first, in order of
 # preference), get_engine(name) (an unknown name is a ValueError listing the others).
-unregister_engine, engine_names, get_engine = _ENGINES.unregister, _ENGINES.names, _ENGINES.get
+engine_names, get_engine = _ENGINES.names, _ENGINES.get
 
 
 def register_engine(engine: Engine) -> Engine:
-    return _ENGINES.register(check_engine(engine))
+    check_engine(engine)
+    _ENGINES.register(engine)
+    if engine.fields is not None:
+        try:
+            add_part_fields(engine.fields)  # composed into DistillConfig (`distill.config`)
+        except Exception:
+            _ENGINES.unregister(engine.name)
+            raise
+    return engine
+
+
+def unregister_engine(name: str) -> None:
+    """Remove an engine and its own settings (tests that register a toy clean up with this)."""
+    fields = get_engine(name).fields if name in _ENGINES.names() else None
+    if fields is not None:
+        remove_part_fields(fields)
+    _ENGINES.unregister(name)
 
 
 def check_engine_name(name: str) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
-from distill.registry import Registry
+from distill.registry import Registry, add_part_fields, remove_part_fields
 
 if TYPE_CHECKING:  # annotations only: this module stays a leaf
     from distill.config import DistillConfig
@@ -88,6 +88,9 @@ class Method:
       template_fields: the config fields holding the prompt templates its self-teacher sees (or, for a baseline,
           the one of the method it is measured against); the evaluation reports how often the student's greedy
           answers repeat their words (`distill.evaluation.leakage`).
+      fields: its own settings, a dataclass of fields with defaults (`distill.config_io.setting`), for a method
+          registered from outside the package: registering composes them into `DistillConfig`, flat, and they
+          are read whenever the method runs (the built-ins declare theirs in `methods/*_fields.py`).
     """
 
     name: str = ""
@@ -102,6 +105,7 @@ class Method:
     minima: tuple[str, ...] = ()
     teacher_prompt_budget: str = "max_teacher_prompt_length"
     template_fields: tuple[str, ...] = ()
+    fields: type | None = None
 
     # ------------------------------------------------------------------------------------ required --
     def sources(self, config: DistillConfig) -> SourcePlan:
@@ -173,9 +177,24 @@ def register(method: Method) -> Method:
         raise ValueError(f"register: a method is a Method subclass instance with a name and a summary, got {method!r}")
     if method.teacher not in TEACHER_KINDS:
         raise ValueError(f"Method.teacher must be one of {TEACHER_KINDS}, got {method.teacher!r}")
-    return _METHODS.register(method)
+    _METHODS.register(method)
+    if method.fields is not None:
+        try:
+            add_part_fields(method.fields)  # composed into DistillConfig (`distill.config`)
+        except Exception:
+            _METHODS.unregister(method.name)
+            raise
+    return method
 
 
-# The rest of the registry's interface: unregister(name), method_names(), get_method(name) (a retired or unknown
+def unregister(name: str) -> None:
+    """Remove a method and its own settings (tests that register a toy clean up with this)."""
+    fields = _METHODS.get(name).fields if name in _METHODS.names() else None
+    if fields is not None:
+        remove_part_fields(fields)
+    _METHODS.unregister(name)
+
+
+# The rest of the registry's interface: method_names(), get_method(name) (a retired or unknown
 # name is a ValueError that says what to write).
-unregister, method_names, get_method = _METHODS.unregister, _METHODS.names, _METHODS.get
+method_names, get_method = _METHODS.names, _METHODS.get
