@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from distill.config import DistillConfig
-from distill.config_io import coerce, unknown_field_message
+from distill.config.io import coerce, unknown_field_message
 from distill.errors import StepFailure
 
 
@@ -54,7 +54,7 @@ def parse_field_flags(tokens: list[str]) -> dict[str, Any]:
 
 def fields_help() -> str:
     """Every config field with its default and help, grouped by the part of a run that reads it."""
-    from distill.field_help import field_groups, field_help
+    from distill.config.help import field_groups, field_help
 
     fields = {f.name: f for f in dataclasses.fields(DistillConfig)}
     lines = ["config fields (--name value; YAML recipes use the same names), by what reads them:"]

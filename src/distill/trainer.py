@@ -349,6 +349,6 @@ class Distiller:
     def config_record(self) -> dict[str, Any]:
         record = self.config.to_dict()
         for name, given in self.objects_given.items():
-            record[name] = f"<{given} object>"  # config_io.OBJECT_RECORD: --resume asks for it again
+            record[name] = f"<{given} object>"  # distill.config.io.OBJECT_RECORD: --resume asks for it again
         record["num_processes"] = self.runtime.num_processes
         return record

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from distill.config import DistillConfig
-from distill.config_io import setting
+from distill.config.io import setting
+from distill.config.reads import declared_fields
 from distill.losses import DistillLoss
 from distill.methods import (
     Method,
@@ -25,7 +26,6 @@ from distill.methods import (
     unregister,
 )
 from distill.methods.mixing import ALWAYS_ON_POLICY
-from distill.run_parts import declared_fields
 from distill.rundir.directory import resume_config
 from distill.signals import DENSE
 from distill.trainer import Distiller
@@ -216,7 +216,7 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
 
 # Call-time imports that are the public face of a module above (no cycle when modules load), each with why.
 FACADES = {
-    ("distill.config", "distill.config_checks"): "DistillConfig.validate() runs the checks, which know every registered "
+    ("distill.config", "distill.config.checks"): "DistillConfig.validate() runs the checks, which know every registered "
                                                  "part; `import distill.config` stays a leaf",
     ("distill.methods.registry", "distill.methods.built_in"): "the built-in methods register when the table is first "
                                                               "used, so the config can import their field declarations",
@@ -291,7 +291,7 @@ def test_per_method_facts_in_field_help_are_generated_from_the_registry(toy_meth
     """Which methods read a field, their defaults, which can learn from a server or a cache: written by the
     registry, so a method added (here a test's toy) or changed shows up without editing any help text."""
     from distill.cli import fields_help
-    from distill.field_help import field_help
+    from distill.config.help import field_help
 
     url = field_help("teacher_url")
     assert "Methods that can learn from it: gkd, iw_opd, on_policy" in url  # iw_opd's was missing by hand
@@ -307,7 +307,7 @@ def test_per_method_facts_in_field_help_are_generated_from_the_registry(toy_meth
 
 def test_help_groups_every_field_once_by_the_part_that_reads_it():
     from distill.cli import fields_help
-    from distill.field_help import field_groups
+    from distill.config.help import field_groups
 
     groups = dict(field_groups())
     listed = [name for names in groups.values() for name in names]
@@ -325,7 +325,7 @@ def test_no_help_text_names_a_method_that_does_not_read_its_field():
     field's own help may name only methods that read it."""
     import re
 
-    from distill.field_help import method_readers
+    from distill.config.help import method_readers
 
     for f in dataclasses.fields(DistillConfig):
         if f.name == "method":

@@ -82,7 +82,7 @@ class Engine(ABC):
 
     name: `generation_engine`'s value for it; label: how messages name it;
     auto_order: preference under `auto`, lowest first; None: only when named.
-    reads: the config fields it reads when a run names it (`distill.run_parts`: changed while another engine
+    reads: the config fields it reads when a run names it (`distill.config.reads`: changed while another engine
         runs, they are an error).
     fields: its own settings, a dataclass of fields with defaults, for an engine registered from outside the
         package: registering composes them into `DistillConfig` (flat); they are read when a run names it.

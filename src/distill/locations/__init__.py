@@ -54,7 +54,7 @@ def validate(config: DistillConfig, method, sources: frozenset[str]) -> None:
 
 
 def location_reads() -> tuple:
-    """Every registered location's `reads` (the fields a run reads, `distill.run_parts`)."""
+    """Every registered location's `reads` (the fields a run reads, `distill.config.reads`)."""
     return tuple(part for location in locations() for part in location.reads)
 
 

@@ -96,7 +96,7 @@ class TeacherLocation:
     every other member has a default that fits a location holding an external teacher.
 
     name: the location's name (in messages and the field help).
-    reads: the config fields it reads, and when (`distill.run_parts` rejects the unread ones).
+    reads: the config fields it reads, and when (`distill.config.reads` rejects the unread ones).
     samples: it can write completions (seq_kd); a scoring-only teacher cannot.
     scores_ahead: it scores a whole step before any loss, in one round (a remote teacher: the trainer
         agrees over processes whether it failed before anyone enters a collective).

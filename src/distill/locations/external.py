@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from distill.config_values import DEFAULT_TEACHER
+from distill.config.values import DEFAULT_TEACHER
 from distill.locations.base import TeacherLocation
 from distill.methods.registry import Method
 

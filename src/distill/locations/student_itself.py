@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from distill.config_io import OBJECT_RECORD
-from distill.config_values import DEFAULT_TEACHER
+from distill.config.io import OBJECT_RECORD
+from distill.config.values import DEFAULT_TEACHER
 from distill.data import PromptEncoder
 from distill.locations.base import TeacherLocation, TeacherRequest, Teachers, locations
 from distill.methods.registry import Method

@@ -88,7 +88,7 @@ class Method:
       template_fields: the config fields holding the prompt templates its self-teacher sees (or, for a baseline,
           the one of the method it is measured against); the evaluation reports how often the student's greedy
           answers repeat their words (`distill.evaluation.leakage`).
-      fields: its own settings, a dataclass of fields with defaults (`distill.config_io.setting`), for a method
+      fields: its own settings, a dataclass of fields with defaults (`distill.config.io.setting`), for a method
           registered from outside the package: registering composes them into `DistillConfig`, flat, and they
           are read whenever the method runs (the built-ins declare theirs in `methods/*_fields.py`).
     """

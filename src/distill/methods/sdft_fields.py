@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distill.config_io import setting
+from distill.config.io import setting
 
 MISSING_CONTEXT = ("error", "skip")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distill.config_io import setting
+from distill.config.io import setting
 from distill.methods.self_teacher_prompts import DEFAULT_TEACHER_PROMPT_TEMPLATE
 
 SELF_TEACHER_KINDS = ("base", "live", "ema")

@@ -8,7 +8,7 @@ never imported), or `byte-llama[:LAYERSxHIDDEN]`, a byte-vocabulary student buil
 (`distill.models.byte_student`, for cross-tokenizer recipes). The names below are the package's interface.
 """
 
-from distill.config_values import DEFAULT_TEACHER
+from distill.config.values import DEFAULT_TEACHER
 from distill.models.end_of_turn import (
     TURN_PROBE,
     describe_stop_tokens,

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from distill.config_values import DEFAULT_TEACHER
+from distill.config.values import DEFAULT_TEACHER
 from distill.models.byte_student import (
     byte_llama,
     byte_tokenizer,

@@ -23,7 +23,7 @@ import yaml
 
 from distill import sharding
 from distill.config import DEFAULT_TEACHER, DistillConfig
-from distill.config_io import OBJECT_RECORD
+from distill.config.io import OBJECT_RECORD
 from distill.data_files import BUNDLED_SETS
 from distill.evaluation.evaluator import (
     Evaluator,

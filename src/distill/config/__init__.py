@@ -8,7 +8,7 @@ temperature (`sampling_temperature`, `teacher_sampling_temperature`) is not the 
 Sources of values, later ones winning: the defaults below, a YAML recipe, command-line flags
 (`--field value` or `--field-name value`); parsing and coercion are in `config_io`. `validate()` checks
 what needs no model: each field's range here, the method's own rules (`distill.methods`), the teacher's
-location (`distill.locations`), and that every field set is read by the run (`distill.run_parts`).
+location (`distill.locations`), and that every field set is read by the run (`distill.config.reads`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from distill import config_io, registry
-from distill.config_io import setting
-from distill.config_values import DEFAULT_STUDENT_INIT, DEFAULT_TEACHER, DTYPES, SCHEDULERS, TRACKERS
+from distill import registry
+from distill.config import io as config_io
+from distill.config.io import setting
+from distill.config.values import DEFAULT_STUDENT_INIT, DEFAULT_TEACHER, DTYPES, SCHEDULERS, TRACKERS
 from distill.data_files import BUNDLED_DATASET
 from distill.methods.gold_fields import GoldFields
 from distill.methods.iw_opd_fields import IwOpdFields
@@ -216,11 +217,11 @@ class DistillConfig(SdpoFields, SdftFields, SelfTeacherFields, RolloutReuseField
         return dataclasses.asdict(self)
 
     def validate(self) -> "DistillConfig":
-        """Checks that need no model or data (`distill.config_checks`); raises ValueError naming the field and
+        """Checks that need no model or data (`distill.config.checks`); raises ValueError naming the field and
         the fix. Returns the resolved config: a copy with the method's defaults (`Method.defaults`, e.g. beta)
         in the fields left at None; this one is not changed. The checks know every registered part (methods, teacher locations, engines), so they
         are imported here, when asked for: `import distill.config` stays a leaf (no torch, no method)."""
-        from distill.config_checks import validate
+        from distill.config.checks import validate
 
         return validate(self)
 

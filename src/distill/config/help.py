@@ -15,9 +15,9 @@ from __future__ import annotations
 import dataclasses
 
 from distill.config import DistillConfig
+from distill.config.reads import own_fields, run_reads
 from distill.locations import locations
 from distill.methods.registry import get_method, method_names
-from distill.run_parts import own_fields, run_reads
 
 
 def field_help(name: str) -> str:
@@ -40,7 +40,7 @@ def field_help(name: str) -> str:
 
 def method_readers(name: str) -> list[tuple[str, str]]:
     """(method, when) for each method that declares reading `name` itself; nothing for a field every run's
-    shared parts read (`distill.run_parts`)."""
+    shared parts read (`distill.config.reads`)."""
     shared = {n for part in run_reads(frozenset({"student", "dataset", "teacher"})) for n in part.names}
     if name in shared:
         return []

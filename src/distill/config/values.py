@@ -1,5 +1,5 @@
 """The values config fields take that other modules check or resolve: a leaf (it imports nothing), so that the
-modules which check a config (`distill.config_checks`) or resolve its defaults (`distill.models`, the teacher
+modules which check a config (`distill.config.checks`) or resolve its defaults (`distill.models`, the teacher
 locations) need not import `distill.config`, and no import circle runs through it."""
 
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_min_lr")

@@ -1,7 +1,7 @@
 """`DistillConfig.validate()`: the checks that need no model or data, each written once.
 
 Each field's range here; the method's own rules (`Method.validate`), the teacher's location against the
-method (`distill.locations.validate`), and that every field set is read by the run (`distill.run_parts`).
+method (`distill.locations.validate`), and that every field set is read by the run (`distill.config.reads`).
 A config is checked against every registered part, so this module imports them; `distill.config` itself
 imports none (it is a leaf: no torch, no method).
 """
@@ -14,12 +14,12 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from distill import locations
-from distill.config_values import DTYPES, SCHEDULERS, TRACKERS
+from distill.config.reads import check_fields_read
+from distill.config.values import DTYPES, SCHEDULERS, TRACKERS
 from distill.generation import AUTO, get_engine
 from distill.losses.checks import check_beta
 from distill.methods import get_method
 from distill.models import parse_student_init
-from distill.run_parts import check_fields_read
 from distill.runtime import check_device
 
 if TYPE_CHECKING:
