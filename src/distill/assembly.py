@@ -197,8 +197,8 @@ def rollout_settings(config: DistillConfig, method: Method, teacher) -> RolloutS
     return RolloutSettings(SamplingParams(c.sampling_temperature, c.top_p, c.top_k, c.max_new_tokens, engine=c.generation_engine),
                            SamplingParams(c.teacher_sampling_temperature, c.teacher_top_p, c.teacher_top_k, c.max_new_tokens,
                                           engine=c.generation_engine),
-                           window, c.max_steps, c.seed, method.records_log_probs(c), c.num_iterations,
-                           c.num_loss_tokens_to_skip, lambda example: method.trains_row(config, example))
+                           window, c.max_steps, c.seed, method.records_log_probs(c), method.rollout_reuse(c),
+                           method.loss_tokens_to_skip(c), lambda example: method.trains_row(config, example))
 
 
 def make_optimizer(config: DistillConfig, params: list[nn.Parameter]):

@@ -53,7 +53,7 @@ def validate(config: DistillConfig):
             raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     for name in ("max_new_tokens", "max_prompt_length", "max_steps", "per_device_train_batch_size",
                  "gradient_accumulation_steps", "logging_steps", "loss_chunk_size", "eval_max_new_tokens",
-                 "eval_batch_size", "lora_r", "num_iterations", "seq_kd_generation_steps"):
+                 "eval_batch_size", "lora_r", "seq_kd_generation_steps"):
         value = getattr(config, name)
         if value <= 0:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from distill.losses.policy_gradient import ClipSettings
 from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
 from distill.methods.registry import Method, Paper, Reads, register
+from distill.methods.reuse_fields import check_reuse
 from distill.methods.sampling_rules import check_sampling_matches_loss
 from distill.objectives.iw_opd import (
     MAXIMA,
@@ -64,8 +65,12 @@ class IWOPD(Method):
         return IWOPDObjective(IWOPDSettings(config.iw_opd_gamma, config.iw_opd_epsilon, clip_settings(config),
                                             config.temperature, config.loss_chunk_size, config.num_iterations > 1))
 
+    def rollout_reuse(self, config: DistillConfig) -> int:
+        return config.num_iterations
+
     def validate(self, config: DistillConfig) -> None:
         """iw_opd's own rules; every message names the field and the fix."""
+        check_reuse(config)
         if not (config.iw_opd_gamma >= 0 and math.isfinite(config.iw_opd_gamma)):
             raise ValueError(f"iw_opd_gamma must be a finite number >= 0 (0 = plain sampled-token OPD), got {config.iw_opd_gamma!r}")
         if not (config.iw_opd_epsilon > 0 and math.isfinite(config.iw_opd_epsilon)):

@@ -131,6 +131,14 @@ class Method:
         """Completions per prompt in a step (GRPO-style groups; `distill.data.StepSampler`)."""
         return 1
 
+    def rollout_reuse(self, config: DistillConfig) -> int:
+        """Optimizer steps one rollout serves (a method that reuses rollouts returns its `num_iterations`)."""
+        return 1
+
+    def loss_tokens_to_skip(self, config: DistillConfig) -> int:
+        """Leading completion tokens each row leaves out of the loss (sdft's `num_loss_tokens_to_skip`)."""
+        return 0
+
     def trains_row(self, config: DistillConfig, example) -> bool:
         """False for rows that get no loss (their tokens leave the denominator too)."""
         return True

@@ -19,3 +19,9 @@ class RolloutReuseFields:
     epsilon_high: float = setting(0.2, "PPO ratio clip, upper side: rho is clipped at 1 + epsilon_high.")
     dual_clip: float | None = setting(3.0, "Dual clip for negative advantages: the surrogate is bounded below by "
                                       "dual_clip x A (must be > 1); None = off.")
+
+
+def check_reuse(config) -> None:
+    """The reuse window's rule, for the methods that read it (their `validate`)."""
+    if config.num_iterations <= 0:
+        raise ValueError(f"num_iterations must be a positive integer, got {config.num_iterations!r}")

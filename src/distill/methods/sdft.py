@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
 from distill.methods.registry import Method, Paper, Reads, register
+from distill.methods.reuse_fields import check_reuse
 from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
 from distill.methods.self_teacher_prompts import check_chat_prompts, check_template
 from distill.methods.self_teacher_rules import (
@@ -72,8 +73,15 @@ class SDFT(Method):
             config.distillation_mode, config.beta, config.temperature, config.loss_chunk_size, config.distillation_topk,
             config.distillation_is_clip, config.num_iterations > 1 and not config.generate_from_teacher))
 
+    def rollout_reuse(self, config: DistillConfig) -> int:
+        return config.num_iterations
+
+    def loss_tokens_to_skip(self, config: DistillConfig) -> int:
+        return config.num_loss_tokens_to_skip
+
     def validate(self, config: DistillConfig) -> None:
         """sdft's own rules, checked before any model loads; every message names the field and the fix."""
+        check_reuse(config)
         check_self_teacher(config)
         check_template(config.teacher_prompt_template, "teacher_prompt_template")
         if config.max_teacher_prompt_length < 1:

@@ -10,6 +10,7 @@ from distill.data import PromptEncoder
 from distill.losses.policy_gradient import ClipSettings
 from distill.methods.mixing import ALWAYS_ON_POLICY
 from distill.methods.registry import Method, Paper, Reads, register
+from distill.methods.reuse_fields import check_reuse
 from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
 from distill.methods.sdpo.reprompts import Reprompts, check_reprompt_templates
 from distill.methods.sdpo.rewards import (
@@ -110,8 +111,12 @@ class SDPO(Method):
                                                 config.distillation_topk, config.distillation_is_clip, reused)
         return SDPOObjective(SDPOSettings(config.distillation_weight, policy, distillation))
 
+    def rollout_reuse(self, config: DistillConfig) -> int:
+        return config.num_iterations
+
     def validate(self, config: DistillConfig) -> None:
         """sdpo's own rules, checked before any model loads; every message names the field and the fix."""
+        check_reuse(config)
         if config.num_generations < 2:
             raise ValueError(f"num_generations must be >= 2 (a group's advantages compare its completions), got "
                              f"{config.num_generations!r}")
