@@ -19,8 +19,12 @@ class Registry(Generic[T]):
     (registration order when None)."""
 
     def __init__(self, field: str, kind: str, retired: dict[str, str] | None = None, also: tuple[str, ...] = (),
-                 order: Callable[[str, T], object] | None = None, load: Callable[[], None] | None = None):
+                 order: Callable[[str, T], object] | None = None, load: Callable[[], None] | None = None,
+                 settings: Callable[[T], type | None] | None = None):
+        """`settings(part)`: the part's own settings class (`part_fields`), composed into the config while it is
+        registered; None: the parts of this table have none."""
         self.field, self.kind, self.retired, self.also, self.order = field, kind, retired or {}, also, order
+        self.settings = settings
         self._parts: dict[str, T] = {}
         self._load = load  # registers the built-in parts, once, before the table is first used
 
@@ -35,16 +39,22 @@ class Registry(Generic[T]):
         self._load = load
 
     def register(self, part: T) -> T:
-        """Add `part` under its `name` (a name may be registered once)."""
+        """Add `part` under its `name` (a name may be registered once), and its own settings (refused: not added)."""
         name = part.name
         if name in self._loaded() or name in self.retired or name in self.also:
             raise ValueError(f"a {self.kind} named {name!r} is already registered")
+        fields = self.settings(part) if self.settings is not None else None
+        if fields is not None:
+            add_part_fields(fields)  # composed into DistillConfig (`distill.config`)
         self._parts[name] = part
         return part
 
     def unregister(self, name: str) -> None:
-        """Remove a part (tests that register a toy clean up with this)."""
-        self._loaded().pop(name, None)
+        """Remove a part and its own settings (tests that register a toy clean up with this)."""
+        part = self._loaded().pop(name, None)
+        fields = self.settings(part) if part is not None and self.settings is not None else None
+        if fields is not None:
+            remove_part_fields(fields)
 
     def names(self) -> tuple[str, ...]:
         self._loaded()

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from distill.registry import Registry, add_part_fields, remove_part_fields
+from distill.registry import Registry
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
@@ -142,7 +142,8 @@ def check_engine(engine: object) -> Engine:
 
 
 _ENGINES: Registry[Engine] = Registry("generation_engine", "generation engine", also=(AUTO,),
-                                     order=lambda name, engine: (engine.auto_order is None, engine.auto_order or 0, name))
+                                     order=lambda name, engine: (engine.auto_order is None, engine.auto_order or 0, name),
+                                     settings=lambda engine: engine.fields)
 
 
 # register_engine(engine), unregister_engine(name), engine_names() (those taking part in `auto` first, in order of
@@ -151,22 +152,11 @@ engine_names, get_engine = _ENGINES.names, _ENGINES.get
 
 
 def register_engine(engine: Engine) -> Engine:
-    check_engine(engine)
-    _ENGINES.register(engine)
-    if engine.fields is not None:
-        try:
-            add_part_fields(engine.fields)  # composed into DistillConfig (`distill.config`)
-        except Exception:
-            _ENGINES.unregister(engine.name)
-            raise
-    return engine
+    return _ENGINES.register(check_engine(engine))
 
 
 def unregister_engine(name: str) -> None:
     """Remove an engine and its own settings (tests that register a toy clean up with this)."""
-    fields = get_engine(name).fields if name in _ENGINES.names() else None
-    if fields is not None:
-        remove_part_fields(fields)
     _ENGINES.unregister(name)
 
 

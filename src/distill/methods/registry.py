@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
-from distill.registry import Registry, add_part_fields, remove_part_fields
+from distill.registry import Registry
 
 if TYPE_CHECKING:  # annotations only: this module stays a leaf
     from distill.config import DistillConfig
@@ -176,7 +176,8 @@ RETIRED = {
 # the methods' field declarations (`distill.methods.*_fields`) without loading any method's code or torch. The
 # package (`distill.methods`, always imported before this module) gives the table its loader, so that this module
 # imports no method and no import circle runs through it.
-_METHODS: Registry[Method] = Registry("method", "method", RETIRED, order=lambda name, method: name)
+_METHODS: Registry[Method] = Registry("method", "method", RETIRED, order=lambda name, method: name,
+                                      settings=lambda method: method.fields)
 
 
 def register(method: Method) -> Method:
@@ -185,21 +186,11 @@ def register(method: Method) -> Method:
         raise ValueError(f"register: a method is a Method subclass instance with a name and a summary, got {method!r}")
     if method.teacher not in TEACHER_KINDS:
         raise ValueError(f"Method.teacher must be one of {TEACHER_KINDS}, got {method.teacher!r}")
-    _METHODS.register(method)
-    if method.fields is not None:
-        try:
-            add_part_fields(method.fields)  # composed into DistillConfig (`distill.config`)
-        except Exception:
-            _METHODS.unregister(method.name)
-            raise
-    return method
+    return _METHODS.register(method)
 
 
 def unregister(name: str) -> None:
     """Remove a method and its own settings (tests that register a toy clean up with this)."""
-    fields = _METHODS.get(name).fields if name in _METHODS.names() else None
-    if fields is not None:
-        remove_part_fields(fields)
     _METHODS.unregister(name)
 
 
