@@ -7,8 +7,8 @@ tree, and compare their metrics line by line (timing fields aside).
 Both commits (--head: HEAD by default, so commit first) are checked out in temporary `git worktree`s and run
 with their own `src/` first on the path, so both sides use the same installed dependencies and editing the
 working tree meanwhile changes nothing. The default run compares `metrics.jsonl` and `eval/eval.json`;
-each recipe runs `--max_steps 2 --eval_before_after false` (a bundled set standing in for a placeholder dataset) and
-compares `metrics.jsonl`. A recipe that needs
+each recipe runs `--max_steps 2 --eval_max_prompts 2` (its evaluation on two prompts; a bundled set standing in for
+a placeholder dataset) and compares both too. A recipe that needs
 something outside the process (a teacher server, a cache) fails the same way on both sides and is reported as
 such. Writes the verdicts to --out (JSON) and prints a table; exits 1 when a run differs.
 """
@@ -51,7 +51,7 @@ def compare(name: str, base: Path, head: Path, with_eval: bool) -> dict:
     verdict["lines"] = len(a)
     verdict["differing_lines"] = [i for i, (x, y) in enumerate(zip(a, b)) if x != y] + (
         [] if len(a) == len(b) else [f"{len(a)} vs {len(b)} lines"])
-    if with_eval:
+    if with_eval and (base / "eval" / "eval.json").is_file():
         ea, eb = (json.loads((d / "eval" / "eval.json").read_text()) for d in (base, head))
         verdict["eval_identical"] = ea == eb
     verdict["identical"] = not verdict["differing_lines"] and verdict.get("eval_identical", True)
@@ -74,7 +74,7 @@ def main() -> None:
     verdicts = []
     try:
         jobs = ([] if args.skip_default else [("default", [], True)]) + [
-            (name, [name, *STAND_INS.get(name, []), "--max_steps", "2", "--eval_before_after", "false"], False) for name in recipes]
+            (name, [name, *STAND_INS.get(name, []), "--max_steps", "2", "--eval_max_prompts", "2"], True) for name in recipes]
         for name, flags, with_eval in jobs:
             outcomes = {}
             for side, tree in trees.items():
