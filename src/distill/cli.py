@@ -56,7 +56,7 @@ def fields_help() -> str:
     """Every config field with its default and help, grouped by the part of a run that reads it."""
     from distill.config.help import field_groups, field_help
 
-    fields = {f.name: f for f in dataclasses.fields(DistillConfig)}
+    fields = {f.name: f for f in DistillConfig.config_fields()}
     lines = ["config fields (--name value; YAML recipes use the same names), by what reads them:"]
     for title, names in field_groups():
         lines += ["", f"{title}:"]

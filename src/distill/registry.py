@@ -20,9 +20,9 @@ class Registry(Generic[T]):
 
     def __init__(self, field: str, kind: str, retired: dict[str, str] | None = None, also: tuple[str, ...] = (),
                  order: Callable[[str, T], object] | None = None, load: Callable[[], None] | None = None,
-                 settings: Callable[[T], type | None] | None = None):
-        """`settings(part)`: the part's own settings class (`part_fields`), composed into the config while it is
-        registered; None: the parts of this table have none."""
+                 settings: Callable[[T], type | tuple[type, ...] | None] | None = None):
+        """`settings(part)`: the part's own settings, a class or a tuple of classes (`part_fields`; several parts may
+        share one), composed into the config while it is registered; None: the parts of this table have none."""
         self.field, self.kind, self.retired, self.also, self.order = field, kind, retired or {}, also, order
         self.settings = settings
         self._parts: dict[str, T] = {}
@@ -43,18 +43,29 @@ class Registry(Generic[T]):
         name = part.name
         if name in self._loaded() or name in self.retired or name in self.also:
             raise ValueError(f"a {self.kind} named {name!r} is already registered")
-        fields = self.settings(part) if self.settings is not None else None
-        if fields is not None:
-            add_part_fields(fields)  # composed into DistillConfig (`distill.config`)
+        fields = self._settings_of(part)
+        for index, fields_class in enumerate(fields):
+            try:
+                add_part_fields(fields_class)  # composed into DistillConfig (`distill.config`)
+            except Exception:
+                for added in fields[:index]:
+                    remove_part_fields(added)
+                raise
         self._parts[name] = part
         return part
+
+    def _settings_of(self, part: T) -> tuple[type, ...]:
+        declared = self.settings(part) if self.settings is not None and part is not None else None
+        if declared is None:
+            return ()
+        return tuple(declared) if isinstance(declared, (tuple, list)) else (declared,)
 
     def unregister(self, name: str) -> None:
         """Remove a part and its own settings (tests that register a toy clean up with this)."""
         part = self._loaded().pop(name, None)
-        fields = self.settings(part) if part is not None and self.settings is not None else None
-        if fields is not None:
-            remove_part_fields(fields)
+        if part is not None:
+            for fields_class in self._settings_of(part):
+                remove_part_fields(fields_class)
 
     def names(self) -> tuple[str, ...]:
         self._loaded()
@@ -75,38 +86,46 @@ class Registry(Generic[T]):
 
 
 # ------------------------------------------------------------------------------------- part settings --
-# The settings of parts registered from outside the package (a dataclass of fields each): the registries add them
-# here, and the config (`distill.config`), which listens, composes them into `DistillConfig`. The registries
-# import only this leaf, so no import circle runs from a part's registration to the config.
-_PART_FIELDS: list[type] = []
+# The settings of registered parts (a dataclass of fields each, built-in parts' and others' alike): the registries
+# add them here, and the config (`distill.config`), which listens, composes `DistillConfig` from them. Several parts
+# may declare one class (gkd and gold share the mixing fields): it is counted, and leaves with the last of them. The
+# registries import only this leaf, so no import circle runs from a part's registration to the config.
+_PART_FIELDS: dict[type, int] = {}  # settings class -> parts registered that declare it (insertion order kept)
 _LISTENERS: list[Callable[[], None]] = []
 
 
 def part_fields() -> tuple[type, ...]:
-    """The registered parts' settings classes, in registration order."""
+    """The registered parts' settings classes, in the order they were first registered."""
     return tuple(_PART_FIELDS)
 
 
 def add_part_fields(fields_class: type) -> None:
     """Register a part's settings; a listener that refuses them (a name clash) raises, and they are not added."""
     if fields_class in _PART_FIELDS:
+        _PART_FIELDS[fields_class] += 1
         return
-    _PART_FIELDS.append(fields_class)
+    _PART_FIELDS[fields_class] = 1
     try:
-        for listener in _LISTENERS:
-            listener()
+        _tell_listeners()
     except Exception:
-        _PART_FIELDS.remove(fields_class)
-        for listener in _LISTENERS:
-            listener()
+        del _PART_FIELDS[fields_class]
+        _tell_listeners()
         raise
 
 
 def remove_part_fields(fields_class: type) -> None:
-    if fields_class in _PART_FIELDS:
-        _PART_FIELDS.remove(fields_class)
-        for listener in _LISTENERS:
-            listener()
+    """One part declaring `fields_class` left; the settings go with the last of them."""
+    if fields_class not in _PART_FIELDS:
+        return
+    _PART_FIELDS[fields_class] -= 1
+    if _PART_FIELDS[fields_class] == 0:
+        del _PART_FIELDS[fields_class]
+        _tell_listeners()
+
+
+def _tell_listeners() -> None:
+    for listener in _LISTENERS:
+        listener()
 
 
 def on_part_fields(listener: Callable[[], None]) -> None:

@@ -197,53 +197,6 @@ def test_no_code_outside_methods_branches_on_the_method_name():
     assert found == []
 
 
-def _module_name(path: Path) -> str:
-    return ".".join(path.relative_to(SRC.parent).with_suffix("").parts).removesuffix(".__init__")
-
-
-def _imports(path: Path, modules: set[str]) -> set[str]:
-    """The distill modules `path` imports, anywhere in the file (function-level imports count too).
-    `from package import module` is an edge to the module; `from package import name` one to the package."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            for alias in node.names:
-                found.add(f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module)
-    return {name for name in found if name in modules and name != _module_name(path)}
-
-
-# Call-time imports that are the public face of a module above (no cycle when modules load), each with why.
-FACADES = {
-    ("distill.config", "distill.config.checks"): "DistillConfig.validate() runs the checks, which know every registered "
-                                                 "part; `import distill.config` stays a leaf",
-    ("distill.methods.registry", "distill.methods.built_in"): "the built-in methods register when the table is first "
-                                                              "used, so the config can import their field declarations",
-}
-
-
-def test_the_import_graph_has_no_cycle():
-    modules = {_module_name(p): p for p in _python_files()}
-    graph = {name: _imports(path, set(modules)) - {to for (frm, to) in FACADES if frm == name} for name, path in modules.items()}
-    # A module's parent package runs first when it is imported: Python's doing, not an edge written here.
-    state, cycle = {}, []
-
-    def visit(node, stack):
-        state[node] = "open"
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == "open":
-                cycle.append(stack[stack.index(nxt):] + [nxt])
-            elif nxt not in state:
-                visit(nxt, stack + [nxt])
-        state[node] = "done"
-
-    for name in sorted(graph):
-        if name not in state:
-            visit(name, [name])
-    assert cycle == []
-
-
 def test_retired_and_unknown_method_names():
     with pytest.raises(ValueError, match="method 'server' is gone"):
         get_method("server")

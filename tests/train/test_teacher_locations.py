@@ -8,6 +8,7 @@ registering it (`register_location`) is the only step, and `teacher: "fixed:SEED
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from safetensors.torch import load_file
 
 from distill.cli import main
 from distill.config import DistillConfig
+from distill.config.io import PartFields, setting
 from distill.locations import (
     TeacherLocation,
     Teachers,
@@ -54,6 +56,13 @@ class FixedTeacher(Teacher):
         return DenseSignal(self.table[tokens.cpu()].to(batch.input_ids.device), self.head)
 
 
+@dataclass
+class FixedFields(PartFields):
+    """The toy location's own settings: composed into the config while it is registered."""
+
+    fixed_teacher_width: int = setting(8, "Width of the fixed teacher's per-token vectors (the toy location's setting).")
+
+
 class StepsSeen:
     """What the location checkpoints: the optimizer steps its teacher has seen (restored on resume)."""
 
@@ -74,6 +83,7 @@ class StepsSeen:
 
 class FixedFunctionLocation(TeacherLocation):
     name = "fixed"
+    fields = (FixedFields,)
     student_origin = "the given student"
 
     def __init__(self) -> None:
@@ -101,7 +111,8 @@ class FixedFunctionLocation(TeacherLocation):
         return values  # the run's own teacher scores again
 
     def build(self, request) -> Teachers:
-        teacher = FixedTeacher(request.vocab_size, int(request.config.teacher.removeprefix(PREFIX)))
+        width = FixedFields.of(request.config).fixed_teacher_width
+        teacher = FixedTeacher(request.vocab_size, int(request.config.teacher.removeprefix(PREFIX)), width)
         self.built.append(teacher)
         return Teachers(teacher, teacher)
 
@@ -170,6 +181,24 @@ def test_a_location_defined_in_a_test_file_trains_evaluates_and_resumes(tmp_path
     final = load_file(str(resumed / "model" / "model.safetensors"))
     for name, weight in trained.items():
         assert torch.equal(weight, final[name]), name
+
+
+def test_a_locations_own_settings_come_from_yaml_and_flags_and_leave_with_it(tmp_path, model_dirs, fixed_location):
+    """A location declares its settings (`fields`): they are config fields while it is registered, read only while it
+    holds the teacher, set from a recipe and overridden by a flag, and gone once it is unregistered."""
+    config = DistillConfig(teacher="fixed:7", student="s", seq_kd=False, fixed_teacher_width=4).validate()
+    assert FixedFields.of(config).fixed_teacher_width == 4
+    with pytest.raises(ValueError, match="fixed_teacher_width is only read with the fixed teacher location"):
+        DistillConfig(student="s", fixed_teacher_width=4).validate()
+
+    recipe = _recipe(tmp_path, model_dirs, "widths", max_steps=1, fixed_teacher_width=4)
+    assert main(["train", recipe, "--output-dir", str(tmp_path / "run"), "--fixed-teacher-width", "3"]) == 0
+    assert fixed_location.built[-1].table.shape[1] == 3  # the flag over the recipe
+    assert "fixed_teacher_width: 3" in (tmp_path / "run" / "config.yaml").read_text()
+
+    unregister_location(fixed_location.name)
+    assert "fixed_teacher_width" not in DistillConfig.field_names()
+    register_location(fixed_location)  # the fixture unregisters it
 
 
 def test_a_duck_typed_teacher_is_refused_and_a_teacher_is_not_frozen_unless_it_says_so():

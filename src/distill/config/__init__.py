@@ -23,13 +23,6 @@ from distill.config import io as config_io
 from distill.config.io import setting
 from distill.config.values import DEFAULT_STUDENT_INIT, DEFAULT_TEACHER, DTYPES, SCHEDULERS, TRACKERS
 from distill.data_files import BUNDLED_DATASET
-from distill.methods.gold_fields import GoldFields
-from distill.methods.iw_opd_fields import IwOpdFields
-from distill.methods.mixing_fields import MixingFields
-from distill.methods.reuse_fields import RolloutReuseFields
-from distill.methods.sdft_fields import SdftFields
-from distill.methods.sdpo.fields import SdpoFields
-from distill.methods.self_teacher_fields import SelfTeacherFields
 
 __all__ = ["BUNDLED_DATASET", "DEFAULT_TEACHER", "DistillConfig"]
 
@@ -43,7 +36,7 @@ RETIRED_FIELDS = {
 
 @dataclass
 class RunFields:
-    """The fields every run or a teacher location reads (the methods' are declared beside them)."""
+    """The core's fields: what every run reads (a part's own settings are declared with the part)."""
 
     # --- what to distil ---------------------------------------------------------------------------------
     method: str = setting("gkd", "What is learned: a registered method (`distill.methods`; listed below with what each "
@@ -75,36 +68,6 @@ class RunFields:
     overwrite_output_dir: bool = setting(False, "Allow writing into an existing, non-empty `output_dir` (its "
                                          "contents are replaced).")
 
-    # --- a teacher off this machine: server or cache ---------------------------------------------------
-    teacher_url: str | None = setting(None, "Teacher server speaking vLLM's OpenAI-compatible /v1/completions (a stock "
-                                      "`vllm serve` or `distill serve-teacher`), e.g. http://127.0.0.1:8000. Several "
-                                      "teachers: 'id=url,id=url', routed by the dataset's `teacher_id` column. Any method whose objective "
-                                      "takes sparse log-probs (listed below); no teacher model is loaded here.")
-    teacher_cache: str | None = setting(None, "Directory written by `distill cache-teacher`: the run trains on its completions and "
-                                        "sparse log-probs (so it needs lmbda 0, lmbda_schedule constant, seq_kd false); several: "
-                                        "'id=dir,id=dir', routed by the dataset's `teacher_id` column.")
-    teacher_model_name: str | None = setting(None, "The `model` name to send to the teacher server (None: the first model "
-                                             "the server lists at /v1/models).")
-    teacher_logprobs: int = setting(20, "K: top log-probs per position asked from the teacher server (vLLM's "
-                                     "--max-logprobs must allow it). The loss uses these, the completion token, and a "
-                                     "tail bucket for the rest of the mass.")
-    teacher_concurrency: int = setting(4, "Requests in flight to the teacher server at once.")
-    teacher_request_size: int = setting(8, "Completions per request to the teacher server.")
-    teacher_timeout: float = setting(60.0, "Seconds to wait for one teacher-server answer before retrying.")
-    teacher_retries: int = setting(3, "Retries of a failed teacher-server request (connection errors, timeouts, 5xx, "
-                                   "malformed answers), with exponential backoff from 0.5 s; then the run checkpoints "
-                                   "and stops with the error.")
-    teacher_payload: str = setting("topk", "What a teacher server or cache gives per completion token: 'topk' (K "
-                                   "log-probs, the completion token's and a tail bucket: a lower bound of the divergence; "
-                                   "any vLLM server) or 'hidden' (the teacher's final hidden states, H numbers, made into the "
-                                   "exact full distribution by the teacher's lm_head held on the trainer: `distill "
-                                   "serve-teacher`, or a cache written with `cache-teacher --payload hidden`).")
-    teacher_head: str | None = setting(None, "teacher_payload hidden, a server: a directory of the served teacher's files "
-                                       "whose safetensors hold its lm_head (read without loading the model). None: the server "
-                                       "sends its head once at start. Either is checked against the server's fingerprint.")
-    teacher_hidden_dtype: str = setting("float32", "teacher_payload hidden, a server: the hidden states' dtype on the wire, "
-                                        "'float32' (exact) or 'bfloat16' (half the bytes).")
-
     # --- the loss --------------------------------------------------------------------------------------
     beta: float | None = setting(None, "Generalized JSD interpolation for student-sampled completions: 0 = forward "
                                  "KL(teacher||student), 1 = reverse KL(student||teacher). None: the method's default "
@@ -125,19 +88,18 @@ class RunFields:
     teacher_sampling_temperature: float = setting(1.0, "Teacher sampling temperature for seq_kd completions.")
     teacher_top_p: float = setting(1.0, "Teacher nucleus sampling for seq_kd completions.")
     teacher_top_k: int = setting(0, "Teacher top-k sampling for seq_kd completions (0 = off).")
+    seq_kd_generation_steps: int = setting(4, "A frozen teacher that samples (seq_kd, iw_opd's warm-up, sdft's "
+                                           "generate_from_teacher) writes the completions of this many optimizer steps in "
+                                           "one batched call (only for micro-batches that use them): sampling ahead from "
+                                           "weights that do not move changes nothing but the batch size, which makes "
+                                           "generation cheaper per token; 1 = one call per step. A teacher whose weights "
+                                           "move samples step by step.")
     generation_engine: str = setting("auto", "How completions are sampled, in training and evaluation (`distill.generation`): "
                                       "'auto' takes distill's lean decode loop where it applies (a Llama-family model in "
                                       "float32 on CPU: packed weights, preallocated cache; the same distribution as HF "
                                       "generate in about 0.6x its time) and HF generate for any other model; 'lean' or "
                                       "'hf' (or a registered engine's name) forces one; 'vllm' samples with vLLM in the "
                                       "training process (the optional extra; docs/vllm.md).")
-    vllm_kv_cache_gib: float = setting(1.0, "KV cache of each vLLM replica, in GiB (generation_engine: vllm; one replica "
-                                       "per model it samples from: the student, a teacher, an EMA self-teacher).")
-    vllm_server_url: str | None = setting(None, "generation_engine: vllm_server: the address of the vLLM server that "
-                                          "samples the student (started with VLLM_SERVER_DEV_MODE=1; docs/vllm.md).")
-    vllm_weights_dir: str | None = setting(None, "generation_engine: vllm_server: a directory the trainer and the server "
-                                           "both see, where the student's weights are written for the server to reload "
-                                           "after each optimizer step (default: the run directory).")
 
     # --- optimisation ----------------------------------------------------------------------------------
     learning_rate: float = setting(3e-4, "AdamW peak learning rate (3e-4: the bundled default run, chosen by measurement).")
@@ -189,22 +151,52 @@ class RunFields:
     eval_examples: int = setting(3, "Side-by-side answers (teacher, student before, student after) in the report.")
 
 
+class _ComposedFromParts(type):
+    """`DistillConfig`'s metaclass: the built-in parts (methods, teacher locations, generation engines) register, with
+    their settings, before the first config is made (`distill.parts`), not when this module is imported."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        load_parts()
+        return super().__call__(*args, **kwargs)
+
+    def __getattr__(cls, name: str) -> Any:
+        """A part's default read from the class (`DistillConfig.seq_kd`) before any config was made."""
+        if name.startswith("_") or not load_parts():
+            raise AttributeError(f"type object {cls.__name__!r} has no attribute {name!r}")
+        return getattr(cls, name)
+
+
+def load_parts() -> bool:
+    """Register the built-in parts (once), so that `DistillConfig` holds their settings; True when this call did."""
+    from distill import parts
+
+    return parts.load()
+
+
 @dataclass
-class DistillConfig(SdpoFields, SdftFields, SelfTeacherFields, RolloutReuseFields, IwOpdFields, GoldFields, MixingFields,
-                    RunFields):
-    """Every field of a run, flat (the command line, YAML recipes and `--help` see one namespace). The fields each
-    method (or group of methods) reads are declared next to it, in the bases from `distill/methods/*_fields.py`
-    and `distill/methods/sdpo/fields.py`; `RunFields` holds the rest (and comes first in config.yaml)."""
+class DistillConfig(RunFields, metaclass=_ComposedFromParts):
+    """Every field of a run, flat (the command line, YAML recipes and `--help` see one namespace): `RunFields`
+    (first in config.yaml), then each registered part's own settings (`PartFields` subclasses declared by the
+    part: a method's beside it in `distill/methods/*_fields.py`, a location's or an engine's in its module), in
+    the order the parts registered. A part's code reads its settings typed: `MixingFields.of(config).lmbda`."""
 
     RETIRED_FIELDS: ClassVar[dict[str, str]] = RETIRED_FIELDS
 
     @classmethod
+    def config_fields(cls) -> tuple[dataclasses.Field, ...]:
+        """Every field, the registered parts' settings included (`dataclasses.fields` of the class before any config
+        was made holds the core's only)."""
+        load_parts()
+        return dataclasses.fields(cls)
+
+    @classmethod
     def field_names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls)]
+        return [f.name for f in cls.config_fields()]
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], where: str = "config") -> "DistillConfig":
         """A config from field values (YAML / CLI forms are coerced to the fields' types)."""
+        load_parts()
         return cls(**config_io.typed_values(cls, values, where))
 
     @classmethod
@@ -232,12 +224,12 @@ class DistillConfig(SdpoFields, SdftFields, SelfTeacherFields, RolloutReuseField
 
 
 # ------------------------------------------------------------------------------------- part settings --
-# A part registered from outside the package (a method, an engine) declares its own settings as a dataclass of
-# fields with defaults (`setting(...)`, like the built-ins' `*_fields.py`); its registry adds them to
+# A part (a method, a teacher location, an engine; built in or registered from outside the package) declares its own
+# settings as a dataclass of fields with defaults (`PartFields`, `setting(...)`); its registry adds them to
 # `distill.registry.part_fields()`, and they are composed here into `DistillConfig`, flat: the command line, YAML
 # recipes, `--help` and config.yaml see them like any field. The class object stays the same (every module holds
-# it); its dataclass fields and generated methods become those of a dataclass over the parts' settings and the
-# built-in fields.
+# it); its dataclass fields and generated methods become those of a dataclass over the core's fields and the parts'
+# settings.
 _BUILT_IN = frozenset(DistillConfig.__dataclass_fields__)
 _GENERATED = ("__init__", "__repr__", "__eq__", "__match_args__", "__dataclass_fields__", "__dataclass_params__")
 _PRISTINE = {name: DistillConfig.__dict__[name] for name in _GENERATED if name in DistillConfig.__dict__}

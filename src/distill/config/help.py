@@ -12,8 +12,6 @@ teacher's location, each method's own, then those several methods read.
 
 from __future__ import annotations
 
-import dataclasses
-
 from distill.config import DistillConfig
 from distill.config.reads import own_fields, run_reads
 from distill.locations import locations
@@ -22,7 +20,7 @@ from distill.methods.registry import get_method, method_names
 
 def field_help(name: str) -> str:
     """The help text of config field `name`, with the generated facts appended."""
-    field = {f.name: f for f in dataclasses.fields(DistillConfig)}[name]
+    field = {f.name: f for f in DistillConfig.config_fields()}[name]
     parts = [field.metadata.get("help", "")]
     if name == "method":
         parts += [f"'{m}': {get_method(m).summary}." for m in method_names()]

@@ -11,11 +11,25 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from distill import registry
+
+PartFieldsT = TypeVar("PartFieldsT", bound="PartFields")
+
+
+@dataclasses.dataclass
+class PartFields:
+    """A part's own settings (a method's, a teacher location's, a generation engine's): subclass it as a dataclass of
+    `setting(...)` fields with defaults and declare it on the part (`fields`). Registering the part composes them into
+    `DistillConfig`, flat (`distill.config`); `of(config)` reads them back typed, as the part's code does."""
+
+    @classmethod
+    def of(cls: type[PartFieldsT], config: Any) -> PartFieldsT:
+        """This part's fields of `config`, as an instance of the settings class (a copy: the config is not changed)."""
+        return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
 
 
 def setting(default: Any, help: str, **kwargs: Any) -> Any:

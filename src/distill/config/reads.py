@@ -12,7 +12,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Callable
 
 from distill.generation.engine import engine_names, get_engine
-from distill.locations import location_reads
+from distill.locations import location_of, location_reads, locations
 from distill.methods.registry import Method, Reads, get_method, method_names
 
 if TYPE_CHECKING:
@@ -43,24 +43,45 @@ def run_reads(sources: frozenset[str]) -> tuple[Reads, ...]:
 
 
 def engine_reads() -> tuple[Reads, ...]:
-    """The fields each registered engine reads (`Engine.reads`), active when the run names it."""
+    """The fields each registered engine reads (`Engine.reads` and its own settings), active when the run names it."""
     def named(name: str) -> Callable[[DistillConfig], bool]:
         return lambda config: config.generation_engine == name
 
-    return tuple(Reads(f"generation_engine: {name}", (*get_engine(name).reads, *own_fields(get_engine(name))), named(name))
-                 for name in engine_names() if get_engine(name).reads or get_engine(name).fields is not None)
+    engines = [get_engine(name) for name in engine_names()]
+    return tuple(Reads(f"generation_engine: {engine.name}", (*engine.reads, *own_fields(engine)), named(engine.name))
+                 for engine in engines if engine.reads or own_fields(engine))
 
 
 def own_fields(part) -> tuple[str, ...]:
-    """The names of a part's own settings (`fields`, composed into the config when it registered)."""
-    return tuple(f.name for f in dataclasses.fields(part.fields)) if part.fields is not None else ()
+    """The names of a part's own settings (`fields`: a settings class or a tuple of them, composed into the config
+    when it registered)."""
+    declared = part.fields if isinstance(part.fields, (tuple, list)) else (part.fields,) if part.fields else ()
+    return tuple(f.name for fields_class in declared for f in dataclasses.fields(fields_class))
+
+
+def implicit_reads(method: Method, sources: frozenset[str]) -> tuple[Reads, ...]:
+    """A part's own settings that no part's `reads` names are read whenever the part runs (a toy method's scale):
+    the method's while it runs, a location's while it holds the teacher. Settings a part shares with others (gkd's
+    mixing fields, declared by every method that reads one of them) are read only as the `reads` say."""
+    named = {name for part in run_reads(sources) for name in part.names}
+    named |= {name for other in method_names() for part in get_method(other).reads for name in part.names}
+    own = tuple(name for name in own_fields(method) if name not in named)
+    found: list[Reads] = [Reads(f"method {method.name}", own)] if own else []
+    for location in locations():
+        unnamed = tuple(name for name in own_fields(location) if name not in named)
+        if unnamed:
+            found.append(Reads(f"the {location.name} teacher location", unnamed, holds_the_teacher(location, method)))
+    return tuple(found)
+
+
+def holds_the_teacher(location, method: Method) -> Callable[[DistillConfig], bool]:
+    return lambda config: location_of(config, method) is location
 
 
 def check_fields_read(config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
     """Raise ValueError for the first field changed from its default that no active part of the run reads."""
     active, inactive = set(), {}
-    own = (Reads(f"method {method.name}", own_fields(method)),) if method.fields is not None else ()
-    for part in (*run_reads(sources), *method.reads, *own):
+    for part in (*run_reads(sources), *method.reads, *implicit_reads(method, sources)):
         if part.when(config):
             active.update(part.names)
         else:
@@ -81,4 +102,4 @@ def check_fields_read(config: DistillConfig, method: Method, sources: frozenset[
 
 def declared_fields(method: Method, sources: frozenset[str]) -> set[str]:
     """Every field some part of a run of `method` can read (a test checks no config field is left out)."""
-    return {name for part in (*run_reads(sources), *method.reads) for name in part.names} | set(own_fields(method))
+    return {name for part in (*run_reads(sources), *method.reads, *implicit_reads(method, sources)) for name in part.names}

@@ -84,8 +84,8 @@ class Engine(ABC):
     auto_order: preference under `auto`, lowest first; None: only when named.
     reads: the config fields it reads when a run names it (`distill.config.reads`: changed while another engine
         runs, they are an error).
-    fields: its own settings, a dataclass of fields with defaults, for an engine registered from outside the
-        package: registering composes them into `DistillConfig` (flat); they are read when a run names it.
+    fields: its own settings (`distill.config.io.PartFields` dataclasses, one or a tuple): registering composes
+        them into `DistillConfig` (flat); they are read when a run names it.
     keeps_weights: it decodes its own copy of the student's weights, kept current by `sync_weights`.
     takes_extras: it gives a model kind's extra inputs (`DecodeRequest.extras`) to the model; an engine that
         decodes token ids only is not chosen for a batch that carries extras.
@@ -95,7 +95,7 @@ class Engine(ABC):
     label: str = ""
     auto_order: int | None = None
     reads: tuple[str, ...] = ()
-    fields: type | None = None
+    fields: type | tuple[type, ...] = ()
     keeps_weights: bool = False
     takes_extras: bool = False
 

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from distill.config.io import PartFields, setting
 from distill.generation.engine import DecodeRequest, Engine, register_engine
 from distill.generation.weights import (
     adapters_off,
@@ -61,6 +62,14 @@ from distill.generation.weights import (
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
+
+
+@dataclass
+class VllmFields(PartFields):
+    """The colocated vLLM engine's own settings."""
+
+    vllm_kv_cache_gib: float = setting(1.0, "KV cache of each vLLM replica, in GiB (generation_engine: vllm; one replica "
+                                       "per model it samples from: the student, a teacher, an EMA self-teacher).")
 
 logger = logging.getLogger("distill.rollout")
 
@@ -82,7 +91,7 @@ class VllmEngine(Engine):
     label = "vLLM (colocated)"
     auto_order = None  # only when named: it needs the optional extra and a replica per model
     keeps_weights = True
-    reads = ("vllm_kv_cache_gib",)
+    fields = (VllmFields,)
 
     def __init__(self):
         self.kv_cache_bytes = 1 << 30
@@ -97,11 +106,12 @@ class VllmEngine(Engine):
         return None
 
     def check_config(self, config: DistillConfig) -> None:
-        if not config.vllm_kv_cache_gib > 0 or math.isinf(config.vllm_kv_cache_gib):
-            raise ValueError(f"vllm_kv_cache_gib must be a finite number > 0 (GiB), got {config.vllm_kv_cache_gib!r}")
+        kv_cache_gib = VllmFields.of(config).vllm_kv_cache_gib
+        if not kv_cache_gib > 0 or math.isinf(kv_cache_gib):
+            raise ValueError(f"vllm_kv_cache_gib must be a finite number > 0 (GiB), got {kv_cache_gib!r}")
 
     def configure(self, config: DistillConfig) -> None:
-        self.kv_cache_bytes = int(config.vllm_kv_cache_gib * (1 << 30))
+        self.kv_cache_bytes = int(VllmFields.of(config).vllm_kv_cache_gib * (1 << 30))
 
     def refusal(self, model, device: torch.device) -> str | None:
         unavailable = self.availability()

@@ -32,12 +32,14 @@ import urllib.error
 import urllib.request
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+from distill.config.io import PartFields, setting
 from distill.generation.engine import DecodeRequest, Engine, register_engine
 from distill.generation.weights import (
     check_decodable,
@@ -49,6 +51,18 @@ from distill.generation.weights import (
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
+
+
+@dataclass
+class VllmServerFields(PartFields):
+    """The vLLM server engine's own settings."""
+
+    vllm_server_url: str | None = setting(None, "generation_engine: vllm_server: the address of the vLLM server that "
+                                          "samples the student (started with VLLM_SERVER_DEV_MODE=1; docs/vllm.md).")
+    vllm_weights_dir: str | None = setting(None, "generation_engine: vllm_server: a directory the trainer and the server "
+                                           "both see, where the student's weights are written for the server to reload "
+                                           "after each optimizer step (default: the run directory).")
+
 
 logger = logging.getLogger("distill.rollout")
 
@@ -64,7 +78,7 @@ class VllmServerEngine(Engine):
     label = "a vLLM server"
     auto_order = None
     keeps_weights = True
-    reads = ("vllm_server_url", "vllm_weights_dir")
+    fields = (VllmServerFields,)
 
     def __init__(self):
         self.url: str | None = None
@@ -77,12 +91,13 @@ class VllmServerEngine(Engine):
         self.pushes = 0
 
     def configure(self, config: DistillConfig) -> None:
-        self.url = config.vllm_server_url.rstrip("/")
-        self.weights_root = Path(config.vllm_weights_dir or config.output_dir)
+        own = VllmServerFields.of(config)
+        self.url = (own.vllm_server_url or "").rstrip("/")
+        self.weights_root = Path(own.vllm_weights_dir or config.output_dir)
         self._student, self._pushed, self._directory, self._served_name, self.pushes = None, None, None, None, 0
 
     def check_config(self, config: DistillConfig) -> None:
-        url = config.vllm_server_url
+        url = VllmServerFields.of(config).vllm_server_url
         if not url or not url.startswith(("http://", "https://")):
             raise ValueError(f"generation_engine vllm_server needs vllm_server_url, the server's http(s) address "
                              f"(e.g. http://127.0.0.1:8000), got {url!r}")

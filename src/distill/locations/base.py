@@ -24,6 +24,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from distill.methods.mixing_fields import MixingFields
 from distill.methods.registry import Method, Reads
 from distill.registry import Registry
 from distill.teachers.base import Teacher, check_teacher
@@ -96,6 +97,8 @@ class TeacherLocation:
     every other member has a default that fits a location holding an external teacher.
 
     name: the location's name (in messages and the field help).
+    fields: its own settings (`distill.config.io.PartFields` dataclasses), composed into `DistillConfig` while it
+        is registered; read back typed with `TheFields.of(config)`.
     reads: the config fields it reads, and when (`distill.config.reads` rejects the unread ones).
     samples: it can write completions (seq_kd); a scoring-only teacher cannot.
     scores_ahead: it scores a whole step before any loss, in one round (a remote teacher: the trainer
@@ -106,6 +109,7 @@ class TeacherLocation:
     """
 
     name: str = ""
+    fields: tuple[type, ...] = ()
     reads: tuple[Reads, ...] = ()
     samples: bool = False
     scores_ahead: bool = False
@@ -163,8 +167,9 @@ class TeacherLocation:
             return
         missing = [e.index for e in examples if e.completion is None]
         if missing:
+            mixing = MixingFields.of(config)
             raise ValueError(
-                f"lmbda={config.lmbda} (schedule {config.lmbda_schedule!r}) makes some micro-batches off-policy, but "
+                f"lmbda={mixing.lmbda} (schedule {mixing.lmbda_schedule!r}) makes some micro-batches off-policy, but "
                 f"{len(missing)} dataset rows have no completion (first: row {missing[0]}). Add a 'completion' column "
                 "(or assistant turns in 'messages'), set seq_kd: true to let the teacher write them, or set lmbda: 1 "
                 "with lmbda_schedule: constant")
@@ -205,7 +210,8 @@ class TeacherLocation:
 
 
 # The registered locations, asked in registration order; the fallback (a model) is asked last.
-_LOCATIONS: Registry[TeacherLocation] = Registry("teacher location", "teacher location")
+_LOCATIONS: Registry[TeacherLocation] = Registry("teacher location", "teacher location",
+                                                 settings=lambda location: location.fields)
 _FALLBACK: list[TeacherLocation] = []
 
 

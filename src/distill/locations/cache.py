@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from distill.locations.base import TeacherRequest, Teachers, location_of
 from distill.locations.external import NOT_EVALUABLE
+from distill.locations.fields import CacheFields, RemoteTeacherFields
 from distill.locations.remote import RemoteLocation, hidden_payload
 from distill.locations.routes import parse_routes
 from distill.methods.registry import Method, Reads, get_method
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
 class CacheLocation(RemoteLocation):
     name = "cache"
+    fields = (CacheFields, RemoteTeacherFields)
     field = "teacher_cache"
     scores_ahead = True
     selected_by = ("teacher_cache", "cache-directory",
@@ -37,16 +39,16 @@ class CacheLocation(RemoteLocation):
                       Reads("teacher_cache", ("teacher_cache",), here))
 
     def claims(self, config: DistillConfig, method: Method) -> bool:
-        return method.teacher == "external" and config.teacher_cache is not None
+        return method.teacher == "external" and CacheFields.of(config).teacher_cache is not None
 
     def card_teacher(self, record: dict) -> str:
         return f"the teacher cache {record['teacher_cache']}"
 
     def inputs(self, config: DistillConfig) -> dict[str, str]:
-        return {f"teacher_cache {tid}".strip(): path for tid, path in parse_routes(config.teacher_cache, "teacher_cache").items()}
+        return {f"teacher_cache {tid}".strip(): path for tid, path in parse_routes(CacheFields.of(config).teacher_cache, "teacher_cache").items()}
 
     def validate(self, config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
-        parse_routes(config.teacher_cache, "teacher_cache")
+        parse_routes(CacheFields.of(config).teacher_cache, "teacher_cache")
         super().validate(config, method, sources)
         if sources != frozenset({"dataset"}):
             raise ValueError("teacher_cache scores only the completions it holds, so every micro-batch must use them "
@@ -60,10 +62,11 @@ class CacheLocation(RemoteLocation):
 
     def build(self, request: TeacherRequest) -> Teachers:
         config, teachers = request.config, {}
-        for tid, directory in parse_routes(config.teacher_cache, "teacher_cache").items():
+        for tid, directory in parse_routes(CacheFields.of(config).teacher_cache, "teacher_cache").items():
             cache = TeacherCache(directory)
-            cache.check_run(request.tokenizer, config.teacher_logprobs, config.temperature, config.max_prompt_length,
-                            config.max_new_tokens, config.teacher_payload)
+            remote = RemoteTeacherFields.of(config)
+            cache.check_run(request.tokenizer, remote.teacher_logprobs, config.temperature, config.max_prompt_length,
+                            config.max_new_tokens, remote.teacher_payload)
             if cache.head is not None and cache.head.vocab_size != request.vocab_size:
                 raise ValueError(f"teacher_cache {directory}: its teacher head has {cache.head.vocab_size} rows, the student's "
                                  f"vocabulary {request.vocab_size}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from distill.locations.external import ExternalLocation
+from distill.locations.fields import RemoteTeacherFields
 from distill.methods.registry import Method
 from distill.signals import DENSE, SPARSE
 
@@ -19,7 +20,7 @@ HIDDEN_DTYPES = ("float32", "bfloat16")
 
 
 def hidden_payload(config: DistillConfig) -> bool:
-    return config.teacher_payload == "hidden"
+    return RemoteTeacherFields.of(config).teacher_payload == "hidden"
 
 
 class RemoteLocation(ExternalLocation):
@@ -39,13 +40,9 @@ class RemoteLocation(ExternalLocation):
         return self.field
 
     def validate(self, config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
-        if config.teacher_payload not in PAYLOADS:
-            raise ValueError(f"teacher_payload must be one of {PAYLOADS}, got {config.teacher_payload!r}")
-        if config.teacher_hidden_dtype not in HIDDEN_DTYPES:
-            raise ValueError(f"teacher_hidden_dtype must be one of {HIDDEN_DTYPES}, got {config.teacher_hidden_dtype!r}")
+        own = RemoteTeacherFields.of(config)
+        if own.teacher_payload not in PAYLOADS:
+            raise ValueError(f"teacher_payload must be one of {PAYLOADS}, got {own.teacher_payload!r}")
         super().validate(config, method, sources)
-        for name in ("teacher_logprobs", "teacher_concurrency", "teacher_request_size"):
-            if getattr(config, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(config, name)!r}")
-        if not config.teacher_timeout > 0 or config.teacher_retries < 0:
-            raise ValueError("teacher_timeout must be > 0 and teacher_retries >= 0")
+        if own.teacher_logprobs < 1:
+            raise ValueError(f"teacher_logprobs must be >= 1, got {own.teacher_logprobs!r}")

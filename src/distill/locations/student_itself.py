@@ -16,6 +16,7 @@ from distill.config.values import DEFAULT_TEACHER
 from distill.data import PromptEncoder
 from distill.locations.base import TeacherLocation, TeacherRequest, Teachers, locations
 from distill.methods.registry import Method
+from distill.methods.self_teacher_fields import SelfTeacherFields
 from distill.methods.self_teacher_prompts import TeacherPrompts
 from distill.models import check_context, make_student
 from distill.signals import DENSE
@@ -67,31 +68,31 @@ class StudentOnlyLocation(TeacherLocation):
         """Training: the self-teacher (when the objective takes a signal) and the evaluation's, both from the
         student's initial weights (copies are made here, before a resumed run loads its checkpoint).
         `distill eval`: the run's initial model, loaded again."""
-        config = request.config
+        config, own = request.config, SelfTeacherFields.of(request.config)
         if request.purpose != "train":
             return Teachers(eval=self._initial_model(request))
-        encoder = PromptEncoder(request.tokenizer, config.max_teacher_prompt_length, config.max_new_tokens, request.eos_ids)
-        prompts = TeacherPrompts(encoder, config.teacher_prompt_template)
+        encoder = PromptEncoder(request.tokenizer, own.max_teacher_prompt_length, config.max_new_tokens, request.eos_ids)
+        prompts = TeacherPrompts(encoder, own.teacher_prompt_template)
 
         def self_teacher(kind: str) -> SelfTeacher:
             return SelfTeacher(kind, request.student, prompts, request.vocab_size, request.eos_ids, request.pad_id,
                                request.device, request.autocast)
 
-        train = self_teacher(config.teacher_model_kind) if request.method.objective(config).signals else None
+        train = self_teacher(own.teacher_model_kind) if request.method.objective(config).signals else None
         evaluation = None
         if request.evaluating:
-            evaluation = train if config.teacher_model_kind == "base" and train else self_teacher("base")
+            evaluation = train if own.teacher_model_kind == "base" and train else self_teacher("base")
         return Teachers(train, evaluation)
 
     def _initial_model(self, request: TeacherRequest) -> SelfTeacher:
-        config, tokenizer = request.config, request.tokenizer
+        config, own, tokenizer = request.config, SelfTeacherFields.of(request.config), request.tokenizer
         initial, _ = load_model(config.student or DEFAULT_TEACHER, "teacher (the run's initial model)", request.device)
         initial = make_student(initial, config.resolved_student_init(True))
         max_new_tokens = config.eval_max_new_tokens
         check_context(initial, "teacher (the run's initial model)",
-                      {"max_teacher_prompt_length": config.max_teacher_prompt_length, "max_new_tokens": max_new_tokens})
-        prompts = TeacherPrompts(PromptEncoder(tokenizer, config.max_teacher_prompt_length, max_new_tokens, request.eos_ids),
-                                 config.teacher_prompt_template)
+                      {"max_teacher_prompt_length": own.max_teacher_prompt_length, "max_new_tokens": max_new_tokens})
+        prompts = TeacherPrompts(PromptEncoder(tokenizer, own.max_teacher_prompt_length, max_new_tokens, request.eos_ids),
+                                 own.teacher_prompt_template)
         # "live" on a model that never trains is its initial weights, without the copy "base" would make.
         return SelfTeacher("live", initial.eval(), prompts, request.vocab_size, request.eos_ids, tokenizer.pad_token_id,
                            request.device)

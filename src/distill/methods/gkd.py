@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from distill.methods import mixing
+from distill.methods.mixing_fields import MixingFields
 from distill.methods.registry import Method, Paper, Reads, register
 from distill.objectives import DivergenceObjective
 from distill.signals import DENSE, SPARSE
@@ -34,6 +35,7 @@ def describe_jsd(record: dict) -> str:
 
 class GKD(Method):
     name = "gkd"
+    fields = (MixingFields,)
     summary = "generalized JSD with on/off-policy mixing (lmbda, seq_kd; GKD, arXiv 2306.13649)"
     paper = GKD_PAPER
     reads = (Reads("method gkd", ("beta", "temperature")), *mixing.READS, mixing.OFF_POLICY_BETA)

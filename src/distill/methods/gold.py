@@ -9,6 +9,8 @@ import math
 from typing import TYPE_CHECKING
 
 from distill.methods import mixing
+from distill.methods.gold_fields import GoldFields
+from distill.methods.mixing_fields import MixingFields
 from distill.methods.registry import Method, Paper, Reads, register
 from distill.objectives import DivergenceObjective
 from distill.signals import ALIGNED
@@ -28,11 +30,12 @@ def aligned_objective(config: DistillConfig) -> DivergenceObjective:
 
 
 def hybrid(config: DistillConfig) -> bool:
-    return config.uld_use_hybrid_loss
+    return GoldFields.of(config).uld_use_hybrid_loss
 
 
 class GOLD(Method):
     name = "gold"
+    fields = (MixingFields, GoldFields)
     summary = ("a teacher with another tokenizer: byte-aligned completions, ULD or hybrid ULD, gkd's mixing "
                "(the reference's GOLDTrainer)")
     paper = ULD_PAPER
@@ -52,7 +55,8 @@ class GOLD(Method):
 
     def validate(self, config: DistillConfig) -> None:
         mixing.validate(config)
-        if (config.uld_hybrid_matched_weight is None) != (config.uld_hybrid_unmatched_weight is None):
+        own = GoldFields.of(config)
+        if (own.uld_hybrid_matched_weight is None) != (own.uld_hybrid_unmatched_weight is None):
             raise ValueError("uld_hybrid_matched_weight and uld_hybrid_unmatched_weight: set both (fixed weights) or "
                              "neither (adaptive weights)")
         for name in ("uld_hybrid_matched_weight", "uld_hybrid_unmatched_weight", "uld_crossentropy_weight"):

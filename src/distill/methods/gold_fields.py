@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distill.config.io import setting
+from distill.config.io import PartFields, setting
 
 
 @dataclass
-class GoldFields:
+class GoldFields(PartFields):
     uld_use_hybrid_loss: bool = setting(False, "method gold: compare tokens whose strings exist in both vocabularies "
                                         "exactly (generalized JSD with `beta`) and only the rest by ULD (sorted probabilities). "
                                         "False: plain ULD on everything.")

@@ -14,10 +14,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from distill.locations.fields import CacheFields, ServerFields
 from distill.losses.policy_gradient import ClipSettings
+from distill.methods.iw_opd_fields import IwOpdFields
 from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
 from distill.methods.registry import Method, Paper, Reads, register
-from distill.methods.reuse_fields import check_reuse
+from distill.methods.reuse_fields import RolloutReuseFields, check_reuse
 from distill.methods.sampling_rules import check_sampling_matches_loss
 from distill.objectives.iw_opd import (
     MAXIMA,
@@ -37,55 +39,62 @@ IW_OPD_PAPER = Paper(
 
 
 def clip_settings(config: DistillConfig) -> ClipSettings:
-    return ClipSettings(config.epsilon_low, config.epsilon_high, config.dual_clip)
+    reuse = RolloutReuseFields.of(config)
+    return ClipSettings(reuse.epsilon_low, reuse.epsilon_high, reuse.dual_clip)
 
 
 class IWOPD(Method):
     name = "iw_opd"
+    fields = (IwOpdFields, RolloutReuseFields)
     summary = ("importance-weighted on-policy distillation: sampled-token policy gradient with prefix-decayed "
                "weights (arXiv 2606.22600)")
     paper = IW_OPD_PAPER
     reads = (
         Reads("method iw_opd", ("temperature", "iw_opd_gamma", "iw_opd_epsilon", "num_iterations", "teacher_warmup_steps")),
         Reads("num_iterations > 1 (with fresh rollouts the ratio is 1)", ("epsilon_low", "epsilon_high", "dual_clip"),
-              lambda c: c.num_iterations > 1),
+              lambda c: RolloutReuseFields.of(c).num_iterations > 1),
         Reads("teacher_warmup_steps > 0 (teacher-sampled warm-up)",
               ("teacher_sampling_temperature", "teacher_top_p", "teacher_top_k", "seq_kd_generation_steps"),
-              lambda c: c.teacher_warmup_steps > 0),
+              lambda c: IwOpdFields.of(c).teacher_warmup_steps > 0),
     )
     metrics, maxima, minima = METRICS, MAXIMA, MINIMA
 
     def sources(self, config: DistillConfig):
         """Teacher samples for the warm-up steps (sequence-level KD), the student's own after."""
-        if config.teacher_warmup_steps == 0:
+        iw = IwOpdFields.of(config)
+        if iw.teacher_warmup_steps == 0:
             return ALWAYS_ON_POLICY
-        return MixedSources(1.0, "step", 0.0, config.teacher_warmup_steps, seq_kd=True)
+        return MixedSources(1.0, "step", 0.0, iw.teacher_warmup_steps, seq_kd=True)
 
     def objective(self, config: DistillConfig) -> IWOPDObjective:
-        return IWOPDObjective(IWOPDSettings(config.iw_opd_gamma, config.iw_opd_epsilon, clip_settings(config),
-                                            config.temperature, config.loss_chunk_size, config.num_iterations > 1))
+        iw = IwOpdFields.of(config)
+        reused = RolloutReuseFields.of(config).num_iterations > 1
+        return IWOPDObjective(IWOPDSettings(iw.iw_opd_gamma, iw.iw_opd_epsilon, clip_settings(config),
+                                            config.temperature, config.loss_chunk_size, reused))
 
     def rollout_reuse(self, config: DistillConfig) -> int:
-        return config.num_iterations
+        return RolloutReuseFields.of(config).num_iterations
 
     def validate(self, config: DistillConfig) -> None:
         """iw_opd's own rules; every message names the field and the fix."""
         check_reuse(config)
-        if not (config.iw_opd_gamma >= 0 and math.isfinite(config.iw_opd_gamma)):
-            raise ValueError(f"iw_opd_gamma must be a finite number >= 0 (0 = plain sampled-token OPD), got {config.iw_opd_gamma!r}")
-        if not (config.iw_opd_epsilon > 0 and math.isfinite(config.iw_opd_epsilon)):
-            raise ValueError(f"iw_opd_epsilon must be a finite number > 0 (1e-8 is usual), got {config.iw_opd_epsilon!r}")
-        if config.teacher_warmup_steps < 0:
-            raise ValueError(f"teacher_warmup_steps must be >= 0, got {config.teacher_warmup_steps!r}")
+        iw = IwOpdFields.of(config)
+        if not (iw.iw_opd_gamma >= 0 and math.isfinite(iw.iw_opd_gamma)):
+            raise ValueError(f"iw_opd_gamma must be a finite number >= 0 (0 = plain sampled-token OPD), "
+                             f"got {iw.iw_opd_gamma!r}")
+        if not (iw.iw_opd_epsilon > 0 and math.isfinite(iw.iw_opd_epsilon)):
+            raise ValueError(f"iw_opd_epsilon must be a finite number > 0 (1e-8 is usual), got {iw.iw_opd_epsilon!r}")
+        if iw.teacher_warmup_steps < 0:
+            raise ValueError(f"teacher_warmup_steps must be >= 0, got {iw.teacher_warmup_steps!r}")
         try:
             clip_settings(config)
         except ValueError as error:
             raise ValueError(f"epsilon_low / epsilon_high / dual_clip: {error}") from None
-        if config.teacher_cache is not None:
+        if CacheFields.of(config).teacher_cache is not None:
             raise ValueError("teacher_cache: iw_opd learns from the student's own samples, and a cache holds completions "
                              "written before the run, which it cannot score; use a teacher model or teacher_url")
         check_sampling_matches_loss(config, ["iw_opd (a policy gradient on the student's samples)"])
-        if config.teacher_warmup_steps and config.teacher_url is not None:
+        if iw.teacher_warmup_steps and ServerFields.of(config).teacher_url is not None:
             raise ValueError("teacher_warmup_steps needs a teacher model that samples; a teacher_url server only scores. "
                              "Set teacher_warmup_steps: 0")
 

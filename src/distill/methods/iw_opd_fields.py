@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distill.config.io import setting
+from distill.config.io import PartFields, setting
 
 
 @dataclass
-class IwOpdFields:
+class IwOpdFields(PartFields):
     iw_opd_gamma: float = setting(0.5, "method iw_opd: prefix decay of the token weights w_t = 1 + gamma (1 - P_t / S), "
                                   "where P_t is the |advantage| before token t in its sequence and S the sequence's "
                                   "total; 0 = plain sampled-token OPD (every weight 1).")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from distill.methods.mixing_fields import LMBDA_SCHEDULES
+from distill.methods.mixing_fields import LMBDA_SCHEDULES, MixingFields
 from distill.methods.registry import Reads
 
 if TYPE_CHECKING:
@@ -39,7 +39,8 @@ class MixedSources:
 
     @classmethod
     def from_config(cls, config: DistillConfig) -> "MixedSources":
-        return cls(config.lmbda, config.lmbda_schedule, config.lmbda_start, config.lmbda_schedule_steps, config.seq_kd)
+        own = MixingFields.of(config)
+        return cls(own.lmbda, own.lmbda_schedule, own.lmbda_start, own.lmbda_schedule_steps, own.seq_kd)
 
     def logged(self, step: int) -> dict[str, float]:
         return {"lmbda": self.lmbda(step)}
@@ -73,7 +74,8 @@ ALWAYS_ON_POLICY = MixedSources(1.0)
 
 def beta_for(config: DistillConfig):
     """The loss beta of each completion source: `beta` for student samples, `off_policy_beta` for the rest."""
-    off = config.beta if config.off_policy_beta is None else config.off_policy_beta
+    off_policy_beta = MixingFields.of(config).off_policy_beta
+    off = config.beta if off_policy_beta is None else off_policy_beta
     return lambda source: config.beta if source == "student" else off
 
 
@@ -83,22 +85,24 @@ def off_policy(config: DistillConfig) -> bool:
 
 READS = (
     Reads("on/off-policy mixing (methods gkd, gold)", ("lmbda", "lmbda_schedule", "seq_kd")),
-    Reads("a non-constant lmbda_schedule", ("lmbda_start", "lmbda_schedule_steps"), lambda c: c.lmbda_schedule != "constant"),
+    Reads("a non-constant lmbda_schedule", ("lmbda_start", "lmbda_schedule_steps"),
+          lambda c: MixingFields.of(c).lmbda_schedule != "constant"),
     Reads("seq_kd: true", ("teacher_sampling_temperature", "teacher_top_p", "teacher_top_k", "seq_kd_generation_steps"),
-          lambda c: c.seq_kd),
+          lambda c: MixingFields.of(c).seq_kd),
 )
 OFF_POLICY_BETA = Reads("off-policy micro-batches (lmbda < 1)", ("off_policy_beta",), off_policy)
 
 
 def validate(config: DistillConfig) -> None:
     """The mixing fields' own ranges."""
-    if config.lmbda_schedule not in LMBDA_SCHEDULES:
-        raise ValueError(f"lmbda_schedule must be one of {LMBDA_SCHEDULES}, got {config.lmbda_schedule!r}")
-    for name in ("lmbda", "lmbda_start") + (("off_policy_beta",) if config.off_policy_beta is not None else ()):
-        if not 0.0 <= getattr(config, name) <= 1.0:
-            raise ValueError(f"{name} must be in [0, 1], got {getattr(config, name)!r}")
-    if config.lmbda_schedule_steps < 0:
-        raise ValueError(f"lmbda_schedule_steps must be >= 0, got {config.lmbda_schedule_steps!r}")
+    own = MixingFields.of(config)
+    if own.lmbda_schedule not in LMBDA_SCHEDULES:
+        raise ValueError(f"lmbda_schedule must be one of {LMBDA_SCHEDULES}, got {own.lmbda_schedule!r}")
+    for name in ("lmbda", "lmbda_start") + (("off_policy_beta",) if own.off_policy_beta is not None else ()):
+        if not 0.0 <= getattr(own, name) <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {getattr(own, name)!r}")
+    if own.lmbda_schedule_steps < 0:
+        raise ValueError(f"lmbda_schedule_steps must be >= 0, got {own.lmbda_schedule_steps!r}")
 
 
 def describe_mixing(record: dict) -> str:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distill.config.io import setting
+from distill.config.io import PartFields, setting
 
 LMBDA_SCHEDULES = ("constant", "linear", "step")
 
 
 @dataclass
-class MixingFields:
+class MixingFields(PartFields):
     lmbda: float = setting(0.5, "Probability that a micro-batch is on-policy (student samples its completions); "
                            "the rest use dataset completions, or the teacher's with `seq_kd`. Drawn once per "
                            "micro-batch, identically on every process.")
@@ -21,9 +21,5 @@ class MixingFields:
     lmbda_schedule_steps: int = setting(54, "Length of the lmbda ramp ('linear') or the switch step ('step').")
     seq_kd: bool = setting(True, "Sequence-level KD: off-policy micro-batches use completions sampled by the "
                            "teacher instead of the dataset's (works for prompt-only datasets).")
-    seq_kd_generation_steps: int = setting(4, "With seq_kd, the teacher samples the completions of this many optimizer "
-                                           "steps in one batched call (only for micro-batches that use them). The "
-                                           "teacher is frozen, so sampling ahead changes nothing but the batch size, "
-                                           "which makes generation cheaper per token; 1 = one call per step.")
     off_policy_beta: float | None = setting(0.0, "beta for dataset and teacher completions; None = `beta`. "
                                             "Forward KL (0) is the natural loss on teacher samples.")

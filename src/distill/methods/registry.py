@@ -88,9 +88,10 @@ class Method:
       template_fields: the config fields holding the prompt templates its self-teacher sees (or, for a baseline,
           the one of the method it is measured against); the evaluation reports how often the student's greedy
           answers repeat their words (`distill.evaluation.leakage`).
-      fields: its own settings, a dataclass of fields with defaults (`distill.config.io.setting`), for a method
-          registered from outside the package: registering composes them into `DistillConfig`, flat, and they
-          are read whenever the method runs (the built-ins declare theirs in `methods/*_fields.py`).
+      fields: its own settings: a `distill.config.io.PartFields` dataclass of fields with defaults (`setting`), or a
+          tuple of them (methods may share one: gkd's mixing fields); registering composes them into
+          `DistillConfig`, flat, and its code reads them typed (`MixingFields.of(config)`). A setting that no
+          `reads` names is read whenever the method runs (the built-ins declare theirs in `methods/*_fields.py`).
     """
 
     name: str = ""
@@ -105,7 +106,7 @@ class Method:
     minima: tuple[str, ...] = ()
     teacher_prompt_budget: str = "max_teacher_prompt_length"
     template_fields: tuple[str, ...] = ()
-    fields: type | None = None
+    fields: type | tuple[type, ...] = ()
 
     # ------------------------------------------------------------------------------------ required --
     def sources(self, config: DistillConfig) -> SourcePlan:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distill.config.io import setting
+from distill.config.io import PartFields, setting
 
 
 @dataclass
-class RolloutReuseFields:
+class RolloutReuseFields(PartFields):
     num_iterations: int = setting(1, "Optimizer steps per generation batch. Above 1, a step's "
                                   "rollouts (with their sampling log-probs) are reused for the next num_iterations - 1 "
                                   "steps, and an importance ratio pi_theta / pi_old, clipped, corrects for the moved "
@@ -23,5 +23,6 @@ class RolloutReuseFields:
 
 def check_reuse(config) -> None:
     """The reuse window's rule, for the methods that read it (their `validate`)."""
-    if config.num_iterations <= 0:
-        raise ValueError(f"num_iterations must be a positive integer, got {config.num_iterations!r}")
+    num_iterations = RolloutReuseFields.of(config).num_iterations
+    if num_iterations <= 0:
+        raise ValueError(f"num_iterations must be a positive integer, got {num_iterations!r}")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from distill.methods.reuse_fields import RolloutReuseFields
+
 if TYPE_CHECKING:
     from distill.config import DistillConfig
 
@@ -34,4 +36,5 @@ def check_sampling_matches_loss(config: DistillConfig, estimators: list[str]) ->
 
 def reused_rollouts(config: DistillConfig, student_samples: bool = True) -> list[str]:
     """The importance ratio's claim, when rollouts of the student's samples are reused."""
-    return ["num_iterations > 1 (the importance ratio pi_theta / pi_old)"] if config.num_iterations > 1 and student_samples else []
+    reused = RolloutReuseFields.of(config).num_iterations > 1
+    return ["num_iterations > 1 (the importance ratio pi_theta / pi_old)"] if reused and student_samples else []

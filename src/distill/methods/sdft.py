@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING
 
 from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
 from distill.methods.registry import Method, Paper, Reads, register
-from distill.methods.reuse_fields import check_reuse
+from distill.methods.reuse_fields import RolloutReuseFields, check_reuse
 from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
+from distill.methods.sdft_fields import SdftFields
+from distill.methods.self_teacher_fields import SelfTeacherFields
 from distill.methods.self_teacher_prompts import check_chat_prompts, check_template
 from distill.methods.self_teacher_rules import (
     check_distillation,
@@ -43,6 +45,7 @@ TEACHER_SAMPLES = MixedSources(0.0, seq_kd=True)
 
 class SDFT(Method):
     name = "sdft"
+    fields = (RolloutReuseFields, SelfTeacherFields, SdftFields)
     summary = ("self-distillation: the student, shown privileged context, teaches itself on its own samples "
                "(SDFT, arXiv 2601.19897)")
     paper = SDFT_PAPER
@@ -53,48 +56,57 @@ class SDFT(Method):
         Reads("method sdft", ("beta", "temperature", "teacher_model_kind", "teacher_prompt_template",
                               "max_teacher_prompt_length", "missing_privileged_context", "distillation_mode",
                               "num_iterations", "num_loss_tokens_to_skip", "generate_from_teacher")),
-        Reads("teacher_model_kind: ema", ("teacher_update_rate", "teacher_sync_steps"), lambda c: c.teacher_model_kind == "ema"),
-        Reads("distillation_mode: topk_logits", ("distillation_topk",), lambda c: c.distillation_mode == "topk_logits"),
+        Reads("teacher_model_kind: ema", ("teacher_update_rate", "teacher_sync_steps"),
+              lambda c: SelfTeacherFields.of(c).teacher_model_kind == "ema"),
+        Reads("distillation_mode: topk_logits", ("distillation_topk",),
+              lambda c: SelfTeacherFields.of(c).distillation_mode == "topk_logits"),
         Reads("num_iterations > 1 on the student's samples (fresh rollouts have ratio 1)", ("distillation_is_clip",),
-              lambda c: c.num_iterations > 1 and not c.generate_from_teacher),
+              lambda c: RolloutReuseFields.of(c).num_iterations > 1 and not SdftFields.of(c).generate_from_teacher),
         Reads("generate_from_teacher: true", ("teacher_sampling_temperature", "teacher_top_p", "teacher_top_k"),
-              lambda c: c.generate_from_teacher),
+              lambda c: SdftFields.of(c).generate_from_teacher),
         Reads("generate_from_teacher with teacher_model_kind base (a frozen teacher samples ahead)",
-              ("seq_kd_generation_steps",), lambda c: c.generate_from_teacher and c.teacher_model_kind == "base"),
+              ("seq_kd_generation_steps",),
+              lambda c: (SdftFields.of(c).generate_from_teacher
+                         and SelfTeacherFields.of(c).teacher_model_kind == "base")),
     )
     metrics = METRICS
 
     def sources(self, config: DistillConfig):
         """The student samples every completion; with generate_from_teacher the self-teacher does."""
-        return TEACHER_SAMPLES if config.generate_from_teacher else ALWAYS_ON_POLICY
+        return TEACHER_SAMPLES if SdftFields.of(config).generate_from_teacher else ALWAYS_ON_POLICY
 
     def objective(self, config: DistillConfig) -> SelfDistillationObjective:
+        self_teacher = SelfTeacherFields.of(config)
+        reused = RolloutReuseFields.of(config).num_iterations > 1 and not SdftFields.of(config).generate_from_teacher
         return SelfDistillationObjective(SelfDistillationSettings(
-            config.distillation_mode, config.beta, config.temperature, config.loss_chunk_size, config.distillation_topk,
-            config.distillation_is_clip, config.num_iterations > 1 and not config.generate_from_teacher))
+            self_teacher.distillation_mode, config.beta, config.temperature, config.loss_chunk_size,
+            self_teacher.distillation_topk, self_teacher.distillation_is_clip, reused))
 
     def rollout_reuse(self, config: DistillConfig) -> int:
-        return config.num_iterations
+        return RolloutReuseFields.of(config).num_iterations
 
     def loss_tokens_to_skip(self, config: DistillConfig) -> int:
-        return config.num_loss_tokens_to_skip
+        return SdftFields.of(config).num_loss_tokens_to_skip
 
     def validate(self, config: DistillConfig) -> None:
         """sdft's own rules, checked before any model loads; every message names the field and the fix."""
         check_reuse(config)
         check_self_teacher(config)
-        check_template(config.teacher_prompt_template, "teacher_prompt_template")
-        if config.max_teacher_prompt_length < 1:
-            raise ValueError(f"max_teacher_prompt_length must be a positive integer, got {config.max_teacher_prompt_length!r}")
-        if config.missing_privileged_context not in ("error", "skip"):
-            raise ValueError(f"missing_privileged_context must be 'error' or 'skip', got {config.missing_privileged_context!r}")
+        self_teacher, sdft = SelfTeacherFields.of(config), SdftFields.of(config)
+        check_template(self_teacher.teacher_prompt_template, "teacher_prompt_template")
+        if self_teacher.max_teacher_prompt_length < 1:
+            raise ValueError(f"max_teacher_prompt_length must be a positive integer, "
+                             f"got {self_teacher.max_teacher_prompt_length!r}")
+        if sdft.missing_privileged_context not in ("error", "skip"):
+            raise ValueError(f"missing_privileged_context must be 'error' or 'skip', "
+                             f"got {sdft.missing_privileged_context!r}")
         check_distillation(config)
-        if config.distillation_mode == "sampled_token" and config.generate_from_teacher:
+        if self_teacher.distillation_mode == "sampled_token" and sdft.generate_from_teacher:
             raise ValueError("distillation_mode sampled_token is a policy gradient on the student's own samples; with "
                              "generate_from_teacher the teacher samples them. Use full_logits or topk_logits")
-        if config.num_loss_tokens_to_skip < 0:
-            raise ValueError(f"num_loss_tokens_to_skip must be >= 0, got {config.num_loss_tokens_to_skip!r}")
-        if not config.generate_from_teacher:  # the self-teacher's samples train by a divergence, never a policy gradient
+        if sdft.num_loss_tokens_to_skip < 0:
+            raise ValueError(f"num_loss_tokens_to_skip must be >= 0, got {sdft.num_loss_tokens_to_skip!r}")
+        if not sdft.generate_from_teacher:  # the self-teacher's samples train by a divergence, never a policy gradient
             check_sampling_matches_loss(config, sampled_token_loss(config) + reused_rollouts(config))
 
     def check_examples(self, config: DistillConfig, examples, field: str) -> None:
@@ -104,22 +116,23 @@ class SDFT(Method):
         if len(missing) == len(examples):
             raise ValueError(f"{field}: no row has a 'privileged_context' (text the self-teacher sees and the student does "
                              "not); sdft has nothing to learn from. Add the column")
-        if not missing or config.missing_privileged_context == "skip":
+        if not missing or SdftFields.of(config).missing_privileged_context == "skip":
             return
         raise ValueError(f"{field} row {missing[0]} has no 'privileged_context' ({len(missing)} of {len(examples)} rows lack "
                          "one): give every row the text the self-teacher sees, or set missing_privileged_context: skip to "
                          "train them without it (no loss; counted in self_teacher/rows_without_context)")
 
     def records_log_probs(self, config: DistillConfig) -> bool:
-        return config.num_iterations > 1 and not config.generate_from_teacher
+        return RolloutReuseFields.of(config).num_iterations > 1 and not SdftFields.of(config).generate_from_teacher
 
     def trains_row(self, config: DistillConfig, example) -> bool:
         return example.privileged_context is not None
 
     def hooks(self, config: DistillConfig, student, teacher) -> list:
-        if config.teacher_model_kind != "ema":
+        self_teacher = SelfTeacherFields.of(config)
+        if self_teacher.teacher_model_kind != "ema":
             return []
-        return [EMAUpdate(teacher.copy, student, config.teacher_update_rate, config.teacher_sync_steps)]
+        return [EMAUpdate(teacher.copy, student, self_teacher.teacher_update_rate, self_teacher.teacher_sync_steps)]
 
     def describe_loss(self, record: dict) -> str:
         mode = {"full_logits": f"generalized JSD over the vocabulary (beta {record['beta']})",

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distill.config.io import setting
+from distill.config.io import PartFields, setting
 
 MISSING_CONTEXT = ("error", "skip")
 
 
 @dataclass
-class SdftFields:
+class SdftFields(PartFields):
     missing_privileged_context: str = setting("error", "Training rows without privileged_context: 'error' (the run "
                                               "refuses them, naming the first) or 'skip' (they are sampled but get no "
                                               "loss and leave the denominator; the fraction is logged as "

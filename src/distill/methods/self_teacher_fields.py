@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distill.config.io import setting
+from distill.config.io import PartFields, setting
 from distill.methods.self_teacher_prompts import DEFAULT_TEACHER_PROMPT_TEMPLATE
 
 SELF_TEACHER_KINDS = ("base", "live", "ema")
@@ -12,7 +12,7 @@ DISTILLATION_MODES = ("full_logits", "topk_logits", "sampled_token")
 
 
 @dataclass
-class SelfTeacherFields:
+class SelfTeacherFields(PartFields):
     teacher_model_kind: str = setting("ema", f"The self-teacher: {SELF_TEACHER_KINDS}. 'base': the initial weights, frozen "
                                       "(a copy; with LoRA the adapter is switched off for the teacher pass, no copy). "
                                       "'live': the current weights, without gradient. 'ema': a moving average of the "

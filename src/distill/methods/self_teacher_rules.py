@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from distill.methods.self_teacher_fields import SelfTeacherFields
 from distill.objectives.self_distillation import SelfDistillationSettings
 from distill.teachers.self_teacher import check_kind
 
@@ -14,21 +15,26 @@ if TYPE_CHECKING:
 
 
 def check_self_teacher(config: DistillConfig) -> None:
-    check_kind(config.teacher_model_kind)
-    if not (0.0 < config.teacher_update_rate <= 1.0):
+    self_teacher = SelfTeacherFields.of(config)
+    check_kind(self_teacher.teacher_model_kind)
+    if not (0.0 < self_teacher.teacher_update_rate <= 1.0):
         raise ValueError(f"teacher_update_rate must be in (0, 1] (the student's share of each EMA update; 1 = copy the "
-                         f"student), got {config.teacher_update_rate!r}")
-    if config.teacher_sync_steps < 1:
-        raise ValueError(f"teacher_sync_steps must be >= 1 (optimizer steps between EMA updates), got {config.teacher_sync_steps!r}")
+                         f"student), got {self_teacher.teacher_update_rate!r}")
+    if self_teacher.teacher_sync_steps < 1:
+        raise ValueError(f"teacher_sync_steps must be >= 1 (optimizer steps between EMA updates), "
+                         f"got {self_teacher.teacher_sync_steps!r}")
 
 
 def sampled_token_loss(config: DistillConfig) -> list[str]:
     """The sampled-token loss's claim on sampling (`distill.methods.sampling_rules`), when it is the loss."""
-    return ["distillation_mode sampled_token (REINFORCE on the student's samples)"] if config.distillation_mode == "sampled_token" else []
+    if SelfTeacherFields.of(config).distillation_mode == "sampled_token":
+        return ["distillation_mode sampled_token (REINFORCE on the student's samples)"]
+    return []
 
 
 def check_distillation(config: DistillConfig) -> None:
     """The self-distillation loss's fields, checked by building its settings."""
-    SelfDistillationSettings(config.distillation_mode, config.beta, topk=config.distillation_topk,
-                             is_clip=config.distillation_is_clip)
+    self_teacher = SelfTeacherFields.of(config)
+    SelfDistillationSettings(self_teacher.distillation_mode, config.beta, topk=self_teacher.distillation_topk,
+                             is_clip=self_teacher.distillation_is_clip)
 

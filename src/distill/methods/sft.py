@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from distill.methods.mixing import MixedSources
 from distill.methods.registry import Method, Reads, register
+from distill.methods.self_teacher_fields import SelfTeacherFields
 from distill.objectives.supervised import CrossEntropyObjective
 
 if TYPE_CHECKING:
@@ -17,6 +18,7 @@ DATASET_ONLY = MixedSources(0.0)
 
 class SFT(Method):
     name = "sft"
+    fields = (SelfTeacherFields,)
     summary = "supervised fine-tuning: cross-entropy on the dataset's completions (the baseline of sdft)"
     teacher = "none"
     template_fields = ("teacher_prompt_template",)  # sdft's, which sft is the baseline of (its evaluation teacher's too)

@@ -32,7 +32,7 @@ from distill.teachers.routed import RoutedTeacher
 from distill.teachers.server import ServerSettings, ServerTeacher
 
 if TYPE_CHECKING:
-    from distill.config import DistillConfig
+    pass
 
 
 def load_model(spec: str, field: str = "teacher", device: torch.device | None = None, dtype: torch.dtype = torch.float32):
@@ -77,23 +77,6 @@ def hidden_server_teacher(settings: ServerSettings, tokenizer, vocab_size: int, 
         teacher.close()
         raise
     return teacher
-
-
-def cross_tokenizer_server_teacher(settings: ServerSettings, config: DistillConfig, request) -> CrossTokenizerTeacher:
-    """A hidden-state server of a teacher with its own tokenizer (method gold): the tokenizer and the head come
-    from `teacher_head`, the alignment and the group prefixes are computed here (`CrossTokenizerTeacher`)."""
-    teacher_tokenizer = load_tokenizer(resolve_model_source(config.teacher_head, "teacher_head"))
-    remote = hidden_server_teacher(settings, teacher_tokenizer, len(teacher_tokenizer), config.teacher_head,
-                                   config.teacher_hidden_dtype)
-    settings_uld = uld_settings(config, request.tokenizer, teacher_tokenizer, request.vocab_size, len(teacher_tokenizer))
-    return CrossTokenizerTeacher(None, teacher_tokenizer, request.tokenizer, request.eos_ids, config.max_prompt_length,
-                                 settings_uld, request.device, remote=remote)
-
-
-def server_settings(config: DistillConfig, url: str) -> ServerSettings:
-    """How to talk to the teacher server at `url`, as the run's config says (training and `distill eval` alike)."""
-    return ServerSettings(url, config.teacher_logprobs, config.teacher_model_name, config.teacher_concurrency,
-                          config.teacher_request_size, config.teacher_timeout, config.teacher_retries)
 
 
 def one_or_routed(teachers: dict[str, object], pad_id: int):

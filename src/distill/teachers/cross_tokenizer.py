@@ -40,6 +40,7 @@ from distill.batch import MicroBatch
 from distill.data import Example, PromptEncoder
 from distill.generation import SamplingParams, generate_completions
 from distill.losses.uld import Alignment, ULDSettings, VocabularyMatch
+from distill.methods.gold_fields import GoldFields
 from distill.models import eos_token_ids, logit_head
 from distill.signals import AlignedSignal
 from distill.teachers.base import Teacher
@@ -279,13 +280,15 @@ def uld_settings(config: DistillConfig, student_tokenizer, teacher_tokenizer, st
 
     Adaptive (both hybrid weights None): w_matched = matched tokens / teacher vocabulary, w_unmatched = 1 - w_matched.
     """
-    if not config.uld_use_hybrid_loss:
-        return ULDSettings(None, 0.0, 1.0, config.uld_crossentropy_weight)
+    gold = GoldFields.of(config)
+    if not gold.uld_use_hybrid_loss:
+        return ULDSettings(None, 0.0, 1.0, gold.uld_crossentropy_weight)
     match = VocabularyMatch.from_tokenizers(student_tokenizer, teacher_tokenizer, student_vocab, teacher_vocab)
     if match.size == 0:
         raise ValueError("uld_use_hybrid_loss: the student and teacher vocabularies share no token string, so the hybrid "
                          "loss has nothing to match; set uld_use_hybrid_loss: false (plain ULD)")
-    if config.uld_hybrid_matched_weight is None:
+    if gold.uld_hybrid_matched_weight is None:
         matched = match.size / teacher_vocab
-        return ULDSettings(match, matched, 1.0 - matched, config.uld_crossentropy_weight)
-    return ULDSettings(match, config.uld_hybrid_matched_weight, config.uld_hybrid_unmatched_weight, config.uld_crossentropy_weight)
+        return ULDSettings(match, matched, 1.0 - matched, gold.uld_crossentropy_weight)
+    assert gold.uld_hybrid_unmatched_weight is not None  # validation asks for both or neither
+    return ULDSettings(match, gold.uld_hybrid_matched_weight, gold.uld_hybrid_unmatched_weight, gold.uld_crossentropy_weight)

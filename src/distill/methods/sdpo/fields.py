@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distill.config.io import setting
+from distill.config.io import PartFields, setting
 from distill.methods.sdpo.reprompts import (
     DEFAULT_FEEDBACK_TEMPLATE,
     DEFAULT_REPROMPT_TEMPLATE,
@@ -13,7 +13,7 @@ from distill.methods.sdpo.reprompts import (
 
 
 @dataclass
-class SdpoFields:
+class SdpoFields(PartFields):
     num_generations: int = setting(8, "method sdpo: G, completions sampled per prompt (a group). A step holds "
                                    "per_device_train_batch_size x gradient_accumulation_steps x processes completions, a "
                                    "multiple of G; a group may span micro-batches and processes.")

@@ -10,8 +10,9 @@ from distill.data import PromptEncoder
 from distill.losses.policy_gradient import ClipSettings
 from distill.methods.mixing import ALWAYS_ON_POLICY
 from distill.methods.registry import Method, Paper, Reads, register
-from distill.methods.reuse_fields import check_reuse
+from distill.methods.reuse_fields import RolloutReuseFields, check_reuse
 from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
+from distill.methods.sdpo.fields import SdpoFields
 from distill.methods.sdpo.reprompts import Reprompts, check_reprompt_templates
 from distill.methods.sdpo.rewards import (
     ANSWER_REWARDS,
@@ -20,6 +21,7 @@ from distill.methods.sdpo.rewards import (
     weighted_range,
 )
 from distill.methods.sdpo.stage import ADVANTAGE_SCALINGS, GroupSettings, RewardStage
+from distill.methods.self_teacher_fields import SelfTeacherFields
 from distill.methods.self_teacher_prompts import check_chat_prompts
 from distill.methods.self_teacher_rules import (
     check_distillation,
@@ -42,22 +44,24 @@ SDPO_PAPER = Paper(
 
 
 def distils(config: DistillConfig) -> bool:
-    return config.distillation_weight > 0
+    return SdpoFields.of(config).distillation_weight > 0
 
 
 def reward_weights(config: DistillConfig) -> list[float]:
-    weights = config.reward_weights if config.reward_weights is not None else [1.0] * len(config.reward_funcs)
+    sdpo = SdpoFields.of(config)
+    weights = sdpo.reward_weights if sdpo.reward_weights is not None else [1.0] * len(sdpo.reward_funcs)
     try:
         return [float(w) for w in weights]
     except (TypeError, ValueError):
-        raise ValueError(f"reward_weights must be numbers, got {config.reward_weights!r}") from None
+        raise ValueError(f"reward_weights must be numbers, got {sdpo.reward_weights!r}") from None
 
 
 def rewards(config: DistillConfig) -> Rewards:
     """The configured reward functions (each resolved now: an unknown name or import path is an error)."""
-    if not config.reward_funcs:
+    sdpo = SdpoFields.of(config)
+    if not sdpo.reward_funcs:
         raise ValueError("reward_funcs is empty: name at least one reward function (e.g. contains_answer)")
-    functions = [load_reward_function(str(spec), config.reward_regex) for spec in config.reward_funcs]
+    functions = [load_reward_function(str(spec), sdpo.reward_regex) for spec in sdpo.reward_funcs]
     weights = reward_weights(config)
     if len(weights) != len(functions):
         raise ValueError(f"reward_weights has {len(weights)} values for {len(functions)} reward_funcs; give one per function")
@@ -68,6 +72,7 @@ def rewards(config: DistillConfig) -> Rewards:
 
 class SDPO(Method):
     name = "sdpo"
+    fields = (RolloutReuseFields, SelfTeacherFields, SdpoFields)
     summary = ("RL with rewards where failed rollouts learn from the model re-prompted with a successful sibling "
                "(SDPO, arXiv 2601.20802); distillation_weight 0 is GRPO")
     paper = SDPO_PAPER
@@ -77,22 +82,24 @@ class SDPO(Method):
     reads = (
         Reads("method sdpo", ("num_generations", "reward_funcs", "reward_weights", "distillation_weight",
                               "success_reward_threshold", "num_iterations", "temperature")),
-        Reads("reward_funcs with 'regex'", ("reward_regex",), lambda c: "regex" in [str(f) for f in c.reward_funcs]),
-        Reads("distillation_weight < 1 (a policy loss)", ("loss_type", "advantage_scaling"), lambda c: c.distillation_weight < 1),
+        Reads("reward_funcs with 'regex'", ("reward_regex",),
+              lambda c: "regex" in [str(f) for f in SdpoFields.of(c).reward_funcs]),
+        Reads("distillation_weight < 1 (a policy loss)", ("loss_type", "advantage_scaling"),
+              lambda c: SdpoFields.of(c).distillation_weight < 1),
         Reads("distillation_weight < 1 with num_iterations > 1 (the PPO ratio clip)", ("epsilon_low", "epsilon_high"),
-              lambda c: c.distillation_weight < 1 and c.num_iterations > 1),
+              lambda c: SdpoFields.of(c).distillation_weight < 1 and RolloutReuseFields.of(c).num_iterations > 1),
         Reads("distillation_weight > 0 (a self-teacher)", ("teacher_model_kind", "beta", "distillation_mode",
                                                            "demonstration_from_self", "include_feedback", "reprompt_template",
                                                            "solution_template", "remove_thinking_from_demonstration",
                                                            "max_reprompt_length"), distils),
         Reads("distillation_weight > 0 with include_feedback", ("feedback_template", "feedback_only_without_solution"),
-              lambda c: distils(c) and c.include_feedback),
+              lambda c: distils(c) and SdpoFields.of(c).include_feedback),
         Reads("distillation_weight > 0 with teacher_model_kind: ema", ("teacher_update_rate", "teacher_sync_steps"),
-              lambda c: distils(c) and c.teacher_model_kind == "ema"),
+              lambda c: distils(c) and SelfTeacherFields.of(c).teacher_model_kind == "ema"),
         Reads("distillation_weight > 0 with distillation_mode: topk_logits", ("distillation_topk",),
-              lambda c: distils(c) and c.distillation_mode == "topk_logits"),
+              lambda c: distils(c) and SelfTeacherFields.of(c).distillation_mode == "topk_logits"),
         Reads("distillation_weight > 0 with num_iterations > 1", ("distillation_is_clip",),
-              lambda c: distils(c) and c.num_iterations > 1),
+              lambda c: distils(c) and RolloutReuseFields.of(c).num_iterations > 1),
         # As for sdft and sft: the evaluation compares with the initial model, shown a row's privileged context if any.
         Reads("eval_before_after: true (the evaluation's teacher is the initial model shown the row's context)",
               ("teacher_prompt_template", "max_teacher_prompt_length"), lambda c: c.eval_before_after),
@@ -104,28 +111,31 @@ class SDPO(Method):
         return ALWAYS_ON_POLICY
 
     def objective(self, config: DistillConfig) -> SDPOObjective:
-        reused = config.num_iterations > 1
-        policy = PolicySettings(config.loss_type, ClipSettings(config.epsilon_low, config.epsilon_high, dual_clip=None),
+        reuse, self_teacher, sdpo = RolloutReuseFields.of(config), SelfTeacherFields.of(config), SdpoFields.of(config)
+        reused = reuse.num_iterations > 1
+        policy = PolicySettings(sdpo.loss_type, ClipSettings(reuse.epsilon_low, reuse.epsilon_high, dual_clip=None),
                                 config.temperature, config.loss_chunk_size, config.max_new_tokens, reused)
-        distillation = SelfDistillationSettings(config.distillation_mode, config.beta, config.temperature, config.loss_chunk_size,
-                                                config.distillation_topk, config.distillation_is_clip, reused)
-        return SDPOObjective(SDPOSettings(config.distillation_weight, policy, distillation))
+        distillation = SelfDistillationSettings(self_teacher.distillation_mode, config.beta, config.temperature,
+                                                config.loss_chunk_size, self_teacher.distillation_topk,
+                                                self_teacher.distillation_is_clip, reused)
+        return SDPOObjective(SDPOSettings(sdpo.distillation_weight, policy, distillation))
 
     def rollout_reuse(self, config: DistillConfig) -> int:
-        return config.num_iterations
+        return RolloutReuseFields.of(config).num_iterations
 
     def validate(self, config: DistillConfig) -> None:
         """sdpo's own rules, checked before any model loads; every message names the field and the fix."""
         check_reuse(config)
-        if config.num_generations < 2:
+        sdpo = SdpoFields.of(config)
+        if sdpo.num_generations < 2:
             raise ValueError(f"num_generations must be >= 2 (a group's advantages compare its completions), got "
-                             f"{config.num_generations!r}")
-        if config.advantage_scaling not in ADVANTAGE_SCALINGS:
-            raise ValueError(f"advantage_scaling must be one of {ADVANTAGE_SCALINGS}, got {config.advantage_scaling!r}")
+                             f"{sdpo.num_generations!r}")
+        if sdpo.advantage_scaling not in ADVANTAGE_SCALINGS:
+            raise ValueError(f"advantage_scaling must be one of {ADVANTAGE_SCALINGS}, got {sdpo.advantage_scaling!r}")
         self.objective(config)  # its settings check loss_type, distillation_weight and the self-distillation loss's fields
         configured = rewards(config)
         span = weighted_range(configured.functions, configured.weights)
-        threshold = config.success_reward_threshold
+        threshold = sdpo.success_reward_threshold
         if not math.isfinite(threshold):
             raise ValueError(f"success_reward_threshold must be a finite number, got {threshold!r}")
         if span is not None and not span[0] < threshold <= span[1]:
@@ -136,15 +146,16 @@ class SDPO(Method):
         if distils(config):
             check_self_teacher(config)
             check_distillation(config)
-            check_reprompt_templates(config.reprompt_template, config.solution_template, config.feedback_template)
-            if config.max_reprompt_length < 1:
-                raise ValueError(f"max_reprompt_length must be a positive integer, got {config.max_reprompt_length!r}")
-        policy = ["the policy loss (distillation_weight < 1)"] if config.distillation_weight < 1.0 else []
+            check_reprompt_templates(sdpo.reprompt_template, sdpo.solution_template, sdpo.feedback_template)
+            if sdpo.max_reprompt_length < 1:
+                raise ValueError(f"max_reprompt_length must be a positive integer, got {sdpo.max_reprompt_length!r}")
+        policy = ["the policy loss (distillation_weight < 1)"] if sdpo.distillation_weight < 1.0 else []
         check_sampling_matches_loss(config, policy + (sampled_token_loss(config) if distils(config) else []) + reused_rollouts(config))
 
     def check_examples(self, config: DistillConfig, examples, field: str) -> None:
         """Answer rewards need an `answer` on every row; feedback needs a row that has some."""
-        names = [str(spec) for spec in config.reward_funcs]
+        sdpo = SdpoFields.of(config)
+        names = [str(spec) for spec in sdpo.reward_funcs]
         needing = [name for name in names if name in ANSWER_REWARDS]
         missing = [e.index for e in examples if e.answer is None]
         if needing and missing:
@@ -153,30 +164,32 @@ class SDPO(Method):
                              "other reward_funcs")
         if distils(config):
             check_chat_prompts(examples, field)
-        if distils(config) and config.include_feedback and not any(e.feedback or e.privileged_context for e in examples):
+        if distils(config) and sdpo.include_feedback and not any(e.feedback or e.privileged_context for e in examples):
             raise ValueError(f"include_feedback: no {field} row has a 'feedback' (or 'privileged_context') column to show "
                              "the self-teacher; add one or set include_feedback: false")
 
     def records_log_probs(self, config: DistillConfig) -> bool:
-        return config.num_iterations > 1
+        return RolloutReuseFields.of(config).num_iterations > 1
 
     def group_size(self, config: DistillConfig) -> int:
-        return config.num_generations
+        return SdpoFields.of(config).num_generations
 
     def stage(self, config: DistillConfig, parts) -> RewardStage:
-        settings = GroupSettings(config.num_generations, config.advantage_scaling, config.success_reward_threshold,
-                                 config.demonstration_from_self, config.include_feedback, config.feedback_only_without_solution,
-                                 config.remove_thinking_from_demonstration)
+        sdpo = SdpoFields.of(config)
+        settings = GroupSettings(sdpo.num_generations, sdpo.advantage_scaling, sdpo.success_reward_threshold,
+                                 sdpo.demonstration_from_self, sdpo.include_feedback,
+                                 sdpo.feedback_only_without_solution, sdpo.remove_thinking_from_demonstration)
         reprompts = None
         if distils(config):
-            encoder = PromptEncoder(parts.tokenizer, config.max_reprompt_length, config.max_new_tokens, parts.eos_ids)
-            reprompts = Reprompts(encoder, config.reprompt_template, config.solution_template, config.feedback_template)
+            encoder = PromptEncoder(parts.tokenizer, sdpo.max_reprompt_length, config.max_new_tokens, parts.eos_ids)
+            reprompts = Reprompts(encoder, sdpo.reprompt_template, sdpo.solution_template, sdpo.feedback_template)
         return RewardStage(rewards(config), settings, reprompts, parts.tokenizer, parts.runtime, parts.first_row)
 
     def hooks(self, config: DistillConfig, student, teacher) -> list:
-        if not distils(config) or config.teacher_model_kind != "ema":
+        self_teacher = SelfTeacherFields.of(config)
+        if not distils(config) or self_teacher.teacher_model_kind != "ema":
             return []
-        return [EMAUpdate(teacher.copy, student, config.teacher_update_rate, config.teacher_sync_steps)]
+        return [EMAUpdate(teacher.copy, student, self_teacher.teacher_update_rate, self_teacher.teacher_sync_steps)]
 
     def describe_loss(self, record: dict) -> str:
         w = record["distillation_weight"]
