@@ -46,7 +46,7 @@ def worker(args) -> None:
     import torch
 
     from distill import DistillConfig
-    from distill.trainer import Distiller
+    from distill.training.trainer import Distiller
 
     config = DistillConfig(fsdp=args.mode == "fsdp", max_steps=args.steps, lmbda_schedule="constant", lmbda=0.5,
                            seq_kd_generation_steps=1, per_device_train_batch_size=2, gradient_accumulation_steps=2,

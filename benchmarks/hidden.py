@@ -94,7 +94,7 @@ ARMS = ("local", "hidden server", "hidden cache float32", "hidden cache bfloat16
 def step_child(arm: str, work: Path, steps: int, k: int, url: str) -> dict:
     """Runs in its own process: mean step time and peak RSS of one arm."""
     from distill import DistillConfig
-    from distill.trainer import Distiller
+    from distill.training.trainer import Distiller
 
     common = dict(method="gkd", student=str(work / "student"), lmbda=0.0, lmbda_schedule="constant", seq_kd=False,
                   eval_before_after=False, progress_bar=False, save_steps=0, logging_steps=1, max_steps=steps + 1,

@@ -74,7 +74,7 @@ def uninterrupted(models: dict[str, Path], run_dir: Path, steps: int, every: int
 
     from distill import DistillConfig
     from distill.cli import parse_field_flags
-    from distill.trainer import Distiller
+    from distill.training.trainer import Distiller
 
     config = DistillConfig.from_dict(parse_field_flags(flags(models, run_dir, steps, every)))
     run = Distiller(config)

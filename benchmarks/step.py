@@ -43,7 +43,7 @@ def _resolved_dtype(args) -> str:
     TRL's trainer gets the same precision."""
     import torch
 
-    from distill.runtime import mixed_precision
+    from distill.training.runtime import mixed_precision
 
     if args.dtype != "auto":
         return args.dtype
@@ -59,8 +59,8 @@ def _teacher(args) -> str:
 
 def run_distill(args) -> dict:
     from distill import DistillConfig
-    from distill.runtime import phase_clock
-    from distill.trainer import Distiller
+    from distill.training.runtime import phase_clock
+    from distill.training.trainer import Distiller
 
     overrides = dict(max_steps=args.warmup + args.steps, eval_before_after=False, progress_bar=False, save_steps=0,
                      logging_steps=1, output_dir=tempfile.mkdtemp(prefix="bench-step-"), overwrite_output_dir=True,
@@ -105,7 +105,7 @@ def run_trl(args) -> dict:
         make_student,
         resolve_model_source,
     )
-    from distill.runtime import phase_clock
+    from distill.training.runtime import phase_clock
 
     source = resolve_model_source(_teacher(args), "teacher")
     teacher = load_causal_lm(source, torch.float32)

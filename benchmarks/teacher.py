@@ -116,7 +116,7 @@ def cache(args, work: Path, data: Path) -> dict:
 def step_child(mode: str, work: Path, steps: int, k: int, new_tokens: int) -> dict:
     """Runs in its own process: mean step time and peak RSS of one configuration."""
     from distill import DistillConfig
-    from distill.trainer import Distiller
+    from distill.training.trainer import Distiller
 
     common = dict(student=str(work / "student"), lmbda=0.0, lmbda_schedule="constant", seq_kd=False, eval_before_after=False,
                   progress_bar=False, save_steps=0, logging_steps=1, max_steps=steps + 1, max_new_tokens=new_tokens,

@@ -101,7 +101,7 @@ def _shrink(config: DistillConfig, root: Path) -> DistillConfig:
 @pytest.fixture
 def tiny_runs(workdir, tmp_path, monkeypatch):
     """Each page runs in a directory of its own (its `runs/`), with links to the shared files."""
-    from distill import trainer
+    from distill.training import trainer
 
     built = []
     original = trainer.Distiller.__init__

@@ -13,7 +13,7 @@ __all__ = ["DistillConfig", "Distiller", "__version__"]
 def __getattr__(name):
     # The trainer pulls in accelerate and transformers; import it only when asked for.
     if name == "Distiller":
-        from distill.trainer import Distiller
+        from distill.training.trainer import Distiller
 
         return Distiller
     raise AttributeError(name)

@@ -90,7 +90,7 @@ def cmd_train(argv: list[str]) -> int:
     overrides = parse_field_flags(argv)
 
     from distill.rundir.directory import check_inputs_outside, resume_config
-    from distill.trainer import Distiller
+    from distill.training.trainer import Distiller
 
     if resume is not None:
         if recipe is not None:

@@ -18,7 +18,7 @@ from distill.serving.scoring import ScoringEngine
 from distill.teachers.cross_tokenizer import CrossTokenizerTeacher
 from distill.teachers.hidden_server import HiddenStateServerTeacher
 from distill.teachers.server import ServerSettings
-from distill.trainer import Distiller
+from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
 from tests.gold.conftest import TEXT
 from tests.teachers.servers import serve_app

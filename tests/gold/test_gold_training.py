@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from distill.config import DistillConfig
-from distill.trainer import Distiller
+from distill.training.trainer import Distiller
 from tests.conftest import tiny_lm
 from tests.distributed import first_step_gradient, run_in_processes
 from tests.train.helpers import make_config

@@ -14,7 +14,7 @@ import pytest
 from distill import DistillConfig
 from distill.cli import main
 from distill.models import resolve_model_source
-from distill.trainer import Distiller
+from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
 from tests.train.helpers import make_config, make_distiller
 

@@ -23,7 +23,7 @@ from distill.cli import main
 from distill.rundir import checkpoint as ckpt
 from distill.rundir.directory import check_output_dir, resume_config, trim_metrics
 from distill.rundir.lock import LOCK, RunLocked
-from distill.trainer import Distiller
+from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
 from tests.train.helpers import make_config, make_distiller
 

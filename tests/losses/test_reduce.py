@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from distill.metrics import MetricWindow
+from distill.training.metrics import MetricWindow
 from tests.distributed import run_in_processes
 
 

@@ -19,7 +19,7 @@ from distill.teachers.hidden import (
     completion_targets,
     predicting_positions,
 )
-from distill.trainer import Distiller
+from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, train_tiny_tokenizer
 from tests.teachers.conftest import cache_rows
 from tests.teachers.servers import serve_teacher

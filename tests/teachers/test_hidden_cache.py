@@ -24,7 +24,7 @@ from distill.teachers.cache import (
     quantize_hidden,
 )
 from distill.teachers.head import head_fingerprint
-from distill.trainer import Distiller
+from distill.training.trainer import Distiller
 from tests.conftest import tiny_lm
 from tests.train.helpers import kill_at_checkpoint, make_config, with_holes
 

@@ -266,7 +266,7 @@ def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_runs_weights(servers,
 
 
 def test_a_run_trains_with_the_hidden_state_teacher_and_evaluates_through_it(servers, model_dirs, tmp_path):
-    from distill.trainer import Distiller
+    from distill.training.trainer import Distiller
 
     config = _hidden_config(tmp_path, servers["a"], lmbda=0.5, max_steps=2, eval_before_after=True, eval_max_new_tokens=4,
                             eval_max_prompts=3)
@@ -284,7 +284,7 @@ def test_iw_opd_reads_the_sampled_tokens_log_prob_from_the_hidden_states(servers
     from distill import DistillConfig
     from distill.objectives import StepContext
     from distill.objectives.student import student_loss
-    from distill.trainer import Distiller
+    from distill.training.trainer import Distiller
     from tests.train.helpers import FAST
 
     fields = {k: v for k, v in FAST.items() if k not in ("seq_kd", "lmbda_schedule")}  # gkd's mixing: not iw_opd's

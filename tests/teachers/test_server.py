@@ -18,7 +18,7 @@ from distill.teachers.hidden import (
     predicting_positions,
 )
 from distill.teachers.server import ServerSettings, ServerTeacher
-from distill.trainer import Distiller
+from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, train_tiny_tokenizer
 from tests.losses.reference import probs
 from tests.teachers.servers import FaultProxy, serve_teacher

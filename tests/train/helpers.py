@@ -5,7 +5,7 @@ from __future__ import annotations
 import datasets
 
 from distill import DistillConfig
-from distill.trainer import Distiller
+from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
 
 FAST = dict(max_new_tokens=6, max_prompt_length=48, per_device_train_batch_size=2, gradient_accumulation_steps=2,
@@ -30,13 +30,13 @@ def make_distiller(tokenizer, tmp_path, rows=None, teacher=None, student=None, e
 def forbid_model_loading(monkeypatch, message: str = "a model was loaded before the error", resolving: bool = False) -> None:
     """Every place a run loads a model (with `resolving`, also where it checks a model's path) raises instead,
     for tests of errors that must come first."""
-    import distill.assembly
     import distill.locations.model
+    import distill.training.assembly
 
     def refuse(*args, **kwargs):
         raise AssertionError(message)
 
-    for module in (distill.assembly, distill.locations.model):
+    for module in (distill.training.assembly, distill.locations.model):
         monkeypatch.setattr(module, "load_model", refuse)
         if resolving:
             monkeypatch.setattr(module, "resolve_model_source", refuse)

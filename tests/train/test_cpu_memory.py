@@ -4,12 +4,12 @@ import platform
 
 import pytest
 
-from distill import cpu_memory
+from distill.training import cpu_memory
 
 
 @pytest.mark.skipif("glibc" not in (platform.libc_ver()[0] or ""), reason="mallopt is glibc's")
 def test_glibc_accepts_the_thresholds_and_logs_them(caplog):
-    caplog.set_level("INFO", logger="distill.cpu_memory")
+    caplog.set_level("INFO", logger="distill.training.cpu_memory")
     assert cpu_memory.set_mmap_threshold(cpu_memory.TRAINING_THRESHOLD, "test")
     assert "mmap threshold fixed at 4096 KiB" in caplog.text
 

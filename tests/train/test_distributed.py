@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from distill.metrics import MetricWindow
+from distill.training.metrics import MetricWindow
 from tests.conftest import chat_rows, train_tiny_tokenizer
 from tests.distributed import (
     accelerate_launch_distill,

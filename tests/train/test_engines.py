@@ -18,7 +18,7 @@ from distill.generation import (
     unregister_engine,
 )
 from distill.generation.engine import DecodeRequest, Engine
-from distill.trainer import Distiller
+from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
 from tests.train.helpers import FAST
 

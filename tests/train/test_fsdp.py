@@ -127,7 +127,7 @@ def _killed_at_step_zero(rank, world_size, out):
 def _resumed(rank, world_size, out):
     import datasets
 
-    from distill.trainer import Distiller
+    from distill.training.trainer import Distiller
     from tests.conftest import tiny_lm
 
     tokenizer = train_tiny_tokenizer()
@@ -214,7 +214,7 @@ def _point_entry_at(sharded: Path, fqn: str, value) -> None:
                                           ("torch.distributed.checkpoint.metadata", "torch.load")],
                          ids=["plain", "dotted_through_an_allowed_module", "other_name_of_an_allowed_module"])
 def test_fsdp_checkpoint_metadata_that_names_other_objects_is_refused(tmp_path, module, name):
-    from distill.sharding import check_metadata
+    from distill.training.sharding import check_metadata
 
     sharded = tmp_path / "sharded"
     sharded.mkdir()

@@ -18,7 +18,7 @@ from distill.objectives.base import StudentTokens
 from distill.objectives.sampled import teacher_token_log_probs
 from distill.rundir.directory import resume_config
 from distill.signals import DenseSignal, RoutedSignal, SparseSignal
-from distill.trainer import Distiller
+from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
 from tests.distributed import first_step_gradient, run_in_processes
 from tests.losses import reference
@@ -180,9 +180,9 @@ def test_a_prompt_only_dataset_trains_through_warm_up_and_on_policy(tokenizer, t
 
 
 def test_a_step_of_empty_completions_trains_nothing_and_stays_finite(tokenizer, tmp_path, monkeypatch):
-    import distill.rollout
+    import distill.training.rollout
 
-    monkeypatch.setattr(distill.rollout, "generate_completions",
+    monkeypatch.setattr(distill.training.rollout, "generate_completions",
                         lambda model, prompts, *args, **kwargs: [([], False, []) for _ in prompts])
     run = distiller(tokenizer, tmp_path, max_steps=1)
     before = {n: p.detach().clone() for n, p in run.student_model.named_parameters()}
@@ -202,9 +202,9 @@ def fixed_completions(model, prompts, sampling, *args, **kwargs):
 def _iw_opd_step_gradient(rank, world_size, tmp, batch, accumulation, fsdp=False):
     from pathlib import Path
 
-    import distill.rollout
+    import distill.training.rollout
 
-    original, distill.rollout.generate_completions = distill.rollout.generate_completions, fixed_completions
+    original, distill.training.rollout.generate_completions = distill.training.rollout.generate_completions, fixed_completions
     try:  # restored: the single-process call runs inside the test process
         torch.manual_seed(0)
         tokenizer = train_tiny_tokenizer()
@@ -212,7 +212,7 @@ def _iw_opd_step_gradient(rank, world_size, tmp, batch, accumulation, fsdp=False
                                gradient_accumulation_steps=accumulation, max_grad_norm=0.0, fsdp=fsdp)
         return first_step_gradient(distiller(tokenizer, None, rows=chat_rows(8), config=config))
     finally:
-        distill.rollout.generate_completions = original
+        distill.training.rollout.generate_completions = original
 
 
 @pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp"])

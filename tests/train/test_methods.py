@@ -28,7 +28,7 @@ from distill.methods import (
 from distill.methods.mixing import ALWAYS_ON_POLICY
 from distill.rundir.directory import resume_config
 from distill.signals import DENSE
-from distill.trainer import Distiller
+from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
 from tests.train.helpers import FAST
 

@@ -17,7 +17,7 @@ from distill.generation import SamplingParams, generate_completions
 from distill.models.inputs import Extra, collate_extras
 from distill.models.kinds import ModelKind, model_kind_of, register_model_kind, unregister_model_kind
 from distill.teachers.hidden import backbone_hidden
-from distill.trainer import Distiller
+from distill.training.trainer import Distiller
 from tests.conftest import chat_rows
 from tests.train.helpers import FAST
 

@@ -8,7 +8,7 @@ import torch
 
 from distill import DistillConfig
 from distill.models import resolve_model_source
-from distill.trainer import Distiller
+from distill.training.trainer import Distiller
 
 
 @pytest.fixture(scope="module")

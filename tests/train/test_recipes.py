@@ -74,7 +74,7 @@ def test_distill_train_takes_a_recipe_name(monkeypatch, capsys, tmp_path):
             return {"run_dir": "nowhere"}
 
     # A stand-in trainer module: this checks the recipe argument only, whatever state the training loop is in.
-    monkeypatch.setitem(sys.modules, "distill.trainer", types.SimpleNamespace(Distiller=FakeDistiller, resume_config=None))
+    monkeypatch.setitem(sys.modules, "distill.training.trainer", types.SimpleNamespace(Distiller=FakeDistiller, resume_config=None))
     assert main(["train", "gold", "--max-steps", "2", "--output-dir", str(tmp_path / "run")]) == 0
     assert seen[0].method == "gold" and seen[0].student == "byte-llama:4x256" and seen[0].max_steps == 2
     assert main(["train", "gld"]) == 2

@@ -4,7 +4,7 @@ import time
 
 import torch
 
-from distill.runtime import phase_clock
+from distill.training.runtime import phase_clock
 
 
 def test_phase_clock_is_perf_counter_on_cpu():

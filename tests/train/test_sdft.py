@@ -21,7 +21,7 @@ from distill.methods.self_teacher_prompts import (
 )
 from distill.rundir.directory import resume_config
 from distill.teachers.hidden import backbone_hidden, predicting_positions
-from distill.trainer import Distiller
+from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
 from tests.distributed import first_step_gradient, run_in_processes
 from tests.train.helpers import FAST
@@ -158,9 +158,9 @@ def test_truncated_teacher_prompts_keep_their_end_and_are_counted(tokenizer, tmp
 
 # ---------------------------------------------------------------------------------- the teacher --
 def test_the_self_teacher_scores_the_students_positions_after_its_own_prompt(tokenizer, tmp_path, monkeypatch):
-    import distill.rollout
+    import distill.training.rollout
 
-    monkeypatch.setattr(distill.rollout, "generate_completions", fixed_completions)
+    monkeypatch.setattr(distill.training.rollout, "generate_completions", fixed_completions)
     rows = context_rows(8)
     rows[1]["privileged_context"] = None
     run = distiller(tokenizer, tmp_path, rows=rows, teacher_model_kind="base", num_loss_tokens_to_skip=2,
@@ -200,9 +200,9 @@ def test_skipped_rows_and_tokens_leave_the_loss_and_the_denominator():
 def test_at_step_zero_the_three_teacher_kinds_give_one_gradient(tokenizer, tmp_path, monkeypatch):
     """base (a copy), live (the student itself under no_grad) and ema (a copy) hold the same weights before
     the first update: any gradient leaking through a live teacher's side would make them differ."""
-    import distill.rollout
+    import distill.training.rollout
 
-    monkeypatch.setattr(distill.rollout, "generate_completions", fixed_completions)
+    monkeypatch.setattr(distill.training.rollout, "generate_completions", fixed_completions)
     gradients = {}
     for kind in ("base", "live", "ema"):
         run = distiller(tokenizer, tmp_path / kind, rows=context_rows(8), teacher_model_kind=kind, max_grad_norm=0.0)
@@ -242,9 +242,9 @@ def test_a_base_teacher_keeps_the_initial_weights(tokenizer, tmp_path):
 
 
 def test_a_lora_base_teacher_switches_the_adapter_off_without_a_copy(tokenizer, tmp_path, monkeypatch):
-    import distill.rollout
+    import distill.training.rollout
 
-    monkeypatch.setattr(distill.rollout, "generate_completions", fixed_completions)
+    monkeypatch.setattr(distill.training.rollout, "generate_completions", fixed_completions)
     run = distiller(tokenizer, tmp_path, teacher_model_kind="base", use_peft=True, lora_r=4, lora_target_modules=["q_proj", "v_proj"],
                     learning_rate=0.1, max_steps=2)
     assert run.teacher.copy is None and run.teacher.adapter_off
@@ -329,9 +329,9 @@ def test_generate_from_teacher_samples_after_the_teacher_prompt(tokenizer, tmp_p
 def _sdft_step(rank, world_size, tmp, batch, accumulation):
     from pathlib import Path
 
-    import distill.rollout
+    import distill.training.rollout
 
-    original, distill.rollout.generate_completions = distill.rollout.generate_completions, fixed_completions
+    original, distill.training.rollout.generate_completions = distill.training.rollout.generate_completions, fixed_completions
     try:
         torch.manual_seed(0)
         tokenizer = train_tiny_tokenizer()
@@ -342,7 +342,7 @@ def _sdft_step(rank, world_size, tmp, batch, accumulation):
         result["local_tokens"] = sum(mb.num_completion_tokens for mb in run.rollout.take(0, {}))
         return result
     finally:
-        distill.rollout.generate_completions = original
+        distill.training.rollout.generate_completions = original
 
 
 def test_gradient_and_metrics_are_split_invariant_across_processes_with_unequal_token_counts(tmp_path):
@@ -370,7 +370,7 @@ def test_a_bf16_autocast_loss_stacks_with_fp32_counts(tmp_path):
     fresh process: accelerate's precision is fixed once per process."""
     (result,) = run_in_processes(_bf16_run, world_size=1, args=(str(tmp_path),))
     assert torch.isfinite(torch.tensor([result["loss"], result["forward_kl"]])).all() and result["loss"] > 0
-    from distill.metrics import MetricWindow
+    from distill.training.metrics import MetricWindow
 
     window = MetricWindow()
     window.add_mean("loss", torch.tensor(3.0, dtype=torch.bfloat16), torch.tensor(2, dtype=torch.int64))

@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from distill import DistillConfig
 from distill.generation import SamplingParams, generate_completions
 from distill.generation.seeds import row_seeds
-from distill.trainer import Distiller
+from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
 from tests.skip_guard import needs_extra
 from tests.train.helpers import FAST, kill_at_checkpoint

@@ -9,7 +9,7 @@ import pytest
 
 from distill import DistillConfig
 from distill.generation import vllm_server
-from distill.trainer import Distiller
+from distill.training.trainer import Distiller
 from tests.conftest import chat_rows
 from tests.skip_guard import needs_extra
 from tests.train.helpers import FAST

@@ -26,9 +26,7 @@ from distill.generation.seeds import row_seeds
 from distill.losses import DEFAULT_CHUNK_SIZE
 from distill.losses.sparse import DEFAULT_MIN_TAIL_MASS, teacher_cells
 from distill.models.kinds import model_kind_of
-from distill.runtime import eval_device
 from distill.signals import DenseSignal, SparseSignal
-from distill.teacher_assembly import Comparison
 from distill.teachers.cache import (
     FORMAT,
     HIDDEN_ARRAYS,
@@ -51,6 +49,8 @@ from distill.teachers.cache import (
 from distill.teachers.head import head_fingerprint
 from distill.teachers.hidden import completion_targets
 from distill.teachers.topk import TopK, topk_log_probs
+from distill.training.runtime import eval_device
+from distill.training.teacher_assembly import Comparison
 
 
 @dataclass
@@ -105,13 +105,13 @@ class OpenTeacher:
 
 def _open_teacher(job: CacheJob, device: torch.device) -> OpenTeacher:
     """A local model or a server, built by their teacher locations as training builds them
-    (`distill.teacher_assembly`, purpose CACHE), for a run whose tokenizer is the teacher's own (a model) or
+    (`distill.training.teacher_assembly`, purpose CACHE), for a run whose tokenizer is the teacher's own (a model) or
     `--tokenizer` (a server)."""
     from distill.config import DistillConfig
     from distill.locations import CACHE, location_of
     from distill.methods import get_method
     from distill.models import DEFAULT_TEACHER, check_context, load_tokenizer, resolve_model_source
-    from distill.teacher_assembly import assemble_teachers, comparison
+    from distill.training.teacher_assembly import assemble_teachers, comparison
 
     # The default method, a same-tokenizer one: the cache holds the teacher's own top-k or hidden states.
     method = get_method(DistillConfig().method)

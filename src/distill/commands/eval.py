@@ -32,9 +32,9 @@ from distill.locations import EVAL, location_of
 from distill.methods import get_method
 from distill.models import check_context, resolve_model_source
 from distill.models.kinds import model_kind_of
-from distill.runtime import check_device, eval_device
-from distill.teacher_assembly import assemble_teachers, comparison
 from distill.teachers.build import load_model
+from distill.training.runtime import check_device, eval_device
+from distill.training.teacher_assembly import assemble_teachers, comparison
 
 
 def run_eval(args) -> tuple[dict, tuple[Path, Path]]:

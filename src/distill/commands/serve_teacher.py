@@ -83,8 +83,8 @@ def serve(model_spec: str, host: str = "127.0.0.1", port: int = 8000, device: st
     """Load `model_spec` and serve it until interrupted."""
     import uvicorn
 
-    from distill.runtime import eval_device
     from distill.teachers.build import load_model
+    from distill.training.runtime import eval_device
 
     limits = limits or ServerLimits()
     if not is_int(max_batch_tokens) or max_batch_tokens < 1:  # before the model loads: fail early

@@ -20,7 +20,7 @@ from distill.generation import AUTO, get_engine
 from distill.losses.checks import check_beta
 from distill.methods import get_method
 from distill.models import parse_student_init
-from distill.runtime import check_device
+from distill.training.runtime import check_device
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig

@@ -3,7 +3,7 @@
 - `generalized_jsd_loss`: dense, on full logits; the reference library's signature and values.
 - `chunked_generalized_jsd`: the same math from hidden states, block by block (what training uses).
 - `sparse_generalized_jsd`: against a teacher that only gives its top-k log-probs, with a tail bucket.
-- `all_reduce_sum`: the one cross-process reduction (metrics are token-weighted: `distill.metrics`).
+- `all_reduce_sum`: the one cross-process reduction (metrics are token-weighted: `distill.training.metrics`).
 - `divergence_diagnostics`, `TokenStats`: per-token entropies, KLs, top-1 agreement, top-k overlap.
 """
 

@@ -1,7 +1,7 @@
 """Per-token diagnostics the trainer logs next to the loss.
 
 All of them are computed from the same log-probabilities the loss uses (at the loss temperature), one value
-per token, so the trainer sums them and reduces them token-weighted (`distill.metrics.MetricWindow`) like any other metric.
+per token, so the trainer sums them and reduces them token-weighted (`distill.training.metrics.MetricWindow`) like any other metric.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A mean of per-rank means weights a rank with 3 valid tokens as much as one with 3000; the reference library
 logged such biased values (seed 000). Here every logged mean is sum(numerators) / sum(denominators) over all
-processes (`distill.metrics.MetricWindow.reduce`), summed once with this function and divided once.
+processes (`distill.training.metrics.MetricWindow.reduce`), summed once with this function and divided once.
 """
 
 from __future__ import annotations

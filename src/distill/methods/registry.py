@@ -18,7 +18,7 @@ from distill.registry import Registry
 if TYPE_CHECKING:  # annotations only: this module stays a leaf
     from distill.config import DistillConfig
     from distill.objectives.base import Objective
-    from distill.rollout import SourcePlan, StepStage
+    from distill.training.rollout import SourcePlan, StepStage
 
 TEACHER_KINDS = ("external", "self", "none")
 
@@ -63,7 +63,7 @@ class StepHook(Protocol):
 @dataclass(frozen=True)
 class StageParts:
     """What a method's step stage may use from the run: the student's tokenizer and EOS ids, the runtime
-    (`distill.runtime.Runtime`: collectives, process facts), and this process's first global row."""
+    (`distill.training.runtime.Runtime`: collectives, process facts), and this process's first global row."""
 
     tokenizer: Any
     eos_ids: list[int]
@@ -110,7 +110,7 @@ class Method:
 
     # ------------------------------------------------------------------------------------ required --
     def sources(self, config: DistillConfig) -> SourcePlan:
-        """Which completions each micro-batch uses (`distill.rollout.SourcePlan`)."""
+        """Which completions each micro-batch uses (`distill.training.rollout.SourcePlan`)."""
         raise NotImplementedError
 
     def objective(self, config: DistillConfig) -> Objective:
@@ -145,7 +145,7 @@ class Method:
         return True
 
     def stage(self, config: DistillConfig, parts: StageParts) -> StepStage | None:
-        """Work run on each rollout before any loss (`distill.rollout.StepStage`: sdpo's rewards and
+        """Work run on each rollout before any loss (`distill.training.rollout.StepStage`: sdpo's rewards and
         demonstrations), or None."""
         return None
 

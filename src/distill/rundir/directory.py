@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from distill import sharding
 from distill.config import DEFAULT_TEACHER, DistillConfig
 from distill.config.io import OBJECT_RECORD
 from distill.data_files import BUNDLED_SETS
@@ -31,11 +30,12 @@ from distill.evaluation.evaluator import (
     summary_lines,
     write_report,
 )
-from distill.metrics import MetricsLog
 from distill.models import count_parameters
 from distill.rundir import checkpoint as ckpt
 from distill.rundir.lock import RunLock, check_unlocked
 from distill.rundir.model_card import write_model_card
+from distill.training import sharding
+from distill.training.metrics import MetricsLog
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from distill.metrics import read_metrics
+from distill.training.metrics import read_metrics
 
 GROUPS = {
     "loss": ["loss", "loss/student", "loss/dataset", "loss/teacher"],

@@ -8,7 +8,7 @@ every process with the error instead of leaving the others waiting in an all-red
 from __future__ import annotations
 
 from distill.errors import TeacherServerError
-from distill.runtime import phase_clock
+from distill.training.runtime import phase_clock
 
 
 def score_step_ahead(teacher, micro_batches: list, temperature: float, runtime, timings: dict[str, float]) -> list:

@@ -1,6 +1,6 @@
 """The reward stage of a group RL step (sdpo, and grpo as its special case), between rollout and loss.
 
-It runs once per rollout, on every process at once (`distill.rollout.StepStage`):
+It runs once per rollout, on every process at once (`distill.training.rollout.StepStage`):
 
   1. each process scores its own completions with the reward functions (`distill.methods.sdpo.rewards`); a failure on
      any process stops every process with the `RewardFunctionError` (the trainer checkpoints first);
@@ -105,7 +105,7 @@ class RewardStage:
     """Rewards, advantages, demonstrations and reprompts of a step's rollout (module docstring).
 
     reprompts: None when nothing is distilled (distillation_weight 0: GRPO), else the teacher prompts.
-    runtime: `distill.runtime.Runtime` (agree, gather_objects, process facts); first_row: this process's
+    runtime: `distill.training.runtime.Runtime` (agree, gather_objects, process facts); first_row: this process's
     first global row (`StepSampler.first_row`)."""
 
     def __init__(self, rewards: Rewards, settings: GroupSettings, reprompts: Reprompts | None, tokenizer, runtime,

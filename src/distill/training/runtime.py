@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from distill import cpu_memory
+from distill.training import cpu_memory
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig

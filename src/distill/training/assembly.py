@@ -7,7 +7,7 @@
     prepare_models    the student as it trains, the vocabulary, the encoded rows, the location's teachers
     check_contexts    prompt + completion budgets within every model's context
     make_sampler      which prompts each step draws (refusing more prompts per step than the dataset has)
-    rollout_settings  the sampling settings of the step rollout (`distill.rollout`)
+    rollout_settings  the sampling settings of the step rollout (`distill.training.rollout`)
     make_optimizer    AdamW (fused where it can) and the learning-rate schedule
 
 Everything here runs before any step; none of it depends on where the teacher lives except through the
@@ -44,9 +44,9 @@ from distill.models import (
     resolve_model_source,
 )
 from distill.models.kinds import model_kind_of
-from distill.rollout import RolloutSettings
-from distill.teacher_assembly import Comparison, assemble_teachers, comparison
 from distill.teachers.build import load_model
+from distill.training.rollout import RolloutSettings
+from distill.training.teacher_assembly import Comparison, assemble_teachers, comparison
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig

@@ -2,7 +2,7 @@
 
 One optimizer step:
   1. the method's source plan draws each micro-batch's completion source (identical on every process);
-  2. roll out the whole step (`distill.rollout.StepRollout`): one student `generate` for the on-policy
+  2. roll out the whole step (`distill.training.rollout.StepRollout`): one student `generate` for the on-policy
      micro-batches, one teacher `generate` for the seq_kd ones, dataset completions for the rest;
   3. count the step's completion tokens over all micro-batches and processes (one all-reduce);
   4. per micro-batch: the teacher's signal, the student's forward + the method's objective, backward of
@@ -25,17 +25,6 @@ from typing import Any
 
 from torch import nn
 
-from distill import sharding
-from distill.assembly import (
-    check_arguments,
-    load_examples,
-    load_models,
-    make_optimizer,
-    make_sampler,
-    prepare_models,
-    rollout_settings,
-    student_source,
-)
 from distill.config import DistillConfig
 from distill.errors import StepFailure
 from distill.evaluation.evaluator import EvalSettings, Evaluator
@@ -44,18 +33,8 @@ from distill.generation.sync import weight_sync
 from distill.locations import location_of
 from distill.methods import get_method
 from distill.methods.registry import StageParts
-from distill.metrics import (
-    MetricWindow,
-    add_throughput,
-    log_record,
-    new_window,
-    progress_bar,
-    record_micro_batch,
-    show_on_progress_bar,
-)
 from distill.objectives import StepContext
 from distill.objectives.student import StudentObjective
-from distill.rollout import RolloutProducer, StepRollout
 from distill.rundir import checkpoint as ckpt
 from distill.rundir.directory import (
     RunDirectory,
@@ -65,10 +44,31 @@ from distill.rundir.directory import (
     disk_is_full,
     run_inputs,
 )
-from distill.runtime import StopRequest, phase_clock, start_runtime
-from distill.student_access import StudentAccess
 from distill.teachers.ahead import score_step_ahead
 from distill.teachers.build import teachers_of
+from distill.training import sharding
+from distill.training.assembly import (
+    check_arguments,
+    load_examples,
+    load_models,
+    make_optimizer,
+    make_sampler,
+    prepare_models,
+    rollout_settings,
+    student_source,
+)
+from distill.training.metrics import (
+    MetricWindow,
+    add_throughput,
+    log_record,
+    new_window,
+    progress_bar,
+    record_micro_batch,
+    show_on_progress_bar,
+)
+from distill.training.rollout import RolloutProducer, StepRollout
+from distill.training.runtime import StopRequest, phase_clock, start_runtime
+from distill.training.student_access import StudentAccess
 
 
 class Distiller:

@@ -42,7 +42,7 @@ from distill.batch import Completion, MicroBatch, collate, skipping_first, untra
 from distill.data import EncodedExample, Example, StepSampler
 from distill.generation import SamplingParams, generate_completions
 from distill.generation.seeds import row_seeds
-from distill.runtime import phase_clock
+from distill.training.runtime import phase_clock
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from distill.losses import STAT_NAMES, all_reduce_sum
-from distill.rollout import SOURCES
+from distill.training.rollout import SOURCES
 
 
 class MetricWindow:
