@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from distill.config.io import PartFields, setting
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
 
 
 @dataclass
@@ -21,7 +25,7 @@ class RolloutReuseFields(PartFields):
                                       "dual_clip x A (must be > 1); None = off.")
 
 
-def check_reuse(config) -> None:
+def check_reuse(config: DistillConfig) -> None:
     """The reuse window's rule, for the methods that read it (their `validate`)."""
     num_iterations = RolloutReuseFields.of(config).num_iterations
     if num_iterations <= 0:
