@@ -5,6 +5,7 @@ import json
 import pytest
 
 from distill.cli import main
+from distill.evaluation.repetition import repetition
 from tests.conftest import chat_rows
 
 
@@ -25,6 +26,15 @@ def test_train_eval_plot_commands(tmp_path, model_dirs, capsys):
     assert "# Evaluation on 3 held-out prompts" in out and "Forward KL on teacher completions" in out
     config = (run / "config.yaml").read_text()
     assert "beta: 0.0" in config and "lmbda: 0.25" in config
+
+    # Repetition of the greedy answers, the teacher's beside the student's before and after, over every prompt.
+    run_report = json.loads((run / "eval" / "eval.json").read_text())
+    teacher_answers = [example["teacher"] for example in run_report["examples"]]
+    assert run_report["teacher"]["repetition"] == repetition(teacher_answers)  # eval_examples (3) = every prompt
+    for name in ("before", "after"):
+        answers = [example[f"student_{name}"] for example in run_report["examples"]]
+        assert run_report["metrics"][name]["repetition"] == repetition(answers)
+    assert "Repetition of the greedy answers" in (run / "eval" / "eval.md").read_text()
 
     assert main(["eval", str(run), "--out", str(tmp_path / "eval")]) == 0
     report = json.loads((tmp_path / "eval" / "eval.json").read_text())

@@ -19,6 +19,7 @@ from distill.batch import Completion, collate
 from distill.data import Example, PromptEncoder
 from distill.evaluation.answers import contains_answer
 from distill.evaluation.leakage import LEAK_WORDS, template_leakage
+from distill.evaluation.repetition import MAX_PERIOD, MIN_REPEATS, repetition
 from distill.generation import AUTO, SamplingParams, generate_completions
 from distill.generation.seeds import row_seeds
 from distill.objectives import DivergenceObjective, StepContext
@@ -130,14 +131,22 @@ class Evaluator:
             self._teacher_samples = _sample(self._teacher_generate, self.prompts, self.settings, self.device, greedy=False)
         return self._teacher_samples
 
+    def _teacher_greedy_answers(self) -> list[str]:
+        """The teacher's greedy answer to every prompt (computed once; a teacher that can generate)."""
+        if self._teacher_greedy is None:
+            self._teacher_greedy = _sample(self._teacher_generate, self.prompts, self.settings, self.device, greedy=True)
+        return [self.decode(ids) for ids in self._teacher_greedy]
+
     def teacher_answers(self) -> list[str | None]:
-        """Greedy teacher answers, or None for each shown prompt when the teacher only scores (a server)."""
+        """Greedy teacher answers to the shown prompts, or None for each when the teacher only scores (a server)."""
         if not self.teacher.can_generate:
             return [None] * min(self.settings.num_examples, len(self.prompts))
-        if self._teacher_greedy is None:
-            shown = self.prompts[: self.settings.num_examples]
-            self._teacher_greedy = _sample(self._teacher_generate, shown, self.settings, self.device, greedy=True)
-        return [self.decode(ids) for ids in self._teacher_greedy]
+        return list(self._teacher_greedy_answers()[: self.settings.num_examples])
+
+    def teacher_repetition(self) -> dict | None:
+        """`repetition` of the teacher's greedy answers to every prompt: what the student's are compared with;
+        None for a teacher that only scores."""
+        return repetition(self._teacher_greedy_answers()) if self.teacher.can_generate else None
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
@@ -149,18 +158,16 @@ class Evaluator:
 
     def evaluate(self, student) -> dict:
         """{"on_teacher_completions": {...}, "on_student_completions": {...}, "answers": [...]}, and
-        "answer_accuracy" (greedy, over the prompts with an answer) when any prompt has one, and
-        "template_leakage" (greedy, over every prompt) when the settings name templates."""
+        "repetition" (greedy, over every prompt: `distill.evaluation.repetition`), "answer_accuracy" (greedy, over
+        the prompts with an answer) when any prompt has one, and "template_leakage" (greedy, over every prompt)
+        when the settings name templates."""
         was_training = student.training
         student.eval()
         try:
             own = _sample(self._student_generate(student), self.prompts, self.settings, self.device, greedy=False)
             checked = [i for i, e in enumerate(self.examples) if e.answer is not None]
-            greedy_count = max(self.settings.num_examples, checked[-1] + 1 if checked else 0)
-            if self.settings.leak_templates:
-                greedy_count = len(self.prompts)
-            greedy = _sample(self._student_generate(student), self.prompts[:greedy_count], self.settings, self.device,
-                             greedy=True)
+            greedy = _sample(self._student_generate(student), self.prompts, self.settings, self.device, greedy=True)
+            answers = [self.decode(ids) for ids in greedy]
             result = {}
             if self.teacher.can_generate:  # a scoring-only teacher (server) has no samples of its own
                 result["on_teacher_completions"] = score_completions(
@@ -168,13 +175,13 @@ class Evaluator:
                     self.device, self.settings)
             result["on_student_completions"] = score_completions(student, self.teacher, self._completions(own, "student"),
                                                                  self.vocab_size, self.pad_id, self.device, self.settings)
-            result["answers"] = [self.decode(ids) for ids in greedy[: self.settings.num_examples]]
+            result["answers"] = answers[: self.settings.num_examples]
+            result["repetition"] = repetition(answers)
             if checked:
-                correct = sum(contains_answer(self.decode(greedy[i]), self.examples[i].answer) for i in checked)
+                correct = sum(contains_answer(answers[i], self.examples[i].answer) for i in checked)
                 result["answer_accuracy"] = {"correct": correct, "prompts": len(checked), "accuracy": correct / len(checked)}
             if self.settings.leak_templates:
-                result["template_leakage"] = template_leakage([self.decode(ids) for ids in greedy], self.prompt_texts,
-                                                              self.settings.leak_templates)
+                result["template_leakage"] = template_leakage(answers, self.prompt_texts, self.settings.leak_templates)
             return result
         finally:
             student.train(was_training)
@@ -189,7 +196,11 @@ def build_report(evaluator: Evaluator, results: dict[str, dict]) -> dict:
             entry[f"student_{name}"] = result["answers"][i]
         examples.append(entry)
     metrics = {name: {k: v for k, v in result.items() if k != "answers"} for name, result in results.items()}
-    return {"num_prompts": len(evaluator.prompts), "metrics": metrics, "examples": examples}
+    report = {"num_prompts": len(evaluator.prompts), "metrics": metrics, "examples": examples}
+    teacher_repetition = evaluator.teacher_repetition()
+    if teacher_repetition is not None:
+        report["teacher"] = {"repetition": teacher_repetition}
+    return report
 
 
 def report_markdown(report: dict) -> str:
@@ -227,6 +238,7 @@ def report_markdown(report: dict) -> str:
                   "template that the question does not hold): " + ", ".join(
                       f"{name} {t['leaked']}/{t['answers']} = {t['fraction']:.3f}" + (f" ('{t['example']}')" if t["example"] else "")
                       for name, t in leakage.items()) + "."]
+    lines += repetition_lines(report)
     lines += ["", "## Greedy answers", ""]
     for example in report["examples"]:
         lines.append(f"**Prompt:** {example['prompt']}")
@@ -236,6 +248,18 @@ def report_markdown(report: dict) -> str:
                 lines.append(f"- *{key.replace('_', ' ')}:* {value!r}")
         lines.append("")
     return "\n".join(lines)
+
+
+def repetition_lines(report: dict) -> list[str]:
+    """The repetition sentence of eval.md: the teacher's (when it generates) and each evaluation's."""
+    found = ({"teacher": report["teacher"]["repetition"]} if "repetition" in report.get("teacher", {}) else {})
+    found |= {name: m["repetition"] for name, m in report["metrics"].items() if "repetition" in m}
+    if not found:
+        return []
+    return ["", f"Repetition of the greedy answers (looping: the answer ends in a unit of up to {MAX_PERIOD} words repeated "
+            f"at least {MIN_REPEATS} times to its end; distinct-2: distinct word pairs over all pairs): " + ", ".join(
+                f"{name} {r['looping']}/{r['answers']} looping = {r['loop_fraction']:.3f}, distinct-2 {r['distinct_2']:.3f}"
+                + (f" ('{r['example']}')" if r["example"] else "") for name, r in found.items()) + "."]
 
 
 def write_report(report: dict, directory: Path) -> tuple[Path, Path]:

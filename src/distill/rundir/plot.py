@@ -1,5 +1,6 @@
 """PNG curves of a run's metrics.jsonl, one figure per group of related metrics, and a figure of its evaluation
-before and after (`eval/eval.json`): the KLs, the answer accuracy and the template leakage it holds."""
+before and after (`eval/eval.json`): the KLs, the answer accuracy, the template leakage and the repetition (the
+teacher's beside the student's) it holds."""
 
 from __future__ import annotations
 
@@ -56,6 +57,9 @@ def plot_metrics(run_dir: str | Path) -> list[Path]:
     return written + ([evaluation] if evaluation is not None else [])
 
 
+COLORS = {"teacher": "#555", "before": "#9aa", "after": "#37a", "student": "#a73"}
+
+
 def _evaluation_values(metrics: dict) -> dict[str, float]:
     values = {}
     for part, label in (("on_teacher_completions", "teacher's"), ("on_student_completions", "own")):
@@ -66,7 +70,14 @@ def _evaluation_values(metrics: dict) -> dict[str, float]:
         values["answer accuracy"] = metrics["answer_accuracy"]["accuracy"]
     if "template_leakage" in metrics:
         values["template leakage"] = metrics["template_leakage"]["fraction"]
+    values |= _repetition_values(metrics)
     return values
+
+
+def _repetition_values(metrics: dict) -> dict[str, float]:
+    if "repetition" not in metrics:
+        return {}
+    return {"looping answers": metrics["repetition"]["loop_fraction"], "distinct-2": metrics["repetition"]["distinct_2"]}
 
 
 def plot_evaluation(run_dir: Path, plt) -> Path | None:
@@ -77,14 +88,16 @@ def plot_evaluation(run_dir: Path, plt) -> Path | None:
     path = run_dir / "eval" / "eval.json"
     if not path.is_file():
         return None
-    evaluations = {name: _evaluation_values(m) for name, m in json.loads(path.read_text())["metrics"].items()}
+    report = json.loads(path.read_text())
+    evaluations = {"teacher": _repetition_values(report["teacher"])} if "teacher" in report else {}
+    evaluations |= {name: _evaluation_values(m) for name, m in report["metrics"].items()}
     names = list(dict.fromkeys(n for values in evaluations.values() for n in values))
     if not names:
         return None
     figure, axes = plt.subplots(1, len(names), figsize=(2.6 * len(names), 3.2), squeeze=False)
     for axis, name in zip(axes[0], names):
         labels = [label for label, values in evaluations.items() if name in values]
-        axis.bar(labels, [evaluations[label][name] for label in labels], color=["#9aa", "#37a", "#a73"][: len(labels)])
+        axis.bar(labels, [evaluations[label][name] for label in labels], color=[COLORS.get(label, "#777") for label in labels])
         axis.set_title(name, fontsize=9)
         axis.grid(alpha=0.3, axis="y")
     figure.tight_layout()
