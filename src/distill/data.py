@@ -1,8 +1,11 @@
 """Datasets of prompts (and optional completions): loading, validation, chat rendering, tokenization.
 
-A row holds either `prompt` (a string, or a list of chat messages) or `messages` (a chat whose last
-assistant turn, if any, is the completion). Optional columns: `completion` (a string, or a list holding
-one assistant message) gives off-policy completions; `privileged_context` (text: a demonstration, a fact,
+A row holds either `prompt` (a string, or a list of chat messages) or `messages` (a chat: the turns before its
+first assistant turn are the prompt, the rest its completion). Optional columns: `completion` (a string, or a list
+of messages) gives off-policy completions; a completion of one assistant message is its text, and one of several
+turns (assistant turns that call tools, `tool` turns answering them, later user turns) is a conversation, trained
+on every assistant turn (`distill.conversations`); `tools` (JSON schemas, a list or its JSON text) are the tools
+the conversation's assistant may call; `privileged_context` (text: a demonstration, a fact,
 a hint) is context a self-teacher sees and the student does not; `answer` (text or a number) is a short
 checkable answer (the evaluation reports how often a greedy answer contains it; reward functions check
 it); `feedback` (text) is environment feedback an SDPO self-teacher may be re-prompted with; `teacher_id`
@@ -18,6 +21,8 @@ from typing import Any
 
 import torch
 
+from distill.conversations.render import ConversationRenderer
+from distill.conversations.tool_calls import check_tools, tool_calls_of, tool_names
 from distill.data_files import check_columns
 from distill.models.inputs import RowExtras
 
@@ -35,8 +40,20 @@ class Example:
     privileged_context: str | None = None  # what a self-teacher is shown and the student is not
     answer: str | None = None  # a short checkable answer, when the task has one
     feedback: str | None = None  # environment feedback on an earlier attempt (SDPO's reprompt), when given
+    turns: list[dict[str, Any]] | None = None  # a conversation's turns from its first assistant turn on, when not one answer
+    tools: list[dict[str, Any]] | None = None  # the tools' JSON schemas, when the row offers tools
     # The dataset row as loaded, every column (user reward functions read their own columns).
     row: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def has_completion(self) -> bool:
+        """The row brings its own completion: an answer's text or a conversation's turns."""
+        return self.completion is not None or self.turns is not None
+
+    @property
+    def is_conversation(self) -> bool:
+        """A conversation (several turns, or tools) rather than a prompt and one answer."""
+        return self.turns is not None or self.tools is not None
 
 
 @dataclass
@@ -47,6 +64,8 @@ class EncodedExample:
     prompt_truncated: bool
     completion_ids: list[int] | None
     extras: RowExtras = field(default_factory=dict)  # the model kind's inputs beyond the ids (`distill.models.kinds`)
+    completion_trained: tuple[bool, ...] | None = None  # a conversation's trained mask; None: every token trained
+    completion_cut: bool = False  # a conversation cut at max_new_tokens (an answer's cut shows as a missing EOS)
 
 
 def examples_from_dataset(dataset, field: str) -> list[Example]:
@@ -60,9 +79,30 @@ def examples_from_dataset(dataset, field: str) -> list[Example]:
     return examples
 
 
+def _without_nulls(value: Any, keep: tuple[str, ...] = ()) -> Any:
+    """`value` with the null entries of its mappings dropped, at any depth (but the keys in `keep` of the top one).
+
+    A `datasets.Dataset` stores a column of mappings as one struct type: every message gets every key any message has
+    (`tool_calls: None` on a user turn), every tool call's arguments every argument any call has. Their nulls are
+    the column's, not the row's. (Arguments given as JSON text keep exactly their keys.)"""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None or k in keep}
+    if isinstance(value, list):
+        return [_without_nulls(item) for item in value]
+    return value
+
+
+def _messages(value: Any) -> Any:
+    return [_without_nulls(m, keep=("content",)) if isinstance(m, dict) else m for m in value] if isinstance(value, list) else value
+
+
 def _example(index: int, row: dict[str, Any], field: str) -> Example:
     where = f"{field} row {index}"
+    row = {**row, **{name: _messages(row[name]) for name in ("prompt", "messages", "completion") if name in row}}
+    if row.get("tools") is not None and not isinstance(row["tools"], str):
+        row["tools"] = _without_nulls(row["tools"])
     completion = row.get("completion")
+    turns = None
     if "prompt" in row and row["prompt"] is not None:
         prompt = row["prompt"]
         if isinstance(prompt, list):
@@ -74,21 +114,34 @@ def _example(index: int, row: dict[str, Any], field: str) -> Example:
         if messages is None:
             raise ValueError(f"{where}: has no 'prompt' and no 'messages' (missing or null); every row needs one of them")
         _check_messages(messages, where, "messages")
-        if messages[-1]["role"] == "assistant":
-            if completion is None:
-                completion = messages[-1]["content"]
-            messages = messages[:-1]
-        if not messages:
-            raise ValueError(f"{where}: 'messages' holds only an assistant turn; a prompt is needed before it")
-        prompt = messages
+        first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+        if first == 0:
+            what = "holds only an assistant turn" if len(messages) == 1 else "starts with an assistant turn"
+            raise ValueError(f"{where}: 'messages' {what}; a prompt is needed before it")
+        prompt, rest = messages[:first], messages[first:]
+        if completion is None and rest:
+            completion = rest
+        elif rest and (len(rest) > 1 or rest[0].get("tool_calls")):
+            raise ValueError(f"{where}: has both a 'completion' and a conversation after the first assistant turn in "
+                             "'messages'; give one of them")
+        # else a 'completion' column wins over the one assistant answer that ends 'messages' (as it always has)
     if completion is not None:
         if isinstance(completion, list):
             _check_messages(completion, where, "completion")
-            if len(completion) != 1 or completion[0]["role"] != "assistant":
-                raise ValueError(f"{where}: 'completion' as messages must be one assistant message")
-            completion = completion[0]["content"]
+            if completion[0]["role"] != "assistant":
+                raise ValueError(f"{where}: a completion of messages starts with an assistant turn, got "
+                                 f"{completion[0]['role']!r}")
+            if len(completion) == 1 and not completion[0].get("tool_calls"):
+                completion = completion[0]["content"]
+            else:
+                turns, completion = completion, None
         elif not isinstance(completion, str):
-            raise ValueError(f"{where}: 'completion' must be text or one assistant message")
+            raise ValueError(f"{where}: 'completion' must be text or a list of messages")
+    tools = None if row.get("tools") is None else check_tools(row["tools"], where)
+    if isinstance(prompt, str) and (turns is not None or tools is not None):
+        raise ValueError(f"{where}: a conversation (tools, or a completion of several turns) needs a 'prompt' of chat "
+                         "messages, got text")
+    _check_conversation(prompt if isinstance(prompt, list) else [], turns or [], tools, where)
     teacher_id = row.get("teacher_id")
     if teacher_id is not None and not isinstance(teacher_id, (str, int)):
         raise ValueError(f"{where}: 'teacher_id' must be text (the id of a configured teacher)")
@@ -102,17 +155,39 @@ def _example(index: int, row: dict[str, Any], field: str) -> Example:
     if feedback is not None and not isinstance(feedback, str):
         raise ValueError(f"{where}: 'feedback' must be text, got {type(feedback).__name__}")
     return Example(index, prompt, completion, None if teacher_id is None else str(teacher_id), context,
-                   None if answer is None else str(answer), feedback, dict(row))
+                   None if answer is None else str(answer), feedback, turns, tools, dict(row))
 
 
 def _check_messages(messages: Any, where: str, column: str) -> None:
     if not isinstance(messages, list) or not messages:
         raise ValueError(f"{where}: '{column}' must be a non-empty list of {{'role', 'content'}} messages")
     for turn in messages:
-        if not isinstance(turn, dict) or not isinstance(turn.get("role"), str) or not isinstance(turn.get("content"), str):
-            raise ValueError(f"{where}: '{column}' has a malformed message {turn!r}; each needs string 'role' and 'content'")
+        calls = isinstance(turn, dict) and turn.get("role") == "assistant" and turn.get("tool_calls")
+        content_ok = isinstance(turn, dict) and (isinstance(turn.get("content"), str) or (calls and turn.get("content") is None))
+        if not isinstance(turn, dict) or not isinstance(turn.get("role"), str) or not content_ok:
+            raise ValueError(f"{where}: '{column}' has a malformed message {turn!r}; each needs string 'role' and 'content' "
+                             "(an assistant turn with 'tool_calls' may have no content)")
         if turn["role"] not in ROLES:
             raise ValueError(f"{where}: '{column}' has an unknown role {turn['role']!r} (expected one of {ROLES})")
+
+
+def _check_conversation(prompt: list[dict], turns: list[dict], tools: list[dict] | None, where: str) -> None:
+    """Tool calls well formed, to tools the row offers (when it lists them), each `tool` turn answering a call."""
+    pending = 0
+    for i, message in enumerate(prompt + turns):
+        calls = tool_calls_of(message, f"{where} message {i}")
+        if tools is not None:
+            unknown = sorted({c.name for c in calls} - tool_names(tools))
+            if unknown:
+                raise ValueError(f"{where} message {i}: calls {unknown}, which the row's 'tools' do not offer "
+                                 f"({sorted(tool_names(tools))})")
+        if message["role"] == "tool":
+            if pending == 0:
+                raise ValueError(f"{where} message {i}: a 'tool' message answers no tool call (it comes before any "
+                                 "call, or after every call was answered)")
+            pending -= 1
+        else:
+            pending = len(calls)
 
 
 class PromptEncoder:
@@ -129,17 +204,31 @@ class PromptEncoder:
         self.max_prompt_length = max_prompt_length
         self.max_new_tokens = max_new_tokens
         self.eos_token_ids = list(eos_token_ids)
+        self._conversations: ConversationRenderer | None = None
 
-    def render(self, prompt: str | list[dict[str, str]]) -> str:
-        if isinstance(prompt, str):
-            return prompt
+    def conversations(self) -> ConversationRenderer:
+        """The renderer of multi-turn rows and rows with tools (made once: it probes the template)."""
+        if self._conversations is None:
+            self._check_template()
+            self._conversations = ConversationRenderer(self.tokenizer, self.eos_token_ids)
+        return self._conversations
+
+    def _check_template(self) -> None:
         if getattr(self.tokenizer, "chat_template", None) is None:
             raise ValueError("the tokenizer has no chat template, so chat-message prompts cannot be rendered; give text prompts")
-        return self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
 
-    def prompt_ids(self, prompt: str | list[dict[str, str]]) -> tuple[list[int], bool]:
+    def render(self, prompt: str | list[dict[str, str]], tools: list[dict] | None = None) -> str:
+        """The prompt's text: as it is, or chat messages through the template with the generation prompt (and the
+        row's tools, as the template or distill's tool-call format shows them)."""
+        if isinstance(prompt, str):
+            return prompt
+        self._check_template()
+        messages, extra = self.conversations().template_messages(prompt, tools, "prompt") if tools else (prompt, {})
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
+
+    def prompt_ids(self, prompt: str | list[dict[str, str]], tools: list[dict] | None = None) -> tuple[list[int], bool]:
         """(token ids, whether the prompt was truncated)."""
-        text = self.render(prompt)
+        text = self.render(prompt, tools)
         # Chat templates already hold the special tokens (BOS etc.); plain text gets the tokenizer's own.
         ids = self.tokenizer(text, add_special_tokens=isinstance(prompt, str))["input_ids"]
         if len(ids) > self.max_prompt_length:
@@ -149,6 +238,28 @@ class PromptEncoder:
     def extras(self, example: "Example") -> RowExtras:
         """The row's model inputs beyond its token ids: none for a text model (a model kind's encoder adds them)."""
         return {}
+
+    def encode(self, example: Example) -> EncodedExample:
+        """A row in this tokenizer's ids: its prompt and, when it brings one, its completion (a conversation's with
+        its trained mask: every assistant turn trained, the rest attended only)."""
+        if example.turns is not None:
+            return self.conversation(example)
+        ids, truncated = self.prompt_ids(example.prompt, example.tools)
+        completion = self.completion_ids(example.completion) if example.completion is not None else None
+        return EncodedExample(ids, truncated, completion, self.extras(example))
+
+    def conversation(self, example: Example) -> EncodedExample:
+        """A conversation row (`Example.turns`), encoded: the prompt keeps its end; the completion (every turn after
+        the prompt) is cut to `max_new_tokens`, its trained mask with it."""
+        assert isinstance(example.prompt, list) and example.turns is not None
+        rendered = self.conversations().render(list(example.prompt) + list(example.turns), example.tools,
+                                               f"row {example.index}")
+        ids, truncated = rendered.prompt_ids, len(rendered.prompt_ids) > self.max_prompt_length
+        if truncated:
+            ids = ids[-self.max_prompt_length :]
+        budget = self.max_new_tokens
+        return EncodedExample(ids, truncated, rendered.completion_ids[:budget], self.extras(example),
+                              rendered.trained[:budget], len(rendered.completion_ids) > budget)
 
     def completion_ids(self, completion: str) -> list[int]:
         """Token ids of a dataset completion, ending at its first EOS (an EOS string inside the text counts)."""

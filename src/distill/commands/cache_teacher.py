@@ -150,7 +150,7 @@ def run_cache_teacher(job: CacheJob) -> dict:
     _check_out(out, job.overwrite)
     examples = examples_from_dataset(load_dataset_spec(job.dataset, job.split, "dataset"), "dataset")
     if not job.generate:
-        missing = [e.index for e in examples if e.completion is None]
+        missing = [e.index for e in examples if not e.has_completion]
         if missing:
             raise ValueError(f"dataset row {missing[0]} (and {len(missing) - 1} more) has no completion; add a 'completion' "
                              "column or pass --generate to let the teacher write them")
@@ -270,8 +270,8 @@ def _check_out(out: Path, overwrite: bool) -> None:
 
 
 def _score_shard(job: CacheJob, shard: int, examples, teacher, encoder: PromptEncoder, pad_id: int, eos_ids) -> ShardRecords:
-    prompts = [encoder.prompt_ids(e.prompt)[0] for e in examples]
-    extras = [encoder.extras(e) for e in examples]
+    encoded = [encoder.encode(e) for e in examples]
+    prompts, extras = [row.prompt_ids for row in encoded], [row.extras for row in encoded]
     if job.generate:
         sampling = SamplingParams(job.sampling_temperature, 1.0, 0, job.max_new_tokens)
         with torch.random.fork_rng(devices=[teacher.device] if teacher.device.type == "cuda" else []):
@@ -279,7 +279,8 @@ def _score_shard(job: CacheJob, shard: int, examples, teacher, encoder: PromptEn
             seeds = row_seeds(len(prompts), job.seed, "cache", shard)
             completions = [ids for ids, _ in teacher.generate(prompts, sampling, job.batch_size, seeds=seeds, extras=extras)]
     else:
-        completions = [encoder.completion_ids(e.completion) for e in examples]
+        # Every token is scored (a conversation's tool turns too): a run selects the ones it trains on.
+        completions = [list(row.completion_ids or []) for row in encoded]
     records = ShardRecords.empty() if job.payload == "topk" else HiddenShardRecords.empty()
     for start in range(0, len(examples), job.batch_size):
         part = slice(start, start + job.batch_size)

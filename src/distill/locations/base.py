@@ -165,7 +165,7 @@ class TeacherLocation:
         """What the location asks of the training rows: dataset completions for the micro-batches that use them."""
         if "dataset" not in possible_sources:
             return
-        missing = [e.index for e in examples if e.completion is None]
+        missing = [e.index for e in examples if not e.has_completion]
         if missing:
             mixing = MixingFields.of(config)
             raise ValueError(

@@ -18,7 +18,7 @@ class NoTeacher(StudentOnlyLocation):
     title = "# Student fine-tuned on its dataset's completions (no teacher)"
 
     def check_dataset(self, config: DistillConfig, method: Method, possible_sources: frozenset[str], examples: list) -> None:
-        missing = [e.index for e in examples if e.completion is None]
+        missing = [e.index for e in examples if not e.has_completion]
         if missing:
             raise ValueError(f"dataset row {missing[0]} has no completion ({len(missing)} rows lack one): method "
                              f"{method.name} trains on the dataset's completions; add a 'completion' column (or "

@@ -145,7 +145,7 @@ def prepare_models(config: DistillConfig, method: Method, location: TeacherLocat
                 target_modules=list(config.lora_target_modules)) if config.use_peft else None
     student = prepare_student(student, config.gradient_checkpointing, lora)
     encoder = model_kind_of(student).encoder(tokenizer, config.max_prompt_length, config.max_new_tokens, eos_ids)
-    encoded = [encode(encoder, e) for e in train_examples]
+    encoded = [encoder.encode(e) for e in train_examples]
     teachers = assemble_teachers(
         location, TRAIN, config, method, tokenizer, against, runtime.device,
         probe_ids=max((e.prompt_ids for e in encoded), key=len),  # a server's temperature probe scores it
@@ -182,12 +182,6 @@ def make_sampler(config: DistillConfig, method: Method, runtime, num_examples: i
             f"{sampler.prompts_per_step} prompts per optimizer step, more than the dataset's {num_examples}; lower the "
             "batch sizes")
     return sampler
-
-
-def encode(encoder: PromptEncoder, example: Example) -> EncodedExample:
-    ids, truncated = encoder.prompt_ids(example.prompt)
-    completion = encoder.completion_ids(example.completion) if example.completion is not None else None
-    return EncodedExample(ids, truncated, completion, encoder.extras(example))
 
 
 def rollout_settings(config: DistillConfig, method: Method, teacher) -> RolloutSettings:

@@ -270,7 +270,8 @@ class StepRollout(RolloutProducer):
                 log_probs = None
                 if source == "dataset":
                     ids = list(self.encoded[j].completion_ids)
-                    hit_max = bool(ids) and ids[-1] not in self.eos_ids
+                    cut = self.encoded[j].completion_cut
+                    hit_max = cut if self.encoded[j].completion_trained is not None else bool(ids) and ids[-1] not in self.eos_ids
                 else:
                     ids, hit_max, *rest = generated[i][position]
                     log_probs = rest[0] if rest else None
@@ -285,6 +286,9 @@ class StepRollout(RolloutProducer):
         trains_row = self.settings.trains_row
         mask = (skipping_first(len(ids), self.settings.loss_skip) if trains_row is None or trains_row(self.examples[j])
                 else untrained(len(ids)))
+        conversation = self.encoded[j].completion_trained
+        if source == "dataset" and conversation is not None:  # a conversation's own turns: only the assistant's trained
+            mask = tuple(a and b for a, b in zip(mask, conversation))
         return Completion(self.encoded[j].prompt_ids, ids, source, hit_max, self.encoded[j].prompt_truncated,
                           self.examples[j], log_probs, mask, weights_version, extras=self.encoded[j].extras)
 

@@ -26,6 +26,7 @@ from typing import Any
 from torch import nn
 
 from distill.config import DistillConfig
+from distill.conversations.support import check_conversation_rows
 from distill.errors import StepFailure
 from distill.evaluation.evaluator import EvalSettings, Evaluator
 from distill.generation.engine import close_engine, configure_engine
@@ -100,6 +101,7 @@ class Distiller:
             check_objects_given(config, {name for name, value in given.items() if value is not None})
         self.train_examples, self.eval_examples = load_examples(config, self.method, train_dataset, eval_dataset)
         self.location.check_dataset(config, self.method, self.plan.possible(), self.train_examples)
+        check_conversation_rows(self.method, self.plan.possible(), self.train_examples, "dataset")
         check_output_dir(self.run_dir, config.overwrite_output_dir, run_inputs(config, self.location), resuming=resume,
                          break_lock=break_lock)
         teacher_source = self.location.model_source(config, teacher)

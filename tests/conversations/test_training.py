@@ -1,0 +1,138 @@
+"""Conversation rows in a run: every assistant turn trained, the tools' turns attended, scored whole once by the teacher;
+what is not built yet (the tool-call loop, other tokenizers) is refused before any model loads."""
+
+from __future__ import annotations
+
+import json
+
+import datasets
+import pytest
+import torch
+
+from distill.batch import Completion, collate
+from distill.cli import main
+from distill.data import PromptEncoder, examples_from_dataset
+from distill.teachers.local import LocalTeacher
+from tests.conftest import tiny_lm
+from tests.conversations.test_render import CONVERSATION, TOOLS, call
+from tests.train.helpers import forbid_model_loading, make_distiller
+
+
+def conversation_rows(n: int) -> list[dict]:
+    rows = []
+    for i in range(n):
+        a, b = 3 + i, 7 + 2 * i
+        rows.append({"messages": [
+            {"role": "user", "content": f"What is {a} * {b}?"},
+            {"role": "assistant", "content": "", "tool_calls": [call("calc", expr=f"{a}*{b}")]},
+            {"role": "tool", "name": "calc", "content": str(a * b)},
+            {"role": "assistant", "content": f"It is {a * b}."}], "tools": TOOLS})
+    return rows
+
+
+def test_rows_hold_conversations_and_bad_ones_name_the_row():
+    data = datasets.Dataset.from_list(conversation_rows(2))
+    example = examples_from_dataset(data, "dataset")[0]
+    assert example.prompt == conversation_rows(1)[0]["messages"][:1] and example.completion is None
+    assert len(example.turns) == 3 and example.has_completion and example.is_conversation and example.tools == TOOLS
+    one_answer = examples_from_dataset(datasets.Dataset.from_list(
+        [{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}]), "dataset")[0]
+    assert one_answer.completion == "a" and one_answer.turns is None and not one_answer.is_conversation  # as before
+    as_json = examples_from_dataset(datasets.Dataset.from_list([{**conversation_rows(1)[0], "tools": json.dumps(TOOLS)}]), "d")
+    assert as_json[0].tools == TOOLS
+
+    def refused(row: dict, match: str) -> None:
+        with pytest.raises(ValueError, match=match):
+            examples_from_dataset(datasets.Dataset.from_list([row]), "dataset")
+
+    user = {"role": "user", "content": "q"}
+    refused({"messages": [user, {"role": "tool", "content": "4"}]}, r"dataset row 0 message 1: a 'tool' message answers no")
+    refused({"messages": [user, {"role": "assistant", "content": None, "tool_calls": [call("search")]}], "tools": TOOLS},
+            r"message 1: calls \['search'\], which the row's 'tools' do not offer")
+    bad_arguments = {"type": "function", "function": {"name": "calc", "arguments": "{not json"}}
+    refused({"messages": [user, {"role": "assistant", "content": "", "tool_calls": [bad_arguments]}]}, "not JSON")
+    refused({"prompt": "text", "tools": TOOLS}, "needs a 'prompt' of chat messages")
+    refused({"prompt": [user], "completion": "x", "messages": None, "tools": "[oops"}, "'tools' is text that is not JSON")
+
+
+def test_the_rollout_trains_the_assistant_turns_only(tokenizer, tmp_path):
+    """The dataset's conversations reach the micro-batch with their trained mask: assistant tokens trained, the tool's
+    and the template's between them not."""
+    run = make_distiller(tokenizer, tmp_path, rows=conversation_rows(8), lmbda=0.0, max_new_tokens=200)
+    run.setup()
+    batch = run.rollout.take(0, {})[0]
+    for completion in batch.completions:
+        trained = tokenizer.decode([t for t, f in zip(completion.completion_ids, completion.mask) if f])
+        untrained = tokenizer.decode([t for t, f in zip(completion.completion_ids, completion.mask) if not f])
+        answer = completion.example.turns[-1]["content"]
+        assert answer in trained and '"name": "calc"' in trained and trained.count("<|im_end|>") == 2
+        assert completion.example.turns[1]["content"] in untrained and "tool" in untrained
+        assert not completion.hit_max_new_tokens
+    assert batch.num_completion_tokens == sum(c.num_trained for c in batch.completions)
+
+
+def test_a_conversation_cut_at_max_new_tokens_cuts_its_mask_with_it(tokenizer):
+    example = examples_from_dataset(datasets.Dataset.from_list(conversation_rows(1)), "dataset")[0]
+    whole = PromptEncoder(tokenizer, 256, 1000, [tokenizer.eos_token_id]).encode(example)
+    cut = PromptEncoder(tokenizer, 256, 9, [tokenizer.eos_token_id]).encode(example)
+    assert len(cut.completion_ids) == len(cut.completion_trained) == 9 and cut.completion_cut and not whole.completion_cut
+    assert cut.completion_ids == whole.completion_ids[:9] and cut.completion_trained == whole.completion_trained[:9]
+
+
+def test_the_teachers_signal_over_a_conversation_is_each_turn_scored_with_its_full_prefix(tokenizer):
+    """Scored once, whole: the teacher's hidden states at the trained tokens equal those of each assistant turn scored
+    with everything before it (a causal model; the tool turns between are attended)."""
+    encoder = PromptEncoder(tokenizer, 256, 1000, [tokenizer.eos_token_id])
+    example = examples_from_dataset(datasets.Dataset.from_list([{"messages": CONVERSATION, "tools": TOOLS}]), "d")[0]
+    encoded = encoder.encode(example)
+    teacher = LocalTeacher(tiny_lm(len(tokenizer), layers=2, seed=5, eos_token_id=tokenizer.eos_token_id), len(tokenizer),
+                           [tokenizer.eos_token_id], tokenizer.pad_token_id, torch.device("cpu"))
+    whole = Completion(encoded.prompt_ids, encoded.completion_ids, "dataset", trained_mask=encoded.completion_trained)
+    signal = teacher.score(collate([whole], "dataset", tokenizer.pad_token_id), 1.0)
+    mask = encoded.completion_trained
+    starts = [k for k in range(len(mask)) if mask[k] and (k == 0 or not mask[k - 1])]
+    pieces = []
+    for start in starts:
+        end = next((k for k in range(start, len(mask)) if not mask[k]), len(mask))
+        turn = tuple(start <= k < end for k in range(end))
+        row = Completion(encoded.prompt_ids, encoded.completion_ids[:end], "dataset", trained_mask=turn)
+        pieces.append(teacher.score(collate([row], "dataset", tokenizer.pad_token_id), 1.0).hidden)
+    assert len(starts) == 4
+    torch.testing.assert_close(signal.hidden, torch.cat(pieces), rtol=1e-4, atol=1e-5)  # fp32, other lengths
+
+
+def _recipe(tmp_path, model_dirs, rows, **fields) -> str:
+    data = tmp_path / "conversations.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    teacher = {} if fields.get("method") == "sft" else {"teacher": str(model_dirs["teacher"])}
+    values = {**teacher, "student": str(model_dirs["student"]), "dataset": str(data),
+              "max_steps": 2, "logging_steps": 1, "max_new_tokens": 120, "per_device_train_batch_size": 2,
+              "gradient_accumulation_steps": 1, "eval_before_after": False, "progress_bar": False, "save_steps": 0, **fields}
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("".join(f"{key}: {json.dumps(value)}\n" for key, value in values.items()))
+    return str(recipe)
+
+
+@pytest.mark.parametrize("method, fields", [("sft", {}), ("gkd", {"lmbda": 0.0, "lmbda_schedule": "constant",
+                                                                    "seq_kd": False})])
+def test_sft_and_gkd_train_on_conversations_end_to_end(tmp_path, model_dirs, method, fields):
+    recipe = _recipe(tmp_path, model_dirs, conversation_rows(6), method=method, **fields)
+    assert main(["train", recipe, "--output-dir", str(tmp_path / "run")]) == 0
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and all(r["loss"] > 0 for r in records)
+
+
+@pytest.mark.parametrize("fields, match", [
+    ({"method": "gkd", "lmbda": 0.5, "seq_kd": False, "lmbda_schedule": "constant"}, r"dataset row 0 offers tools, and this run samples completions \(student\)"),
+    ({"method": "gkd", "lmbda": 0.0, "seq_kd": True, "lmbda_schedule": "constant"}, r"samples completions \(teacher\)"),
+    ({"method": "on_policy"}, "the tool-call loop is not built yet"),
+])
+def test_a_run_that_would_sample_a_conversation_is_refused_before_models_load(tmp_path, model_dirs, monkeypatch, capsys,
+                                                                              fields, match):
+    forbid_model_loading(monkeypatch)
+    recipe = _recipe(tmp_path, model_dirs, conversation_rows(4), **fields)
+    assert main(["train", recipe, "--output-dir", str(tmp_path / "run")]) == 2
+    import re
+
+    assert re.search(match, capsys.readouterr().err)
+    assert not (tmp_path / "run").exists()
