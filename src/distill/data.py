@@ -16,6 +16,7 @@ each optimizer step trains on) is here too.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,6 +206,16 @@ class PromptEncoder:
         self.max_new_tokens = max_new_tokens
         self.eos_token_ids = list(eos_token_ids)
         self._conversations: ConversationRenderer | None = None
+        self.offered_tools: list[dict] | None = None  # the run's tools' schemas, shown to rows without a `tools` column
+
+    def offering(self, tools: list[dict] | None) -> "PromptEncoder":
+        """This encoder, showing `tools` (JSON schemas: the run's `tools`) in the prompt of every row without its own."""
+        encoder = copy.copy(self)
+        encoder.offered_tools = list(tools) if tools else None
+        return encoder
+
+    def tools_of(self, example: Example) -> list[dict] | None:
+        return example.tools if example.tools is not None else self.offered_tools
 
     def conversations(self) -> ConversationRenderer:
         """The renderer of multi-turn rows and rows with tools (made once: it probes the template)."""
@@ -244,7 +255,7 @@ class PromptEncoder:
         its trained mask: every assistant turn trained, the rest attended only)."""
         if example.turns is not None:
             return self.conversation(example)
-        ids, truncated = self.prompt_ids(example.prompt, example.tools)
+        ids, truncated = self.prompt_ids(example.prompt, self.tools_of(example))
         completion = self.completion_ids(example.completion) if example.completion is not None else None
         return EncodedExample(ids, truncated, completion, self.extras(example))
 
@@ -252,7 +263,7 @@ class PromptEncoder:
         """A conversation row (`Example.turns`), encoded: the prompt keeps its end; the completion (every turn after
         the prompt) is cut to `max_new_tokens`, its trained mask with it."""
         assert isinstance(example.prompt, list) and example.turns is not None
-        rendered = self.conversations().render(list(example.prompt) + list(example.turns), example.tools,
+        rendered = self.conversations().render(list(example.prompt) + list(example.turns), self.tools_of(example),
                                                f"row {example.index}")
         ids, truncated = rendered.prompt_ids, len(rendered.prompt_ids) > self.max_prompt_length
         if truncated:

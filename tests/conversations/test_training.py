@@ -123,9 +123,12 @@ def test_sft_and_gkd_train_on_conversations_end_to_end(tmp_path, model_dirs, met
 
 
 @pytest.mark.parametrize("fields, match", [
-    ({"method": "gkd", "lmbda": 0.5, "seq_kd": False, "lmbda_schedule": "constant"}, r"dataset row 0 offers tools, and this run samples completions \(student\)"),
-    ({"method": "gkd", "lmbda": 0.0, "seq_kd": True, "lmbda_schedule": "constant"}, r"samples completions \(teacher\)"),
-    ({"method": "on_policy"}, "the tool-call loop is not built yet"),
+    ({"method": "gkd", "lmbda": 0.5, "seq_kd": False, "lmbda_schedule": "constant"},
+     r"dataset row 0 offers tools, and the student samples completions in this run, but no tool runs their calls"),
+    ({"method": "gkd", "lmbda": 0.0, "seq_kd": True, "lmbda_schedule": "constant"},
+     r"the teacher samples completions .* the teacher's tool-call loop is not built yet"),
+    ({"method": "on_policy"}, "name the functions in `tools`"),
+    ({"method": "gold", "tools": ["tests.conversations.test_loop:add"], "teacher": "byte-llama"}, "method gold aligns a teacher with another tokenizer"),
 ])
 def test_a_run_that_would_sample_a_conversation_is_refused_before_models_load(tmp_path, model_dirs, monkeypatch, capsys,
                                                                               fields, match):
@@ -136,3 +139,114 @@ def test_a_run_that_would_sample_a_conversation_is_refused_before_models_load(tm
 
     assert re.search(match, capsys.readouterr().err)
     assert not (tmp_path / "run").exists()
+
+
+# ----------------------------------------------------------------------------- the student's tool-call loop --
+def scripted_turns(tokenizer):
+    """A stand-in for generation: a prompt whose conversation holds no tool result yet gets a call to `add`, one with a
+    result gets the answer (each turn ends with EOS, as sampling does); log-probs -0.25 per token."""
+    call_ids = tokenizer('<tool_call>\n{"name": "plus", "arguments": {"a": 2, "b": 3}}\n</tool_call>',
+                         add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    answer_ids = tokenizer("It is 5.", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+
+    def generate(model, prompts, sampling, *args, with_log_probs=False, **kwargs):
+        out = []
+        for prompt in prompts:
+            ids = (answer_ids if "<|im_start|>tool" in tokenizer.decode(prompt) else call_ids)[: sampling.max_new_tokens]
+            out.append((list(ids), False) + (([-0.25] * len(ids),) if with_log_probs else ()))
+        return out
+
+    return generate, call_ids, answer_ids
+
+
+def test_on_policy_with_tools_samples_conversations_and_trains_only_the_sampled_turns(tokenizer, tmp_path, monkeypatch):
+    import distill.training.rollout
+
+    generate, call_ids, answer_ids = scripted_turns(tokenizer)
+    monkeypatch.setattr(distill.training.rollout, "generate_completions", generate)
+    rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}]} for i in range(8)]
+    run = make_distiller(tokenizer, tmp_path, rows=rows, method="on_policy", max_new_tokens=200, max_prompt_length=300,
+                         seq_kd=True, lmbda_schedule="step", tools=["tests.conversations.test_loop:plus"], max_turns=3)
+    run.setup()
+    assert '"name": "plus"' in tokenizer.decode(run.encoded[0].prompt_ids)  # the tool's schema is in every prompt
+    assert not run.encoded[0].prompt_truncated
+    batch = run.rollout.take(0, {})[0]
+    for completion in batch.completions:
+        ids, mask = completion.completion_ids, completion.mask
+        assert ids[: len(call_ids)] == call_ids and ids[-len(answer_ids):] == answer_ids  # the sampled ids, bitwise
+        assert mask == (True,) * len(call_ids) + (False,) * (len(ids) - len(call_ids) - len(answer_ids)) + (
+            True,) * len(answer_ids)
+        assert "<|im_start|>tool\n5<|im_end|>" in tokenizer.decode(ids)
+        assert completion.weights_version == 0 and not completion.hit_max_new_tokens
+    metrics = run.rollout.take_stage_metrics()
+    assert metrics["tools/turns"][0] / metrics["tools/turns"][1] == 2.0
+    assert metrics["tools/calls"][0] / metrics["tools/calls"][1] == 1.0 and metrics["tools/failed_raised"][0] == 0.0
+    result = run.train()
+    assert result["steps"] == 2
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(record["tools/turns"] == 2.0 and record["tools/calls"] == 1.0 for record in logged)
+    assert 0 < logged[-1]["tools/environment_token_fraction"] < 1
+
+
+def test_a_reused_conversation_rollout_is_checkpointed_with_its_mask(tokenizer, tmp_path, monkeypatch):
+    """iw_opd reuses a rollout for num_iterations steps: its checkpointed state gives back the same conversations,
+    masks and sampling log-probs (0.0 at the environment's ids, which no loss reads)."""
+    import distill.training.rollout
+
+    generate, call_ids, answer_ids = scripted_turns(tokenizer)
+    monkeypatch.setattr(distill.training.rollout, "generate_completions", generate)
+    rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}]} for i in range(8)]
+    run = make_distiller(tokenizer, tmp_path, rows=rows, method="iw_opd", max_new_tokens=200, max_prompt_length=300,
+                         seq_kd=True, lmbda_schedule="step", tools=["tests.conversations.test_loop:plus"], num_iterations=2,
+                         temperature=1.0)
+    run.setup()
+    first = run.rollout.take(0, {})
+    state = run.rollout.state_dict()
+    run.rollout.load_state_dict(json.loads(json.dumps(state)))  # plain values, as a checkpoint holds them
+    again = run.rollout.take(1, {})
+    for before, after in zip(first, again):
+        for a, b in zip(before.completions, after.completions):
+            assert a.completion_ids == b.completion_ids and a.mask == b.mask and a.rollout_log_probs == b.rollout_log_probs
+            assert False in a.mask and a.rollout_log_probs[len(call_ids)] == 0.0
+        assert torch.equal(before.completion_mask, after.completion_mask)
+
+
+# ------------------------------------------------------------------------------------------ environments --
+class Tally:
+    """A stateful environment: a counter per rollout row, started from the row."""
+
+    def __init__(self):
+        self.total = None
+
+    def reset(self, **row) -> str:
+        self.total = int(row["start"])
+        return f" (the tally starts at {self.total})"
+
+    def plus(self, a: int, b: int) -> str:
+        self.total += a + b
+        return f"tally {self.total}"
+
+
+class NoReset:
+    def plus(self, a: int, b: int) -> int:
+        return a + b
+
+
+def test_an_environment_is_made_per_row_its_reset_shown_and_its_methods_the_tools(tokenizer, tmp_path, monkeypatch):
+    import distill.training.rollout
+
+    generate, call_ids, answer_ids = scripted_turns(tokenizer)
+    monkeypatch.setattr(distill.training.rollout, "generate_completions", generate)
+    rows = [{"prompt": [{"role": "user", "content": f"Add 2 and 3 to {i}."}], "start": i} for i in range(8)]
+    run = make_distiller(tokenizer, tmp_path, rows=rows, method="on_policy", max_new_tokens=200, max_prompt_length=300,
+                         seq_kd=True, lmbda_schedule="step", environment="tests.conversations.test_training:Tally")
+    run.setup()
+    assert '"name": "plus"' in tokenizer.decode(run.encoded[0].prompt_ids)
+    for completion in run.rollout.take(0, {})[0].completions:
+        start = completion.example.row["start"]
+        assert tokenizer.decode(completion.prompt_ids).endswith(f"to {start}. (the tally starts at {start})<|im_end|>\n"
+                                                                "<|im_start|>assistant\n")
+        assert f"tally {start + 5}<|im_end|>" in tokenizer.decode(completion.completion_ids)  # its own state, from the row
+    with pytest.raises(ValueError, match=r"environment: .*NoReset\(\) made a NoReset without a `reset` method"):
+        make_distiller(tokenizer, tmp_path, rows=rows, method="on_policy", seq_kd=True, lmbda_schedule="step",
+                       environment="tests.conversations.test_training:NoReset")

@@ -94,6 +94,19 @@ class RunFields:
                                            "weights that do not move changes nothing but the batch size, which makes "
                                            "generation cheaper per token; 1 = one call per step. A teacher whose weights "
                                            "move samples step by step.")
+    tools: list = setting([], "Tools the student may call in its rollouts: import paths 'package.module:function' (a "
+                          "function of keyword arguments returning text; `async def` too). Their JSON schemas are shown "
+                          "in every prompt (the template's tool format, or distill's Hermes format where it has none), "
+                          "and each on-policy completion becomes a conversation: a turn, its calls run, their results, "
+                          "the next turn (docs/usage.md, conversations). Empty: single-turn completions.")
+    environment: str | None = setting(None, "An environment for the student's rollouts: the import path of a factory "
+                                      "('package.module:Factory', the reference library's environment_factory "
+                                      "contract): one instance per rollout row, `reset(**row)` called first (its text, "
+                                      "if any, appended to the row's last user message), its public methods the row's "
+                                      "tools beside `tools`.")
+    max_turns: int = setting(4, "With tools: assistant turns per rollout at most (the last one's calls are not run).")
+    tool_timeout: float = setting(10.0, "With tools: seconds a call may run; a slower one becomes an error message the "
+                                  "model reads as its result.")
     generation_engine: str = setting("auto", "How completions are sampled, in training and evaluation (`distill.generation`): "
                                       "'auto' takes distill's lean decode loop where it applies (a Llama-family model in "
                                       "float32 on CPU: packed weights, preallocated cache; the same distribution as HF "

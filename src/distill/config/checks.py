@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from distill import locations
 from distill.config.reads import check_fields_read
 from distill.config.values import DTYPES, SCHEDULERS, TRACKERS
+from distill.conversations.environments import EnvironmentFactory
+from distill.conversations.tools import load_tools
 from distill.generation import AUTO, get_engine
 from distill.losses.checks import check_beta
 from distill.methods import get_method
@@ -40,6 +42,13 @@ def validate(config: DistillConfig):
             raise ValueError(unavailable)
         engine.check_config(config)  # the engine's own settings
     _one_of("dtype", config.dtype, DTYPES)
+    if config.tools or config.environment is not None:
+        tools = load_tools(list(config.tools))  # every import path resolves, no two tools share a name
+        if config.environment is not None:
+            EnvironmentFactory.load(config.environment, set(tools))
+        if config.max_turns < 1 or not config.tool_timeout > 0:
+            raise ValueError(f"max_turns must be >= 1 and tool_timeout > 0, got {config.max_turns!r} and "
+                             f"{config.tool_timeout!r}")
     if config.beta is not None:
         check_beta(config.beta)  # the losses' own rule
     for name in ("warmup_ratio", "top_p", "teacher_top_p"):

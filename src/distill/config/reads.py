@@ -23,7 +23,8 @@ CORE = Reads("every run", (
     "max_new_tokens", "max_prompt_length", "generation_engine", "loss_chunk_size", "learning_rate", "weight_decay", "adam_beta1",
     "adam_beta2", "adam_epsilon", "max_grad_norm", "lr_scheduler_type", "warmup_steps", "max_steps", "max_time_minutes",
     "per_device_train_batch_size", "gradient_accumulation_steps", "seed", "gradient_checkpointing", "use_peft", "fsdp", "device",
-    "dtype", "logging_steps", "save_steps", "save_total_limit", "report_to", "progress_bar", "eval_before_after"))
+    "dtype", "logging_steps", "save_steps", "save_total_limit", "report_to", "progress_bar", "eval_before_after", "tools",
+    "environment"))
 
 
 def run_reads(sources: frozenset[str]) -> tuple[Reads, ...]:
@@ -34,6 +35,8 @@ def run_reads(sources: frozenset[str]) -> tuple[Reads, ...]:
         Reads("on-policy micro-batches (the student samples; lmbda > 0)", ("sampling_temperature", "top_p", "top_k"),
               lambda c: "student" in sources),
         *engine_reads(),
+        Reads("tools or an environment (the tool-call loop)", ("max_turns", "tool_timeout"),
+              lambda c: bool(c.tools) or c.environment is not None),
         Reads("use_peft: true", ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"), lambda c: c.use_peft),
         Reads("eval_before_after: true", ("eval_dataset", "eval_split", "eval_max_prompts", "eval_max_new_tokens",
                                           "eval_batch_size", "eval_examples"), lambda c: c.eval_before_after),

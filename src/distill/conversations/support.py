@@ -1,10 +1,10 @@
-"""Which runs take conversation rows (multi-turn, with tools) today, checked before any model loads.
+"""Which runs take conversations today, checked before any model loads.
 
 Every method that learns from the dataset's conversations trains their assistant turns through the trained mask,
-and any same-tokenizer teacher scores the whole conversation once (a model, a server, a cache). Not yet: sampling
-a conversation (the tool-call loop: a student or teacher completion is one turn, and a row that offers tools would
-have its calls never answered), a teacher with another tokenizer (it would render the conversation with its own
-template), and a self-teacher shown a row's tools.
+and any same-tokenizer teacher scores a whole conversation once (a model, a server, a cache). With `tools`, the
+student's own rollouts are conversations too (the tool-call loop). Not yet: a teacher that samples a conversation
+(seq_kd, a warm-up, generate_from_teacher: its completions are single turns), a teacher with another tokenizer (it
+would render the conversation with its own template), and a self-teacher shown tools.
 """
 
 from __future__ import annotations
@@ -12,23 +12,28 @@ from __future__ import annotations
 from distill.data import Example
 
 
-def check_conversation_rows(method, sources: frozenset[str], examples: list[Example], field: str) -> None:
-    """ValueError naming the first row and what to change, for a run that would mishandle its conversation rows."""
+def check_conversation_rows(method, sources: frozenset[str], examples: list[Example], field: str,
+                            tools_configured: bool) -> None:
+    """ValueError naming the first row (or `tools`) and what to change, for a run that would mishandle conversations."""
     rows = [e for e in examples if e.is_conversation]
-    if not rows:
+    if not rows and not tools_configured:
         return
-    first = f"{field} row {rows[0].index} ({len(rows)} conversation rows)"
+    what = f"{field} row {rows[0].index} ({len(rows)} conversation rows)" if rows else "tools"
     if method.cross_tokenizer:
-        raise ValueError(f"{first}: method {method.name} aligns a teacher with another tokenizer, which does not take "
+        raise ValueError(f"{what}: method {method.name} aligns a teacher with another tokenizer, which does not take "
                          "conversations yet (the teacher would render them with its own template); use a same-tokenizer "
                          "method (gkd, on_policy, sft) or single-turn rows")
     with_tools = [e for e in rows if e.tools is not None]
-    sampled = sorted(sources & {"student", "teacher"})
-    if with_tools and sampled:
-        raise ValueError(f"{field} row {with_tools[0].index} offers tools, and this run samples completions "
-                         f"({' and '.join(sampled)}), which would write tool calls that nothing answers: the tool-call "
-                         "loop is not built yet. Train on the dataset's conversations (method sft, or gkd with lmbda: 0, "
-                         "lmbda_schedule: constant, seq_kd: false)")
-    if with_tools and method.teacher == "self":
-        raise ValueError(f"{field} row {with_tools[0].index} offers tools: method {method.name}'s self-teacher is not shown "
-                         "a row's tools yet; drop the 'tools' column or use another method")
+    offered = f"{field} row {with_tools[0].index} offers tools" if with_tools else "tools is set"
+    if (with_tools or tools_configured) and "teacher" in sources:
+        raise ValueError(f"{offered}, and the teacher samples completions in this run (seq_kd, a warm-up or "
+                         "generate_from_teacher), which would write tool calls that nothing answers: the teacher's "
+                         "tool-call loop is not built yet. Set seq_kd: false (or teacher_warmup_steps: 0, "
+                         "generate_from_teacher: false)")
+    if with_tools and not tools_configured and "student" in sources:
+        raise ValueError(f"{offered}, and the student samples completions in this run, but no tool runs their calls: "
+                         "name the functions in `tools` ('package.module:function'), or train on the dataset's "
+                         "conversations only (method sft, or gkd with lmbda: 0, lmbda_schedule: constant, seq_kd: false)")
+    if (with_tools or tools_configured) and method.teacher == "self":
+        raise ValueError(f"{offered}: method {method.name}'s self-teacher is not shown tools yet; drop the 'tools' column "
+                         "and the tools field, or use another method")

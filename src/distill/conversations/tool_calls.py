@@ -111,12 +111,10 @@ def parse_tool_calls(text: str) -> ParsedTurn:
 
 
 def tools_system_text(tools: list[dict[str, Any]]) -> str:
-    """What a template without tool support is told in the system message: the tools' schemas and how to call."""
+    """What a template without tool support is told in the system message: the tools' schemas and how to call one."""
     schemas = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
-    return ("You may call one or more tools to help with the user's request. The tools, as JSON schemas:\n"
-            f"<tools>\n{schemas}\n</tools>\n"
-            f"To call a tool, write a JSON object with its name and arguments inside {CALL_OPEN}{CALL_CLOSE} tags:\n"
-            f'{CALL_OPEN}\n{{"name": "<tool name>", "arguments": {{<arguments>}}}}\n{CALL_CLOSE}')
+    return (f"# Tools\nYou may call these tools:\n<tools>\n{schemas}\n</tools>\nTo call one, write:\n"
+            f'{CALL_OPEN}\n{{"name": <name>, "arguments": <object>}}\n{CALL_CLOSE}')
 
 
 def check_tools(tools: Any, where: str) -> list[dict[str, Any]]:

@@ -112,7 +112,7 @@ class Evaluator:
                  vocab_size: int, eos_ids: list[int], pad_id: int, device: torch.device, settings: EvalSettings):
         self.teacher, self.tokenizer, self.examples = teacher, tokenizer, examples
         self.vocab_size, self.eos_ids, self.pad_id, self.device, self.settings = vocab_size, eos_ids, pad_id, device, settings
-        self.prompts = [encoder.prompt_ids(e.prompt, e.tools)[0] for e in examples]
+        self.prompts = [encoder.prompt_ids(e.prompt, encoder.tools_of(e))[0] for e in examples]
         self.extras = [encoder.extras(e) for e in examples]  # the model kind's inputs beyond the ids
         self.prompt_texts = [e.prompt if isinstance(e.prompt, str) else e.prompt[-1]["content"] for e in examples]
         self._teacher_samples: list[list[int]] | None = None

@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Callable, Protocol
+from dataclasses import dataclass, replace
+from typing import Callable, Protocol, cast
 
 import torch
 
 from distill.batch import Completion, MicroBatch, collate, skipping_first, untrained
+from distill.conversations.loop import LOOP_METRICS, ToolLoop, loop_metrics
 from distill.data import EncodedExample, Example, StepSampler
 from distill.generation import SamplingParams, generate_completions
 from distill.generation.seeds import row_seeds
@@ -75,6 +76,7 @@ class RolloutSettings:
     num_iterations: int = 1
     loss_skip: int = 0  # num_loss_tokens_to_skip
     trains_row: Callable[[Example], bool] | None = None  # the method's; None: every row trains
+    tool_loop: ToolLoop | None = None  # `tools`: the student's rollouts are conversations (`distill.conversations.loop`)
 
 
 class StepStage(Protocol):
@@ -121,8 +123,12 @@ class RolloutProducer(ABC):
         """The step whose rollout `step` trains on."""
 
     def take_stage_metrics(self) -> dict[str, tuple[float, float]]:
-        """The method's step-stage metrics of the rollout staged since the last call (empty otherwise)."""
+        """The method's step-stage metrics (and the tool-call loop's) of the rollout made since the last call."""
         return {}
+
+    def metric_names(self) -> tuple[str, ...]:
+        """The names `take_stage_metrics` may give (every process registers them)."""
+        return ()
 
     def holds_state(self) -> bool:
         """Whether the producer holds something between steps that a checkpoint must keep."""
@@ -165,6 +171,7 @@ class StepRollout(RolloutProducer):
         self._staged: int | None = None  # the generation step whose rollout the stage has seen
         self._restored = False  # the reused rollout came from a checkpoint (its stage metrics are logged already)
         self.stage_metrics: dict[str, tuple[float, float]] = {}  # the last stage's, taken by the trainer
+        self.loop_metrics: dict[str, tuple[float, float]] = {}  # the tool-call loop's, of the last rollout generated
 
     def sources(self, step: int) -> list[str]:
         return self.plan.draw(self.settings.seed, self.generation_step(step), self.sampler.accumulation)
@@ -205,8 +212,13 @@ class StepRollout(RolloutProducer):
         return micro_batches
 
     def take_stage_metrics(self) -> dict[str, tuple[float, float]]:
-        metrics, self.stage_metrics = self.stage_metrics, {}
+        metrics, self.stage_metrics = {**self.stage_metrics, **self.loop_metrics}, {}
+        self.loop_metrics = {}
         return metrics
+
+    def metric_names(self) -> tuple[str, ...]:
+        stage = tuple(self.stage.metric_names()) if self.stage is not None else ()
+        return stage + (LOOP_METRICS if self.settings.tool_loop is not None else ())
 
     # ----------------------------------------------------------------------- the reused rollout as a hook --
     def holds_state(self) -> bool:
@@ -219,7 +231,8 @@ class StepRollout(RolloutProducer):
             return {}
         first, batches = self._reused
         return {"step": first, "batches": [[{"ids": list(c.completion_ids), "hit_max": bool(c.hit_max_new_tokens),
-                                             "log_probs": c.rollout_log_probs, "version": c.weights_version}
+                                             "log_probs": c.rollout_log_probs, "version": c.weights_version,
+                                             "trained": [bool(flag) for flag in c.mask], "prompt": list(c.prompt_ids)}
                                             for c in mb.completions] for mb in batches]}
 
     def load_state_dict(self, state: dict) -> None:
@@ -237,7 +250,9 @@ class StepRollout(RolloutProducer):
             # A checkpoint from before weights versions were recorded: the student sampled at the rollout's step.
             completions = [self._completion(j, source, list(c["ids"]), bool(c["hit_max"]),
                                             None if c["log_probs"] is None else [float(v) for v in c["log_probs"]],
-                                            c.get("version", first if source == "student" else None))
+                                            c.get("version", first if source == "student" else None),
+                                            None if source == "dataset" or "trained" not in c else tuple(c["trained"]),
+                                            None if "prompt" not in c else [int(t) for t in c["prompt"]])
                            for j, c in zip(group, saved)]
             batches.append(collate(completions, source, self.pad_id))
         self._reused = (first, batches)
@@ -255,9 +270,13 @@ class StepRollout(RolloutProducer):
             extras = [self.encoded[j].extras for i in on_policy for j in groups[i]]
             start = phase_clock(self.device)
             seeds = row_seeds(len(prompts), self.settings.seed, "student", step, self.process_index)
-            outputs = iter(self.with_student(lambda student: generate_completions(
-                student, prompts, self.settings.student_sampling, self.eos_ids, self.pad_id, self.device,
-                vocab_size=self.vocab_size, with_log_probs=self.settings.record_log_probs, seeds=seeds, extras=extras)))
+            if self.settings.tool_loop is not None:
+                rows = [self.examples[j] for i in on_policy for j in groups[i]]
+                outputs = iter(self._conversations(self.settings.tool_loop, step, prompts, rows, extras))
+            else:
+                outputs = iter(self.with_student(lambda student: generate_completions(
+                    student, prompts, self.settings.student_sampling, self.eos_ids, self.pad_id, self.device,
+                    vocab_size=self.vocab_size, with_log_probs=self.settings.record_log_probs, seeds=seeds, extras=extras)))
             _add(timings, "generation_student", phase_clock(self.device) - start)
             generated.update({i: [next(outputs) for _ in groups[i]] for i in on_policy})
         if "teacher" in sources:
@@ -272,25 +291,55 @@ class StepRollout(RolloutProducer):
                     ids = list(self.encoded[j].completion_ids)
                     cut = self.encoded[j].completion_cut
                     hit_max = cut if self.encoded[j].completion_trained is not None else bool(ids) and ids[-1] not in self.eos_ids
+                    trained = prompt = None
                 else:
                     ids, hit_max, *rest = generated[i][position]
                     log_probs = rest[0] if rest else None
-                completions.append(self._completion(j, source, ids, hit_max, log_probs, step if source == "student" else None))
+                    trained = rest[1] if len(rest) > 1 else None  # a conversation's: the environment's ids untrained
+                    prompt = rest[2] if len(rest) > 2 else None  # with an environment's observation
+                completions.append(self._completion(j, source, ids, hit_max, log_probs, step if source == "student" else None,
+                                                    trained, prompt))
             micro_batches.append(collate(completions, source, self.pad_id))
         return micro_batches
 
     def _completion(self, j: int, source: str, ids: list[int], hit_max: bool, log_probs: list[float] | None,
-                    weights_version: int | None) -> Completion:
+                    weights_version: int | None, trained: tuple[bool, ...] | None = None,
+                    prompt_ids: list[int] | None = None) -> Completion:
         """Example `j`'s completion `ids`, with what the method trains of it; `weights_version`: the student
-        weights that sampled it (the optimizer steps applied when it was sampled), None for another source."""
+        weights that sampled it (the optimizer steps applied when it was sampled), None for another source;
+        `trained`: a sampled conversation's own mask (its sampled turns), None for a completion sampled whole;
+        `prompt_ids`: the prompt it followed, when not the row's own (an environment's observation appended)."""
         trains_row = self.settings.trains_row
         mask = (skipping_first(len(ids), self.settings.loss_skip) if trains_row is None or trains_row(self.examples[j])
                 else untrained(len(ids)))
-        conversation = self.encoded[j].completion_trained
-        if source == "dataset" and conversation is not None:  # a conversation's own turns: only the assistant's trained
+        conversation = self.encoded[j].completion_trained if source == "dataset" else trained
+        if conversation is not None:  # a conversation's own turns: only the assistant's trained
             mask = tuple(a and b for a, b in zip(mask, conversation))
-        return Completion(self.encoded[j].prompt_ids, ids, source, hit_max, self.encoded[j].prompt_truncated,
+        prompt = self.encoded[j].prompt_ids if prompt_ids is None else prompt_ids
+        return Completion(prompt, ids, source, hit_max, self.encoded[j].prompt_truncated,
                           self.examples[j], log_probs, mask, weights_version, extras=self.encoded[j].extras)
+
+    def _conversations(self, loop: ToolLoop, step: int, prompts: list[list[int]], rows: list[Example],
+                       extras: list) -> list[tuple[list[int], bool, list[float] | None, tuple[bool, ...], list[int]]]:
+        """The student's rollouts as conversations (the tool-call loop): per prompt (ids, hit max, sampling log-probs,
+        trained mask, the prompt followed: with an environment's observation). Each turn samples with its own
+        per-row seeds, so a row's conversation does not depend on which other rows are still going."""
+        sampling = self.settings.student_sampling
+
+        def generate(batch: list[list[int]], max_new_tokens: int, turn: int, rows: list[int]):
+            seeds = row_seeds(len(prompts), self.settings.seed, "student" if turn == 0 else f"student turn {turn}", step,
+                              self.process_index)
+            outputs = cast(list, self.with_student(lambda student: generate_completions(
+                student, batch, replace(sampling, max_new_tokens=max_new_tokens), self.eos_ids, self.pad_id,
+                self.device, vocab_size=self.vocab_size, with_log_probs=self.settings.record_log_probs,
+                seeds=[seeds[r] for r in rows], extras=[extras[r] for r in rows])))
+            return [(ids, hit_max, rest[0] if rest else None) for ids, hit_max, *rest in outputs]
+
+        trajectories, followed = loop.run(generate, prompts, rows, self.eos_ids)
+        for name, (numerator, denominator) in loop_metrics(trajectories).items():
+            had = self.loop_metrics.get(name, (0.0, 0.0))
+            self.loop_metrics[name] = (had[0] + numerator, had[1] + denominator)
+        return [(t.ids, t.hit_max, t.log_probs, tuple(t.trained), prompt) for t, prompt in zip(trajectories, followed)]
 
     def _teacher_samples(self, step: int, timings: dict[str, float]) -> dict[tuple[int, int], list[tuple[list[int], bool]]]:
         """Teacher (seq_kd) completions for every teacher micro-batch of the window of

@@ -101,7 +101,8 @@ class Distiller:
             check_objects_given(config, {name for name, value in given.items() if value is not None})
         self.train_examples, self.eval_examples = load_examples(config, self.method, train_dataset, eval_dataset)
         self.location.check_dataset(config, self.method, self.plan.possible(), self.train_examples)
-        check_conversation_rows(self.method, self.plan.possible(), self.train_examples, "dataset")
+        check_conversation_rows(self.method, self.plan.possible(), self.train_examples, "dataset",
+                                bool(config.tools) or config.environment is not None)
         check_output_dir(self.run_dir, config.overwrite_output_dir, run_inputs(config, self.location), resuming=resume,
                          break_lock=break_lock)
         teacher_source = self.location.model_source(config, teacher)
@@ -123,7 +124,7 @@ class Distiller:
         # The method's work on each rollout before any loss (sdpo's rewards), if it has one.
         self.stage = self.method.stage(config, StageParts(self.tokenizer, self.eos_ids, self.runtime, self.sampler.first_row))
         self.rollout: RolloutProducer = StepRollout(
-            self.plan, self.sampler, self.train_examples, self.encoded, rollout_settings(config, self.method, self.teacher),
+            self.plan, self.sampler, self.train_examples, self.encoded, rollout_settings(config, self.method, self.teacher, self.encoder),
             self.with_student, self.teacher, self.eos_ids, self.pad_id, self.vocab_size, self.device,
             self.runtime.process_index, self.stage)
 
@@ -321,7 +322,7 @@ class Distiller:
 
     # ------------------------------------------------------------------------------------- metrics --
     def _new_window(self) -> MetricWindow:
-        return new_window(self.method, list(teachers_of(self.teacher)), self.stage.metric_names() if self.stage is not None else ())
+        return new_window(self.method, list(teachers_of(self.teacher)), list(self.rollout.metric_names()))
 
     def _log(self, step: int, window: MetricWindow, timings: dict[str, float], progress) -> dict[str, Any]:
         add_throughput(window, timings)

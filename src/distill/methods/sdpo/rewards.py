@@ -27,15 +27,15 @@ trainer checkpoints the step before first).
 
 from __future__ import annotations
 
-import importlib
 import math
 import numbers
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
+from distill.callables import import_callable
 from distill.errors import RewardFunctionError
 from distill.evaluation.answers import contains_answer, normalise
 
@@ -86,17 +86,7 @@ def load_reward_function(spec: str, regex: str | None = None) -> RewardFunction:
     if ":" not in spec:
         raise ValueError(f"reward_funcs: {spec!r} is neither a built-in ({', '.join(BUILTINS)}) nor an import path "
                          "'package.module:function'")
-    module_name, _, attribute = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as error:  # ImportError, or the module raising while it loads
-        raise ValueError(f"reward_funcs: cannot import {module_name!r} for {spec!r} ({type(error).__name__}: {error}); "
-                         "is the package installed, or its directory on PYTHONPATH?") from None
-    function: Any = module
-    for part in attribute.split("."):
-        function = getattr(function, part, None)
-    if not callable(function):
-        raise ValueError(f"reward_funcs: {module_name!r} has no callable {attribute!r} (from {spec!r})")
+    function = import_callable(spec, "reward_funcs")
     declared = getattr(function, "reward_range", None)
     value_range = None
     if declared is not None:

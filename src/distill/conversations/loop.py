@@ -1,0 +1,189 @@
+"""The tool-call loop: a rollout that is a conversation. The model writes a turn; its calls run; their results join
+the conversation as the template renders them; the model writes the next turn; until a turn without a call,
+`max_turns` turns, or the token budget.
+
+Token-in, token-out: a trajectory's ids are the prompt's, then exactly the ids the engine sampled for each turn,
+then the ids of what the template adds after the turn's end-of-turn token (the newline after `<|im_end|>`, the tool
+turns, the next turn's header), and so on. Nothing already in the trajectory is re-tokenized. The environment's ids
+come from rendering a stand-in conversation with and without the tool turns (`EnvironmentTurns`): the text the
+template adds after an assistant's end of turn does not depend on what the turn said, in a template that preserves
+prefixes (checked at every render).
+
+The sampled turns are trained (their mask is True), the environment's ids are attended only. A turn that reaches
+the budget ends the trajectory (cut). Tool results that would not fit in the budget with room for another turn are
+rolled back, as the reference library does: the trajectory ends with the turn that made the calls, its calls counted
+as unanswered (`rolled_back_results`). The calls of the last turn `max_turns` allows are counted but not run (no
+turn would read their results).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from distill.conversations.environments import EnvironmentFactory
+from distill.conversations.render import ConversationRenderer
+from distill.conversations.tool_calls import parse_tool_calls
+from distill.conversations.tools import FAILURES, Tool, ToolResult, ToolRunner, run_calls
+from distill.data import Example
+
+# generate(prompts, max_new_tokens, turn, rows) -> per prompt (new ids, hit max_new_tokens, log-probs or None); `rows`:
+# the indices of the prompts' rows among all the loop's (for per-row seeds and extras)
+Generate = Callable[[list[list[int]], int, int, list[int]], list[tuple[list[int], bool, list[float] | None]]]
+
+
+class EnvironmentTurns:
+    """The ids a template adds after an assistant's end of turn for some tool results, through the next header."""
+
+    def __init__(self, tokenizer, renderer: ConversationRenderer, eos_ids: list[int]):
+        self.tokenizer, self.renderer = tokenizer, renderer
+        self.end_of_turn = tokenizer.decode([eos_ids[0]])
+
+    def ids(self, results: list[ToolResult]) -> list[int]:
+        calls = [{"type": "function", "function": {"name": r.name or "tool", "arguments": {}}} for r in results]
+        base: list[dict[str, Any]] = [{"role": "user", "content": "question"},
+                                      {"role": "assistant", "content": "", "tool_calls": calls}]
+        turns: list[dict[str, Any]] = [{"role": "tool", "name": r.name or "tool", "content": r.content} for r in results]
+        shown, extra = self.renderer.template_messages(base + turns, None, "the tool turns")
+        tokenizer = self.tokenizer
+        before = tokenizer.apply_chat_template(shown[: len(shown) - len(turns)], tokenize=False, **extra)
+        after = tokenizer.apply_chat_template(shown, tokenize=False, add_generation_prompt=True, **extra)
+        if not after.startswith(before):
+            raise ValueError("the chat template renders an assistant turn differently once tool turns follow it, so the "
+                             "tool results cannot be appended to the sampled ids (a template that preserves prefixes is "
+                             "needed; see docs/usage.md, conversations)")
+        end = before.rfind(self.end_of_turn)
+        cut = end + len(self.end_of_turn) if end >= 0 else len(before)
+        return tokenizer(after[cut:], add_special_tokens=False)["input_ids"]
+
+
+@dataclass
+class Trajectory:
+    """One row's rollout: completion ids (after the prompt), their trained flags and sampling log-probs (0.0 at the
+    environment's ids), and what happened."""
+
+    ids: list[int] = field(default_factory=list)
+    trained: list[bool] = field(default_factory=list)
+    log_probs: list[float] | None = None
+    hit_max: bool = False  # the budget cut it
+    turns: int = 0
+    calls: int = 0
+    unanswered_calls: int = 0  # made in the last turn max_turns allows
+    rolled_back_results: int = 0
+    failures: Counter = field(default_factory=Counter)
+    tool_seconds: float = 0.0
+
+    def extend(self, ids: list[int], trained: bool, log_probs: list[float] | None) -> None:
+        self.ids.extend(ids)
+        self.trained.extend([trained] * len(ids))
+        if self.log_probs is not None:
+            self.log_probs.extend(log_probs if log_probs is not None else [0.0] * len(ids))
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    max_turns: int
+    budget: int  # completion tokens of a whole trajectory (max_new_tokens)
+    record_log_probs: bool = False
+
+
+@dataclass(frozen=True)
+class ToolLoop:
+    """What a rollout needs to sample conversations: the tools (and an environment per row), the template's tool
+    turns, how a turn is read; `prompt_ids(example, observation)`: a row's prompt with its environment's observation."""
+
+    tools: dict[str, Tool]
+    timeout: float
+    environment: EnvironmentTurns
+    decode: Callable[[list[int]], str]
+    settings: LoopSettings
+    factory: EnvironmentFactory | None = None
+    prompt_ids: Callable[[Example, str], list[int]] | None = None
+
+    def run(self, generate: Generate, prompts: list[list[int]], examples: list[Example],
+            eos_ids: list[int]) -> tuple[list[Trajectory], list[list[int]]]:
+        """(the trajectories, the prompts they followed: a row's own, or with its environment's observation)."""
+        if self.factory is None:
+            runners = [ToolRunner(self.tools, self.timeout)] * len(prompts)
+        else:
+            made = [self.factory.make(example.row, self.tools, self.timeout) for example in examples]
+            runners = [runner for runner, _ in made]
+            assert self.prompt_ids is not None
+            prompts = [prompt if observation is None else self.prompt_ids(example, observation)
+                       for prompt, example, (_, observation) in zip(prompts, examples, made)]
+        trajectories = run_tool_loop(generate, prompts, runners, self.environment, self.decode, eos_ids, self.settings)
+        return trajectories, prompts
+
+
+def run_tool_loop(generate: Generate, prompts: list[list[int]], runners: list[ToolRunner], environment: EnvironmentTurns,
+                  decode: Callable[[list[int]], str], eos_ids: list[int], settings: LoopSettings) -> list[Trajectory]:
+    """Every prompt's trajectory; `runners`: each row's tools. Each round generates the next turn of every row still
+    going, in one batch; the calls of a round run together."""
+    trajectories = [Trajectory(log_probs=[] if settings.record_log_probs else None) for _ in prompts]
+    going = list(range(len(prompts)))
+    for turn in range(settings.max_turns):
+        if not going:
+            break
+        room = {i: settings.budget - len(trajectories[i].ids) for i in going}
+        outputs = generate([prompts[i] + trajectories[i].ids for i in going], max(room.values()), turn, list(going))
+        pending: list[tuple[int, list]] = []
+        for i, (ids, hit_max, log_probs) in zip(going, outputs):
+            trajectory = trajectories[i]
+            cut = len(ids) > room[i]
+            ids = ids[: room[i]]
+            trajectory.extend(ids, True, None if log_probs is None else log_probs[: room[i]])
+            trajectory.turns += 1
+            if hit_max or cut or not ids or ids[-1] not in eos_ids:
+                trajectory.hit_max = True
+                continue
+            parsed = parse_tool_calls(decode(ids))
+            if not parsed.calls and not parsed.malformed:
+                continue  # an answer: the trajectory is done
+            trajectory.calls += len(parsed.calls) + len(parsed.malformed)
+            if turn + 1 == settings.max_turns:
+                trajectory.unanswered_calls += len(parsed.calls) + len(parsed.malformed)
+                continue
+            pending.append((i, [parsed.calls, parsed.malformed]))
+        results = iter(run_calls([(runners[i], call) for i, (calls, _) in pending for call in calls]))
+        going = []
+        for i, (calls, malformed) in pending:
+            trajectory = trajectories[i]
+            answered = [next(results) for _ in calls] + [runners[i].malformed(why) for why in malformed]
+            for result in answered:
+                trajectory.tool_seconds += result.seconds
+                if result.failure is not None:
+                    trajectory.failures[result.failure] += 1
+            env = environment.ids(answered)
+            if len(env) >= settings.budget - len(trajectory.ids):  # no room for the results and a turn: roll back
+                trajectory.rolled_back_results += 1
+                trajectory.unanswered_calls += len(answered)
+                trajectory.hit_max = True
+                continue
+            trajectory.extend(env, False, None)
+            going.append(i)
+    return trajectories
+
+
+def loop_metrics(trajectories: list[Trajectory]) -> dict[str, tuple[float, float]]:
+    """Means over trajectories (numerator, denominator), reduced across processes like every metric."""
+    n = float(len(trajectories))
+    trained = float(sum(sum(t.trained) for t in trajectories))
+    environment = float(sum(len(t.ids) for t in trajectories)) - trained
+    metrics = {
+        "tools/turns": (float(sum(t.turns for t in trajectories)), n),
+        "tools/calls": (float(sum(t.calls for t in trajectories)), n),
+        "tools/unanswered_calls": (float(sum(t.unanswered_calls for t in trajectories)), n),
+        "tools/truncated": (float(sum(t.hit_max for t in trajectories)), n),
+        "tools/rolled_back_results": (float(sum(t.rolled_back_results for t in trajectories)), n),
+        "tools/seconds": (float(sum(t.tool_seconds for t in trajectories)), n),
+        "tools/environment_token_fraction": (environment, environment + trained),
+    }
+    calls = float(sum(t.calls for t in trajectories))
+    for kind in FAILURES:
+        metrics[f"tools/failed_{kind}"] = (float(sum(t.failures[kind] for t in trajectories)), calls)
+    return metrics
+
+
+LOOP_METRICS = ("tools/turns", "tools/calls", "tools/unanswered_calls", "tools/truncated", "tools/rolled_back_results",
+                "tools/seconds", "tools/environment_token_fraction", *(f"tools/failed_{kind}" for kind in FAILURES))
