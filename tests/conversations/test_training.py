@@ -124,9 +124,9 @@ def test_sft_and_gkd_train_on_conversations_end_to_end(tmp_path, model_dirs, met
 
 @pytest.mark.parametrize("fields, match", [
     ({"method": "gkd", "lmbda": 0.5, "seq_kd": False, "lmbda_schedule": "constant"},
-     r"dataset row 0 offers tools, and the student samples completions in this run, but no tool runs their calls"),
+     r"dataset row 0 offers tools, and this run samples completions \(student\), but no tool runs their calls"),
     ({"method": "gkd", "lmbda": 0.0, "seq_kd": True, "lmbda_schedule": "constant"},
-     r"the teacher samples completions .* the teacher's tool-call loop is not built yet"),
+     r"this run samples completions \(teacher\), but no tool runs their calls"),
     ({"method": "on_policy"}, "name the functions in `tools`"),
     ({"method": "gold", "tools": ["tests.conversations.test_loop:add"], "teacher": "byte-llama"}, "method gold aligns a teacher with another tokenizer"),
 ])
@@ -250,3 +250,25 @@ def test_an_environment_is_made_per_row_its_reset_shown_and_its_methods_the_tool
     with pytest.raises(ValueError, match=r"environment: .*NoReset\(\) made a NoReset without a `reset` method"):
         make_distiller(tokenizer, tmp_path, rows=rows, method="on_policy", seq_kd=True, lmbda_schedule="step",
                        environment="tests.conversations.test_training:NoReset")
+
+
+def test_a_sampling_teacher_acts_in_the_conversation_too(tokenizer, tmp_path, monkeypatch):
+    """gkd with seq_kd and tools: the teacher's samples are conversations, made by the same loop (its own seeds)."""
+    import distill.teachers.local
+    import distill.training.rollout
+
+    generate, call_ids, answer_ids = scripted_turns(tokenizer)
+    monkeypatch.setattr(distill.training.rollout, "generate_completions", generate)
+    monkeypatch.setattr(distill.teachers.local, "generate_completions", generate)
+    rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}]} for i in range(8)]
+    run = make_distiller(tokenizer, tmp_path, rows=rows, method="gkd", lmbda=0.0, seq_kd=True, max_new_tokens=200,
+                         max_prompt_length=300, tools=["tests.conversations.test_loop:plus"])
+    run.setup()
+    batch = run.rollout.take(0, {})[0]
+    assert batch.source == "teacher"
+    for completion in batch.completions:
+        ids = completion.completion_ids
+        assert ids[: len(call_ids)] == call_ids and ids[-len(answer_ids):] == answer_ids
+        assert completion.num_trained == len(call_ids) + len(answer_ids) and completion.rollout_log_probs is None
+    calls, conversations = run.rollout.take_stage_metrics()["tools/calls"]
+    assert calls == conversations == 8  # one call each, over the teacher's window (2 steps x 2 micro-batches x 2 rows)

@@ -1,10 +1,10 @@
 """Which runs take conversations today, checked before any model loads.
 
 Every method that learns from the dataset's conversations trains their assistant turns through the trained mask,
-and any same-tokenizer teacher scores a whole conversation once (a model, a server, a cache). With `tools`, the
-student's own rollouts are conversations too (the tool-call loop). Not yet: a teacher that samples a conversation
-(seq_kd, a warm-up, generate_from_teacher: its completions are single turns), a teacher with another tokenizer (it
-would render the conversation with its own template), and a self-teacher shown tools.
+and any same-tokenizer teacher scores a whole conversation once (a model, a server, a cache). With `tools` (or an
+environment), the student's rollouts and a sampling teacher's (seq_kd, iw_opd's warm-up) are conversations too (the
+tool-call loop). Not yet: a teacher with another tokenizer (it would render the conversation with its own template),
+and a self-teacher shown tools.
 """
 
 from __future__ import annotations
@@ -25,14 +25,10 @@ def check_conversation_rows(method, sources: frozenset[str], examples: list[Exam
                          "method (gkd, on_policy, sft) or single-turn rows")
     with_tools = [e for e in rows if e.tools is not None]
     offered = f"{field} row {with_tools[0].index} offers tools" if with_tools else "tools is set"
-    if (with_tools or tools_configured) and "teacher" in sources:
-        raise ValueError(f"{offered}, and the teacher samples completions in this run (seq_kd, a warm-up or "
-                         "generate_from_teacher), which would write tool calls that nothing answers: the teacher's "
-                         "tool-call loop is not built yet. Set seq_kd: false (or teacher_warmup_steps: 0, "
-                         "generate_from_teacher: false)")
-    if with_tools and not tools_configured and "student" in sources:
-        raise ValueError(f"{offered}, and the student samples completions in this run, but no tool runs their calls: "
-                         "name the functions in `tools` ('package.module:function'), or train on the dataset's "
+    sampled = sorted(sources & {"student", "teacher"})
+    if with_tools and not tools_configured and sampled:
+        raise ValueError(f"{offered}, and this run samples completions ({' and '.join(sampled)}), but no tool runs their "
+                         "calls: name the functions in `tools` ('package.module:function'), or train on the dataset's "
                          "conversations only (method sft, or gkd with lmbda: 0, lmbda_schedule: constant, seq_kd: false)")
     if (with_tools or tools_configured) and method.teacher == "self":
         raise ValueError(f"{offered}: method {method.name}'s self-teacher is not shown tools yet; drop the 'tools' column "

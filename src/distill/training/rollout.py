@@ -336,12 +336,33 @@ class StepRollout(RolloutProducer):
             return [(ids, hit_max, rest[0] if rest else None) for ids, hit_max, *rest in outputs]
 
         trajectories, followed = loop.run(generate, prompts, rows, self.eos_ids)
+        self._add_loop_metrics(trajectories)
+        return [(t.ids, t.hit_max, t.log_probs, tuple(t.trained), prompt) for t, prompt in zip(trajectories, followed)]
+
+    def _teacher_conversations(self, loop: ToolLoop, first: int, prompts: list[list[int]], examples: list[Example],
+                               extras: list) -> list[tuple[list[int], bool, None, tuple[bool, ...], list[int]]]:
+        """The teacher's samples as conversations (the tool-call loop), as `_conversations` makes the student's; no
+        sampling log-probs (nothing reads a teacher's)."""
+        sampling = self.settings.teacher_sampling
+
+        def generate(batch: list[list[int]], max_new_tokens: int, turn: int, rows: list[int]):
+            seeds = row_seeds(len(prompts), self.settings.seed, "teacher" if turn == 0 else f"teacher turn {turn}", first,
+                              self.process_index)
+            outputs = self.teacher.generate(batch, replace(sampling, max_new_tokens=max_new_tokens),
+                                            examples=[examples[r] for r in rows], seeds=[seeds[r] for r in rows],
+                                            extras=[extras[r] for r in rows])
+            return [(ids, hit_max, None) for ids, hit_max, *_ in outputs]
+
+        trajectories, followed = loop.run(generate, prompts, examples, self.eos_ids)
+        self._add_loop_metrics(trajectories)
+        return [(t.ids, t.hit_max, None, tuple(t.trained), prompt) for t, prompt in zip(trajectories, followed)]
+
+    def _add_loop_metrics(self, trajectories) -> None:
         for name, (numerator, denominator) in loop_metrics(trajectories).items():
             had = self.loop_metrics.get(name, (0.0, 0.0))
             self.loop_metrics[name] = (had[0] + numerator, had[1] + denominator)
-        return [(t.ids, t.hit_max, t.log_probs, tuple(t.trained), prompt) for t, prompt in zip(trajectories, followed)]
 
-    def _teacher_samples(self, step: int, timings: dict[str, float]) -> dict[tuple[int, int], list[tuple[list[int], bool]]]:
+    def _teacher_samples(self, step: int, timings: dict[str, float]) -> dict[tuple[int, int], list[tuple]]:
         """Teacher (seq_kd) completions for every teacher micro-batch of the window of
         `seq_kd_generation_steps` steps holding `step`, generated in one batched call.
 
@@ -363,8 +384,12 @@ class StepRollout(RolloutProducer):
         start = phase_clock(self.device)
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(settings.seed * 1_000_003 + first + 104_729 * (self.process_index + 1))
-            seeds = row_seeds(len(prompts), settings.seed, "teacher", first, self.process_index)
-            outputs = iter(self.teacher.generate(prompts, settings.teacher_sampling, examples=examples, seeds=seeds, extras=extras))
+            if settings.tool_loop is not None:  # the teacher acts in the conversation too (seq_kd on tool-use tasks)
+                outputs = iter(self._teacher_conversations(settings.tool_loop, first, prompts, examples, extras))
+            else:
+                seeds = row_seeds(len(prompts), settings.seed, "teacher", first, self.process_index)
+                outputs = iter(self.teacher.generate(prompts, settings.teacher_sampling, examples=examples, seeds=seeds,
+                                                     extras=extras))
         _add(timings, "generation_teacher", phase_clock(self.device) - start)
         window = {(s, i): [next(outputs) for _ in groups[s][i]] for s, i in keys}
         self._teacher_window = (first, window)
