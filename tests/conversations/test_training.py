@@ -272,3 +272,38 @@ def test_a_sampling_teacher_acts_in_the_conversation_too(tokenizer, tmp_path, mo
         assert completion.num_trained == len(call_ids) + len(answer_ids) and completion.rollout_log_probs is None
     calls, conversations = run.rollout.take_stage_metrics()["tools/calls"]
     assert calls == conversations == 8  # one call each, over the teacher's window (2 steps x 2 micro-batches x 2 rows)
+
+
+def test_the_evaluation_runs_the_conversations_and_reports_tool_use_and_the_final_answers_accuracy(
+        tokenizer, tmp_path, monkeypatch):
+    import distill.evaluation.evaluator
+    import distill.teachers.local
+    import distill.training.rollout
+
+    generate, call_ids, answer_ids = scripted_turns(tokenizer)
+    for module in (distill.training.rollout, distill.teachers.local, distill.evaluation.evaluator):
+        monkeypatch.setattr(module, "generate_completions", generate)
+    rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}], "answer": "5"} for i in range(8)]
+    held_out = datasets.Dataset.from_list(rows[:3])
+    run = make_distiller(tokenizer, tmp_path, rows=rows, method="on_policy", max_new_tokens=200, max_prompt_length=300,
+                         seq_kd=True, lmbda_schedule="step", tools=["tests.conversations.test_loop:plus"],
+                         eval_before_after=True, eval_dataset=held_out, eval_max_new_tokens=200, max_steps=1)
+    result = run.train()
+    report = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
+    for name in ("before", "after"):
+        metrics = report["metrics"][name]
+        assert metrics["answer_accuracy"]["accuracy"] == 1.0  # "It is 5." is the last turn; "5" from the tool too
+        assert metrics["tool_use"]["calls_per_question"] == 1.0 and metrics["tool_use"]["valid_call_rate"] == 1.0
+        assert metrics["tool_use"]["turns_per_question"] == 2.0
+    assert report["teacher"]["tool_use"]["calls_per_question"] == 1.0
+    shown = report["examples"][0]["student_after"]
+    assert '"name": "plus"' in shown and "tool\n5" in shown and shown.endswith("It is 5.")  # the whole conversation
+    assert "Tool use of the greedy conversations" in (tmp_path / "run" / "eval" / "eval.md").read_text()
+    assert result["steps"] == 1
+
+
+def test_the_scored_answer_of_a_conversation_is_its_last_assistant_turn():
+    from distill.evaluation.evaluator import _last_run
+
+    assert _last_run([1, 2, 3, 4, 5, 6], [True, True, False, True, True, False]) == [4, 5]
+    assert _last_run([1, 2], [False, False]) == [] and _last_run([7], [True]) == [7]

@@ -13,12 +13,14 @@ general prompts that measures forgetting); `--teacher MODEL` names those initial
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
 import yaml
 
 from distill.config import DistillConfig
+from distill.conversations.setup import offering_tools, tool_loop
 from distill.data import examples_from_dataset
 from distill.data_files import BUNDLED_DATASET, load_dataset_spec
 from distill.evaluation.evaluator import (
@@ -67,7 +69,9 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
     if teacher_model is not None:
         check_context(teacher_model, "teacher", budget)
     against = comparison(method, tokenizer, student, teacher_model, teacher_tokenizer)
-    encoder = model_kind_of(student).encoder(tokenizer, config.max_prompt_length, settings.max_new_tokens, against.eos_ids)
+    encoder = offering_tools(config, model_kind_of(student).encoder(tokenizer, config.max_prompt_length,
+                                                                     settings.max_new_tokens, against.eos_ids))
+    settings = dataclasses.replace(settings, tool_loop=tool_loop(config, encoder, settings.max_new_tokens))
     teachers = assemble_teachers(location, EVAL, config, method, tokenizer, against, device,
                                  probe_ids=encoder.prompt_ids(examples[0].prompt)[0], teacher_model=teacher_model,
                                  teacher_tokenizer=teacher_tokenizer)

@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from distill.batch import Completion, collate
+from distill.conversations.tools import FAILURES
 from distill.data import Example, PromptEncoder
 from distill.evaluation.answers import contains_answer
 from distill.evaluation.leakage import LEAK_WORDS, template_leakage
@@ -36,6 +38,29 @@ class EvalSettings:
     chunk_size: int = 256
     generation_engine: str = AUTO
     leak_templates: tuple[str, ...] = ()  # a self-teacher's prompt templates: report `template_leakage`
+    tool_loop: Any = None  # `distill.conversations.loop.ToolLoop`: greedy answers are conversations (the run's tools)
+
+
+@dataclass(frozen=True)
+class GreedyAnswers:
+    """Greedy answers to every prompt: `answers`, the text scored (a conversation's last assistant turn); `shown`, the
+    text shown side by side (a conversation whole); `tool_use`: the conversations' tool statistics, None without tools."""
+
+    answers: list[str]
+    shown: list[str]
+    tool_use: dict | None = None
+
+
+def tool_use(trajectories: list) -> dict:
+    """Per question: turns, calls, and the share of calls that were valid (a known tool, arguments that parse and
+    fit); failures by kind, over all calls."""
+    calls = sum(t.calls for t in trajectories)
+    failed = {kind: sum(t.failures[kind] for t in trajectories) for kind in FAILURES}
+    invalid = failed["malformed_call"] + failed["unknown_tool"] + failed["bad_arguments"]
+    n = max(len(trajectories), 1)
+    return {"questions": len(trajectories), "turns_per_question": sum(t.turns for t in trajectories) / n,
+            "calls_per_question": calls / n, "valid_call_rate": (calls - invalid) / calls if calls else None,
+            "failed": failed, "unanswered_calls": sum(t.unanswered_calls for t in trajectories)}
 
 
 def divergence_objective(chunk_size: int) -> DivergenceObjective:
@@ -116,7 +141,7 @@ class Evaluator:
         self.extras = [encoder.extras(e) for e in examples]  # the model kind's inputs beyond the ids
         self.prompt_texts = [e.prompt if isinstance(e.prompt, str) else e.prompt[-1]["content"] for e in examples]
         self._teacher_samples: list[list[int]] | None = None
-        self._teacher_greedy: list[list[int]] | None = None
+        self._teacher_greedy: GreedyAnswers | None = None
 
     def _completions(self, samples: list[list[int]], source: str) -> list[Completion]:
         return [Completion(p, c, source, example=e, extras=x)
@@ -131,22 +156,43 @@ class Evaluator:
             self._teacher_samples = _sample(self._teacher_generate, self.prompts, self.settings, self.device, greedy=False)
         return self._teacher_samples
 
-    def _teacher_greedy_answers(self) -> list[str]:
+    def _teacher_greedy_answers(self) -> GreedyAnswers:
         """The teacher's greedy answer to every prompt (computed once; a teacher that can generate)."""
         if self._teacher_greedy is None:
-            self._teacher_greedy = _sample(self._teacher_generate, self.prompts, self.settings, self.device, greedy=True)
-        return [self.decode(ids) for ids in self._teacher_greedy]
+            self._teacher_greedy = self._greedy(self._teacher_generate)
+        return self._teacher_greedy
+
+    def _greedy(self, generate) -> GreedyAnswers:
+        """Greedy answers to every prompt: completions, or with the run's tools conversations (the tool-call loop)."""
+        loop = self.settings.tool_loop
+        if loop is None:
+            texts = [self.decode(ids) for ids in _sample(generate, self.prompts, self.settings, self.device, greedy=True)]
+            return GreedyAnswers(texts, texts)
+        seeds = row_seeds(len(self.prompts), self.settings.seed, "evaluation")
+
+        def turn(batch, max_new_tokens: int, number: int, rows: list[int]):
+            sampling = SamplingParams(1.0, 1.0, 0, max_new_tokens, do_sample=False, engine=self.settings.generation_engine)
+            return [(ids, hit, None) for ids, hit, *_ in generate(batch, sampling, self.settings.batch_size,
+                                                                  [seeds[r] for r in rows])]
+
+        trajectories, _ = loop.run(turn, self.prompts, self.examples, self.eos_ids)
+        finals = [self.decode(_last_run(t.ids, t.trained)) for t in trajectories]
+        return GreedyAnswers(finals, [self.decode(t.ids) for t in trajectories], tool_use(trajectories))
 
     def teacher_answers(self) -> list[str | None]:
         """Greedy teacher answers to the shown prompts, or None for each when the teacher only scores (a server)."""
         if not self.teacher.can_generate:
             return [None] * min(self.settings.num_examples, len(self.prompts))
-        return list(self._teacher_greedy_answers()[: self.settings.num_examples])
+        return list(self._teacher_greedy_answers().shown[: self.settings.num_examples])
 
     def teacher_repetition(self) -> dict | None:
         """`repetition` of the teacher's greedy answers to every prompt: what the student's are compared with;
         None for a teacher that only scores."""
-        return repetition(self._teacher_greedy_answers()) if self.teacher.can_generate else None
+        return repetition(self._teacher_greedy_answers().answers) if self.teacher.can_generate else None
+
+    def teacher_tool_use(self) -> dict | None:
+        """The teacher's greedy conversations' tool statistics (with tools, a teacher that generates), or None."""
+        return self._teacher_greedy_answers().tool_use if self.teacher.can_generate else None
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
@@ -166,8 +212,8 @@ class Evaluator:
         try:
             own = _sample(self._student_generate(student), self.prompts, self.settings, self.device, greedy=False)
             checked = [i for i, e in enumerate(self.examples) if e.answer is not None]
-            greedy = _sample(self._student_generate(student), self.prompts, self.settings, self.device, greedy=True)
-            answers = [self.decode(ids) for ids in greedy]
+            greedy = self._greedy(self._student_generate(student))
+            answers = greedy.answers
             result = {}
             if self.teacher.can_generate:  # a scoring-only teacher (server) has no samples of its own
                 result["on_teacher_completions"] = score_completions(
@@ -175,8 +221,10 @@ class Evaluator:
                     self.device, self.settings)
             result["on_student_completions"] = score_completions(student, self.teacher, self._completions(own, "student"),
                                                                  self.vocab_size, self.pad_id, self.device, self.settings)
-            result["answers"] = answers[: self.settings.num_examples]
+            result["answers"] = greedy.shown[: self.settings.num_examples]
             result["repetition"] = repetition(answers)
+            if greedy.tool_use is not None:
+                result["tool_use"] = greedy.tool_use
             if checked:
                 correct = sum(contains_answer(answers[i], self.examples[i].answer) for i in checked)
                 result["answer_accuracy"] = {"correct": correct, "prompts": len(checked), "accuracy": correct / len(checked)}
@@ -196,10 +244,11 @@ def build_report(evaluator: Evaluator, results: dict[str, dict]) -> dict:
             entry[f"student_{name}"] = result["answers"][i]
         examples.append(entry)
     metrics = {name: {k: v for k, v in result.items() if k != "answers"} for name, result in results.items()}
-    report = {"num_prompts": len(evaluator.prompts), "metrics": metrics, "examples": examples}
+    report: dict[str, Any] = {"num_prompts": len(evaluator.prompts), "metrics": metrics, "examples": examples}
     teacher_repetition = evaluator.teacher_repetition()
     if teacher_repetition is not None:
-        report["teacher"] = {"repetition": teacher_repetition}
+        teacher_tools = evaluator.teacher_tool_use()
+        report["teacher"] = {"repetition": teacher_repetition} | ({"tool_use": teacher_tools} if teacher_tools else {})
     return report
 
 
@@ -238,7 +287,7 @@ def report_markdown(report: dict) -> str:
                   "template that the question does not hold): " + ", ".join(
                       f"{name} {t['leaked']}/{t['answers']} = {t['fraction']:.3f}" + (f" ('{t['example']}')" if t["example"] else "")
                       for name, t in leakage.items()) + "."]
-    lines += repetition_lines(report)
+    lines += repetition_lines(report) + tool_use_lines(report)
     lines += ["", "## Greedy answers", ""]
     for example in report["examples"]:
         lines.append(f"**Prompt:** {example['prompt']}")
@@ -248,6 +297,30 @@ def report_markdown(report: dict) -> str:
                 lines.append(f"- *{key.replace('_', ' ')}:* {value!r}")
         lines.append("")
     return "\n".join(lines)
+
+
+def _last_run(ids: list[int], trained: list[bool]) -> list[int]:
+    """The last run of trained ids: a conversation's last assistant turn."""
+    end = max((k + 1 for k, flag in enumerate(trained) if flag), default=0)
+    start = end
+    while start > 0 and trained[start - 1]:
+        start -= 1
+    return ids[start:end]
+
+
+def tool_use_lines(report: dict) -> list[str]:
+    """The tool-use sentence of eval.md: the teacher's (when it generates) and each evaluation's."""
+    found = ({"teacher": report["teacher"]["tool_use"]} if "tool_use" in report.get("teacher", {}) else {})
+    found |= {name: m["tool_use"] for name, m in report["metrics"].items() if "tool_use" in m}
+    if not found:
+        return []
+
+    def valid(rate) -> str:
+        return "no calls" if rate is None else f"{rate:.3f} of calls valid"
+
+    return ["", "Tool use of the greedy conversations (answer accuracy is on each conversation's last assistant turn): "
+            + ", ".join(f"{name} {u['calls_per_question']:.2f} calls and {u['turns_per_question']:.2f} turns per question, "
+                        f"{valid(u['valid_call_rate'])}" for name, u in found.items()) + "."]
 
 
 def repetition_lines(report: dict) -> list[str]:

@@ -24,9 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from distill.conversations.environments import EnvironmentFactory
-from distill.conversations.loop import EnvironmentTurns, LoopSettings, ToolLoop
-from distill.conversations.tools import load_tools
+from distill.conversations.setup import offering_tools, tool_loop
 from distill.data import (
     EncodedExample,
     Example,
@@ -148,8 +146,7 @@ def prepare_models(config: DistillConfig, method: Method, location: TeacherLocat
                 target_modules=list(config.lora_target_modules)) if config.use_peft else None
     student = prepare_student(student, config.gradient_checkpointing, lora)
     encoder = model_kind_of(student).encoder(tokenizer, config.max_prompt_length, config.max_new_tokens, eos_ids)
-    if config.tools or config.environment is not None:
-        encoder = encoder.offering(offered_schemas(config))
+    encoder = offering_tools(config, encoder)
     encoded = [encoder.encode(e) for e in train_examples]
     teachers = assemble_teachers(
         location, TRAIN, config, method, tokenizer, against, runtime.device,
@@ -198,32 +195,9 @@ def rollout_settings(config: DistillConfig, method: Method, teacher, encoder: Pr
                                           engine=c.generation_engine),
                            window, c.max_steps, c.seed, method.records_log_probs(c), method.rollout_reuse(c),
                            method.loss_tokens_to_skip(c), lambda example: method.trains_row(config, example),
-                           tool_loop(config, encoder, method.records_log_probs(c))
-                           if c.tools or c.environment is not None else None)
+                           tool_loop(config, encoder, c.max_new_tokens, method.records_log_probs(c)))
 
 
-def offered_schemas(config: DistillConfig) -> list[dict]:
-    """The JSON schemas every prompt shows: the run's `tools`, then its environment's methods."""
-    tools = load_tools(list(config.tools))
-    factory = EnvironmentFactory.load(config.environment, set(tools)) if config.environment is not None else None
-    return [tool.schema for tool in tools.values()] + (list(factory.schemas) if factory is not None else [])
-
-
-def tool_loop(config: DistillConfig, encoder: PromptEncoder, record_log_probs: bool) -> ToolLoop:
-    """The run's tool-call loop: its tools and environment, the template's tool turns, the turn and token budgets."""
-    tokenizer = encoder.tokenizer
-    tools = load_tools(list(config.tools))
-    factory = EnvironmentFactory.load(config.environment, set(tools)) if config.environment is not None else None
-
-    def prompt_ids(example: Example, observation: str) -> list[int]:  # the environment's observation after the prompt
-        prompt = example.prompt
-        shown = prompt + observation if isinstance(prompt, str) else [
-            *prompt[:-1], {**prompt[-1], "content": prompt[-1]["content"] + observation}]
-        return encoder.prompt_ids(shown, encoder.tools_of(example))[0]
-
-    return ToolLoop(tools, config.tool_timeout, EnvironmentTurns(tokenizer, encoder.conversations(), encoder.eos_token_ids),
-                    lambda ids: tokenizer.decode(ids), LoopSettings(config.max_turns, config.max_new_tokens, record_log_probs),
-                    factory, prompt_ids)
 
 
 def make_optimizer(config: DistillConfig, params: list[nn.Parameter]):

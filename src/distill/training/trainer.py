@@ -26,6 +26,7 @@ from typing import Any
 from torch import nn
 
 from distill.config import DistillConfig
+from distill.conversations.setup import tool_loop
 from distill.conversations.support import check_conversation_rows
 from distill.errors import StepFailure
 from distill.evaluation.evaluator import EvalSettings, Evaluator
@@ -345,7 +346,8 @@ class Distiller:
             return None
         c = self.config
         settings = EvalSettings(c.eval_max_new_tokens, c.eval_batch_size, c.eval_examples, c.seed, c.loss_chunk_size,
-                                c.generation_engine, tuple(getattr(c, f) for f in self.method.template_fields))
+                                c.generation_engine, tuple(getattr(c, f) for f in self.method.template_fields),
+                                tool_loop(c, self.encoder, c.eval_max_new_tokens))
         return Evaluator(self.eval_teacher, self.tokenizer, self.encoder, self.eval_examples, self.vocab_size, self.eos_ids,
                          self.pad_id, self.device, settings)
 

@@ -1,0 +1,47 @@
+"""The run's tools, environment and tool-call loop, built from its config: one path for training and `distill eval`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from distill.conversations.environments import EnvironmentFactory
+from distill.conversations.loop import EnvironmentTurns, LoopSettings, ToolLoop
+from distill.conversations.tools import load_tools
+from distill.data import Example, PromptEncoder
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
+
+
+def offering_tools(config: DistillConfig, encoder: PromptEncoder) -> PromptEncoder:
+    """`encoder`, showing the run's tools (and its environment's) in every prompt; itself without any."""
+    if not config.tools and config.environment is None:
+        return encoder
+    return encoder.offering(offered_schemas(config))
+
+
+def offered_schemas(config: DistillConfig) -> list[dict]:
+    """The JSON schemas every prompt shows: the run's `tools`, then its environment's methods."""
+    tools = load_tools(list(config.tools))
+    factory = EnvironmentFactory.load(config.environment, set(tools)) if config.environment is not None else None
+    return [tool.schema for tool in tools.values()] + (list(factory.schemas) if factory is not None else [])
+
+
+def tool_loop(config: DistillConfig, encoder: PromptEncoder, budget: int, record_log_probs: bool = False) -> ToolLoop | None:
+    """The run's tool-call loop (None without tools or an environment): its tools and environment, the template's tool
+    turns, `max_turns` and `budget` completion tokens per conversation (max_new_tokens; the evaluation's own)."""
+    if not config.tools and config.environment is None:
+        return None
+    tokenizer = encoder.tokenizer
+    tools = load_tools(list(config.tools))
+    factory = EnvironmentFactory.load(config.environment, set(tools)) if config.environment is not None else None
+
+    def prompt_ids(example: Example, observation: str) -> list[int]:  # the environment's observation after the prompt
+        prompt = example.prompt
+        shown = prompt + observation if isinstance(prompt, str) else [
+            *prompt[:-1], {**prompt[-1], "content": prompt[-1]["content"] + observation}]
+        return encoder.prompt_ids(shown, encoder.tools_of(example))[0]
+
+    return ToolLoop(tools, config.tool_timeout, EnvironmentTurns(tokenizer, encoder.conversations(), encoder.eos_token_ids),
+                    lambda ids: tokenizer.decode(ids), LoopSettings(config.max_turns, budget, record_log_probs),
+                    factory, prompt_ids)
