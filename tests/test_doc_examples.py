@@ -87,7 +87,7 @@ def _shrink(config: DistillConfig, root: Path) -> DistillConfig:
     required = {"max_steps": 2, "max_new_tokens": min(config.max_new_tokens, 8), "progress_bar": False}
     if method.teacher == "external" and config.teacher == DEFAULT_TEACHER and not (config.teacher_url or config.teacher_cache):
         required["teacher"] = str(root / ("llama-teacher" if method.cross_tokenizer else "teacher"))
-    if method.teacher != "external" and config.student in (None, DEFAULT_TEACHER):
+    if (method.teacher != "external" and config.student is None) or config.student == DEFAULT_TEACHER:
         required["student"] = str(root / "student")
     config = dataclasses.replace(config, **required)
     optional = {"eval_max_prompts": 2, "eval_max_new_tokens": 8, "save_steps": 0,  # the tiny models' context is 512
