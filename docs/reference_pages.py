@@ -30,7 +30,7 @@ def config_reference() -> str:
     from distill.config import DistillConfig
     from distill.config.help import field_groups, field_help
 
-    fields = {f.name: f for f in dataclasses.fields(DistillConfig)}
+    fields = {f.name: f for f in DistillConfig.config_fields()}
     lines = ["# Config fields", "",
              "Every field of `DistillConfig`, generated from the code: the same names are YAML recipe keys, "
              "`distill train --name value` flags and `DistillConfig(name=value)` arguments. Grouped by the part of a "

@@ -89,7 +89,7 @@ def test_a_missing_benchmark_key_is_an_error_naming_the_page():
 def test_the_config_reference_has_every_field_once_with_its_default():
     page = _reference_pages().config_reference()
     headings = re.findall(r"^### `(\w+)`$", page, flags=re.MULTILINE)
-    assert sorted(headings) == sorted(f.name for f in dataclasses.fields(DistillConfig))
+    assert sorted(headings) == sorted(f.name for f in DistillConfig.config_fields())
     assert "### `vllm_kv_cache_gib`\n\n`float`, default `1.0`" in page
 
 
