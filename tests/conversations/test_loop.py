@@ -143,3 +143,25 @@ def test_tools_load_by_import_path_with_their_schemas():
         load_tools(["no_such_module:f"])
     with pytest.raises(ValueError, match="two tools are named 'add'"):
         load_tools(["tests.conversations.test_loop:add"] * 2)
+
+
+def test_drift_counts_conversations_whose_text_re_tokenizes_otherwise_and_can_stop_the_run():
+    tokenizer, eos = family_tokenizer("chatml")
+    renderer = ConversationRenderer(tokenizer, eos)
+    prompt = tokenizer(tokenizer.apply_chat_template([{"role": "user", "content": "q"}], add_generation_prompt=True,
+                                                     tokenize=False), add_special_tokens=False)["input_ids"]
+    canonical = tokenizer("the answer", add_special_tokens=False)["input_ids"] + eos
+    spelled = [tokenizer(c, add_special_tokens=False)["input_ids"][0] for c in "the answer"] + eos  # one token a byte
+    assert spelled != canonical and tokenizer.decode(spelled) == tokenizer.decode(canonical)
+
+    def run(ids, fail):
+        return run_tool_loop(lambda prompts, n, turn, rows: [(list(ids), False, None)], [prompt],
+                             [ToolRunner(TOOLS, 1.0)], EnvironmentTurns(tokenizer, renderer, eos),
+                             lambda i: tokenizer.decode(i), eos, LoopSettings(2, 100, False, fail))
+
+    assert not run(canonical, False)[0].drifted
+    (drifted,) = run(spelled, False)
+    assert drifted.drifted and drifted.ids == spelled  # counted, and the sampled ids are still what is kept
+    assert loop_metrics([drifted])["tools/retokenization_drift"] == (1.0, 1.0)
+    with pytest.raises(ValueError, match="fail_on_token_drift: 1 of 1 conversations re-tokenize"):
+        run(spelled, True)

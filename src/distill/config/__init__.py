@@ -105,6 +105,9 @@ class RunFields:
                                       "if any, appended to the row's last user message), its public methods the row's "
                                       "tools beside `tools`.")
     max_turns: int = setting(4, "With tools: assistant turns per rollout at most (the last one's calls are not run).")
+    fail_on_token_drift: bool = setting(False, "With tools: stop the run when a sampled conversation's text re-tokenizes to "
+                                        "other ids (distill trains the sampled ids either way; "
+                                        "tools/retokenization_drift counts such conversations).")
     tool_timeout: float = setting(10.0, "With tools: seconds a call may run; a slower one becomes an error message the "
                                   "model reads as its result.")
     generation_engine: str = setting("auto", "How completions are sampled, in training and evaluation (`distill.generation`): "

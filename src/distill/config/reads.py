@@ -35,7 +35,7 @@ def run_reads(sources: frozenset[str]) -> tuple[Reads, ...]:
         Reads("on-policy micro-batches (the student samples; lmbda > 0)", ("sampling_temperature", "top_p", "top_k"),
               lambda c: "student" in sources),
         *engine_reads(),
-        Reads("tools or an environment (the tool-call loop)", ("max_turns", "tool_timeout"),
+        Reads("tools or an environment (the tool-call loop)", ("max_turns", "tool_timeout", "fail_on_token_drift"),
               lambda c: bool(c.tools) or c.environment is not None),
         Reads("use_peft: true", ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"), lambda c: c.use_peft),
         Reads("eval_before_after: true", ("eval_dataset", "eval_split", "eval_max_prompts", "eval_max_new_tokens",

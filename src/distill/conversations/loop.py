@@ -57,6 +57,15 @@ class EnvironmentTurns:
         cut = end + len(self.end_of_turn) if end >= 0 else len(before)
         return tokenizer(after[cut:], add_special_tokens=False)["input_ids"]
 
+    def retokenized(self, ids: list[int]) -> list[int]:
+        """`ids` decoded to text and tokenized again (special tokens kept): what a trainer that re-tokenizes trains."""
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def check(self) -> None:
+        """At start: a tool turn can be appended to an assistant turn (the template preserves prefixes)."""
+        self.ids([ToolResult("probe", "probe result", None, 0.0)])
+
 
 @dataclass
 class Trajectory:
@@ -73,6 +82,7 @@ class Trajectory:
     rolled_back_results: int = 0
     failures: Counter = field(default_factory=Counter)
     tool_seconds: float = 0.0
+    drifted: bool = False  # re-tokenizing its text gives other ids (what a loop that re-tokenizes would have trained)
 
     def extend(self, ids: list[int], trained: bool, log_probs: list[float] | None) -> None:
         self.ids.extend(ids)
@@ -86,6 +96,7 @@ class LoopSettings:
     max_turns: int
     budget: int  # completion tokens of a whole trajectory (max_new_tokens)
     record_log_probs: bool = False
+    fail_on_drift: bool = False  # a conversation whose text re-tokenizes to other ids stops the run
 
 
 @dataclass(frozen=True)
@@ -162,6 +173,14 @@ def run_tool_loop(generate: Generate, prompts: list[list[int]], runners: list[To
                 continue
             trajectory.extend(env, False, None)
             going.append(i)
+    for prompt, trajectory in zip(prompts, trajectories):
+        trajectory.drifted = environment.retokenized(prompt + trajectory.ids) != prompt + trajectory.ids
+    drifted = [i for i, t in enumerate(trajectories) if t.drifted]
+    if drifted and settings.fail_on_drift:
+        raise ValueError(f"fail_on_token_drift: {len(drifted)} of {len(trajectories)} conversations re-tokenize to other "
+                         f"ids than were sampled (first: row {drifted[0]} of the batch); distill trains the sampled ids, so "
+                         "this only says that a trainer that re-tokenizes the text would train something else. Set "
+                         "fail_on_token_drift: false to count it (tools/retokenization_drift) instead")
     return trajectories
 
 
@@ -178,6 +197,7 @@ def loop_metrics(trajectories: list[Trajectory]) -> dict[str, tuple[float, float
         "tools/rolled_back_results": (float(sum(t.rolled_back_results for t in trajectories)), n),
         "tools/seconds": (float(sum(t.tool_seconds for t in trajectories)), n),
         "tools/environment_token_fraction": (environment, environment + trained),
+        "tools/retokenization_drift": (float(sum(t.drifted for t in trajectories)), n),
     }
     calls = float(sum(t.calls for t in trajectories))
     for kind in FAILURES:
@@ -186,4 +206,4 @@ def loop_metrics(trajectories: list[Trajectory]) -> dict[str, tuple[float, float
 
 
 LOOP_METRICS = ("tools/turns", "tools/calls", "tools/unanswered_calls", "tools/truncated", "tools/rolled_back_results",
-                "tools/seconds", "tools/environment_token_fraction", *(f"tools/failed_{kind}" for kind in FAILURES))
+                "tools/seconds", "tools/environment_token_fraction", "tools/retokenization_drift", *(f"tools/failed_{kind}" for kind in FAILURES))

@@ -42,6 +42,7 @@ def tool_loop(config: DistillConfig, encoder: PromptEncoder, budget: int, record
             *prompt[:-1], {**prompt[-1], "content": prompt[-1]["content"] + observation}]
         return encoder.prompt_ids(shown, encoder.tools_of(example))[0]
 
-    return ToolLoop(tools, config.tool_timeout, EnvironmentTurns(tokenizer, encoder.conversations(), encoder.eos_token_ids),
-                    lambda ids: tokenizer.decode(ids), LoopSettings(config.max_turns, budget, record_log_probs),
-                    factory, prompt_ids)
+    environment = EnvironmentTurns(tokenizer, encoder.conversations(), encoder.eos_token_ids)
+    environment.check()  # before any rollout: the template appends tool turns to what was sampled
+    return ToolLoop(tools, config.tool_timeout, environment, lambda ids: tokenizer.decode(ids),
+                    LoopSettings(config.max_turns, budget, record_log_probs, config.fail_on_token_drift), factory, prompt_ids)
