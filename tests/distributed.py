@@ -78,6 +78,23 @@ def first_step_gradient(distiller) -> dict:
     return {"grads": captured, "metrics": window.reduce()}
 
 
+def check_split_invariance(step_gradient, tmp_path, metric_keys: tuple[str, ...]) -> tuple[dict, list]:
+    """`step_gradient(rank, world_size, tmp, batch, accumulation)` (module level: spawned) on one process with one
+    micro-batch of 8 rows and on two processes with two of 2 each: the same gradient, and the same token-weighted
+    `metric_keys` in the logged means. Returns (the single process's result, the ranks')."""
+    import pytest
+    import torch
+
+    single = step_gradient(0, 1, str(tmp_path / "single"), 8, 1)
+    ranks = run_in_processes(step_gradient, world_size=2, args=(str(tmp_path / "multi"), 2, 2))
+    for rank in ranks:
+        for name, grad in single["grads"].items():
+            torch.testing.assert_close(rank["grads"][name], grad, rtol=1e-4, atol=1e-7, msg=name)
+    for key in metric_keys:
+        assert ranks[0]["metrics"][key] == pytest.approx(single["metrics"][key], rel=1e-5), key
+    return single, ranks
+
+
 def accelerate_launch_distill(arguments: list[str], processes: int = 2, timeout: int = 300) -> subprocess.CompletedProcess:
     """`accelerate launch ... -m distill ARGUMENTS` on `processes` CPU processes; the finished process.
 

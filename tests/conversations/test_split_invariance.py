@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import torch
 
 from tests.conftest import train_tiny_tokenizer
 from tests.conversations.test_render import TOOLS, call
-from tests.distributed import first_step_gradient, run_in_processes
+from tests.distributed import check_split_invariance, first_step_gradient
 from tests.train.helpers import make_distiller
 
 
@@ -37,10 +36,4 @@ def _step_gradient(rank, world_size, tmp, batch, accumulation):
 
 
 def test_the_gradient_over_conversations_is_split_invariant(tmp_path):
-    single = _step_gradient(0, 1, str(tmp_path / "single"), batch=8, accumulation=1)
-    ranks = run_in_processes(_step_gradient, world_size=2, args=(str(tmp_path / "multi"), 2, 2))
-    for rank in ranks:
-        for name, grad in single["grads"].items():
-            torch.testing.assert_close(rank["grads"][name], grad, rtol=1e-4, atol=1e-7, msg=name)
-    for key in ("loss", "forward_kl", "reverse_kl", "completion_length"):
-        assert ranks[0]["metrics"][key] == pytest.approx(single["metrics"][key], rel=1e-5), key
+    check_split_invariance(_step_gradient, tmp_path, ("loss", "forward_kl", "reverse_kl", "completion_length"))

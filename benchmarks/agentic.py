@@ -1,0 +1,161 @@
+"""Distilling an agent: the bundled lookup task (`bundled:lookup`, `distill.tasks.lookup`), as curves against steps.
+
+The task asks for codes of an invented registry that only the tool `lookup_code` knows; the 32 held-out questions
+name entries no training row names, so a model answers them only by calling the tool. Arms, one after the other:
+
+- teacher: SmolLM2-135M-Instruct (the default model) trained with `sft` on the task's tool-use conversations (the
+  call, the result, the answer): the teacher of the arms below.
+- gkd: the layer-dropped default model (student_init drop_every:3, 20 of 30 layers) distilled from that teacher
+  with gkd's default schedule scaled to the budget: teacher-sampled conversations (`seq_kd`: the teacher acts in the
+  tool loop) with forward KL for the first three quarters of the steps, then half of the micro-batches on-policy.
+- on_policy: the same student, on-policy only: its own conversations, the method's default loss.
+- sft: the same student trained on the dataset's conversations (no teacher).
+
+Every arm keeps a checkpoint every --every steps; each is measured on the held-out questions: greedy conversations
+through the tool loop (`distill.conversations`), task success (the last assistant turn holds the code), calls and
+valid calls per question. Step 0 is the untrained student.
+
+    python benchmarks/agentic.py [--steps 40] [--every 10] [--resume] [--arms NAME ...]
+Writes benchmarks/results/agentic.json and agentic.png and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from curves import curve, parse_arm_arguments, train  # noqa: E402  (a sibling script)
+
+from distill.config import DistillConfig
+from distill.conversations.setup import offering_tools, tool_loop
+from distill.data import PromptEncoder, examples_from_dataset
+from distill.data_files import load_dataset_spec
+from distill.evaluation.answers import contains_answer
+from distill.evaluation.evaluator import _last_run, tool_use
+from distill.generation import SamplingParams, generate_completions
+from distill.models import DEFAULT_TEACHER, eos_token_ids
+from distill.teachers.build import load_model
+
+RUNS = Path("runs/bench_agentic")
+TASK, TOOL = "bundled:lookup", "distill.tasks.lookup:lookup_code"
+TEACHER = RUNS / "teacher" / "model"
+MAX_NEW_TOKENS = 96
+COMMON = ["--dataset", TASK, "--tools", TOOL, "--max_new_tokens", str(MAX_NEW_TOKENS), "--per_device_train_batch_size", "4",
+          "--gradient_accumulation_steps", "2"]
+STUDENT = ["--student", DEFAULT_TEACHER, "--student_init", "drop_every:3"]
+
+
+def arms(steps: int, every: int) -> dict[str, list[str]]:
+    budget = ["--max_steps", str(steps), "--save_steps", str(every)]
+    return {
+        "teacher": ["--method", "sft", "--student", DEFAULT_TEACHER, "--max_steps", "30", "--save_steps", "30",
+                    "--learning_rate", "1e-4", *COMMON],
+        "gkd": ["--method", "gkd", "--teacher", str(TEACHER), *STUDENT, *budget, *COMMON,
+                "--lmbda_schedule_steps", str(3 * steps // 4)],
+        "on_policy": ["--method", "on_policy", "--teacher", str(TEACHER), *STUDENT, *budget, *COMMON],
+        "sft": ["--method", "sft", *STUDENT, *budget, *COMMON],
+    }
+
+
+def measure(student_dir: Path) -> dict:
+    """Greedy conversations on the held-out questions: task success, calls and valid calls per question."""
+    device = torch.device("cpu")
+    model, tokenizer = load_model(str(student_dir), "student", device)
+    eos = eos_token_ids(tokenizer, model)
+    config = DistillConfig(tools=[TOOL], max_new_tokens=MAX_NEW_TOKENS)
+    encoder = offering_tools(config, PromptEncoder(tokenizer, 256, MAX_NEW_TOKENS, eos))
+    loop = tool_loop(config, encoder, MAX_NEW_TOKENS)
+    assert loop is not None
+    examples = examples_from_dataset(load_dataset_spec(TASK, "heldout", "eval_dataset"), "eval_dataset")
+    prompts = [encoder.prompt_ids(e.prompt, encoder.tools_of(e))[0] for e in examples]
+
+    def generate(batch, max_new_tokens, turn, rows):
+        sampling = SamplingParams(1.0, 1.0, 0, max_new_tokens, do_sample=False)
+        with torch.no_grad():
+            out = generate_completions(model, batch, sampling, eos, tokenizer.pad_token_id, device, 16)
+        return [(ids, hit, None) for ids, hit, *_ in out]
+
+    start = time.time()
+    trajectories, _ = loop.run(generate, prompts, examples, eos)
+    finals = [tokenizer.decode(_last_run(t.ids, t.trained), skip_special_tokens=True) for t in trajectories]
+    success = sum(contains_answer(text, e.answer) for text, e in zip(finals, examples)) / len(examples)
+    use = tool_use(trajectories)
+    return {"success": success, "calls_per_question": use["calls_per_question"], "valid_call_rate": use["valid_call_rate"],
+            "turns_per_question": use["turns_per_question"], "measure_seconds": time.time() - start,
+            "example": tokenizer.decode(trajectories[0].ids, skip_special_tokens=True)}
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6, 3.6))
+    for name, rows in results["arms"].items():
+        if name == "teacher":
+            axis.axhline(rows[-1]["success"], color="#555", linestyle="--", label="teacher (sft)")
+            continue
+        axis.plot([r["step"] for r in rows], [r["success"] for r in rows], marker="o", label=name)
+    axis.set_xlabel("optimizer step")
+    axis.set_ylabel("held-out task success")
+    axis.set_ylim(-0.02, 1.02)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--every", type=int, default=10)
+    names = arms(40, 10)
+    args = parse_arm_arguments(parser, names, "benchmarks/results/agentic.json")
+    table = arms(args.steps, args.every)
+    out = Path(args.out)
+    results = json.loads(out.read_text()) if args.resume and out.is_file() else {"arms": {}, "seconds": {}}
+    results.update(steps=args.steps, every=args.every, task=TASK, tool=TOOL, held_out_questions=32)
+    start_row = None
+    for name in args.arms:
+        run_dir = RUNS / name
+        record = train(run_dir, table[name], args.resume)
+        rows = curve(run_dir, measure, args.resume)
+        if name != "teacher":
+            if start_row is None:  # the untrained student, measured once
+                start_row = results.get("untrained") or measure_untrained(run_dir)
+                results["untrained"] = start_row
+            rows = [{"step": 0, "seconds": 0.0, **start_row}, *rows]
+        results["arms"][name], results["seconds"][name] = rows, record["seconds"]
+        out.write_text(json.dumps(results, indent=2))
+    # The last checkpoint of each arm, with what it spent: the docs' table reads this.
+    results["final"] = {name: {**rows[-1], "minutes": results["seconds"][name] / 60} for name, rows in results["arms"].items()}
+    out.write_text(json.dumps(results, indent=2))
+    plot(results, out.with_suffix(".png"))
+    print("| arm | step | task success | calls / question | valid calls |\n| --- | ---: | ---: | ---: | ---: |")
+    for name, rows in results["arms"].items():
+        for r in rows:
+            valid = "-" if r["valid_call_rate"] is None else f"{r['valid_call_rate']:.2f}"
+            print(f"| {name} | {r['step']} | {r['success']:.3f} | {r['calls_per_question']:.2f} | {valid} |")
+
+
+def measure_untrained(run_dir: Path) -> dict:
+    """The layer-dropped student before training: built as the arms build it, saved once, measured."""
+    from distill.models import make_student
+
+    target = RUNS / "untrained"
+    if not (target / "config.json").is_file():
+        model, tokenizer = load_model(DEFAULT_TEACHER, "student", torch.device("cpu"))
+        make_student(model, "drop_every:3").save_pretrained(target)
+        tokenizer.save_pretrained(target)
+    return measure(target)
+
+
+if __name__ == "__main__":
+    main()
