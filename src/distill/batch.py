@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
+from distill.conversations.layout import Layout
 from distill.data import Example
 from distill.models.inputs import RowExtras, collate_extras
 
@@ -79,6 +80,7 @@ class Completion:
     weights_version: int | None = None  # the student weights that sampled it (optimizer steps applied); None: not the student's
     extras: RowExtras = field(default_factory=dict)  # model inputs beyond the ids (the prompt's), by forward argument name
     annotations: dict[str, Any] = field(default_factory=dict, repr=False)  # `Annotation`s, by name
+    layout: Layout | None = None  # a conversation's model and environment segments (`distill.conversations.layout`)
 
     def __post_init__(self) -> None:
         if self.trained_mask is None:
@@ -87,6 +89,9 @@ class Completion:
         if len(self.trained_mask) != len(self.completion_ids):
             raise ValueError(f"a completion of {len(self.completion_ids)} tokens with a trained mask of "
                              f"{len(self.trained_mask)}: the mask needs one flag per completion token")
+        if self.layout is not None and self.layout.length != len(self.completion_ids):
+            raise ValueError(f"a completion of {len(self.completion_ids)} tokens with a conversation layout of "
+                             f"{self.layout.length}: the layout's segments cover the completion exactly")
         if self.rollout_log_probs is not None and len(self.rollout_log_probs) != len(self.completion_ids):
             raise ValueError(f"a completion of {len(self.completion_ids)} tokens with {len(self.rollout_log_probs)} "
                              "rollout log-probs: one per completion token")

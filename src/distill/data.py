@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from distill.conversations.layout import Layout
 from distill.conversations.render import ConversationRenderer
 from distill.conversations.tool_calls import check_tools, tool_calls_of, tool_names
 from distill.data_files import check_columns
@@ -67,6 +68,7 @@ class EncodedExample:
     extras: RowExtras = field(default_factory=dict)  # the model kind's inputs beyond the ids (`distill.models.kinds`)
     completion_trained: tuple[bool, ...] | None = None  # a conversation's trained mask; None: every token trained
     completion_cut: bool = False  # a conversation cut at max_new_tokens (an answer's cut shows as a missing EOS)
+    completion_layout: Layout | None = None  # a conversation's model and environment segments
 
 
 def examples_from_dataset(dataset, field: str) -> list[Example]:
@@ -270,7 +272,8 @@ class PromptEncoder:
             ids = ids[-self.max_prompt_length :]
         budget = self.max_new_tokens
         return EncodedExample(ids, truncated, rendered.completion_ids[:budget], self.extras(example),
-                              rendered.trained[:budget], len(rendered.completion_ids) > budget)
+                              rendered.trained[:budget], len(rendered.completion_ids) > budget,
+                              rendered.layout.cut(budget))
 
     def completion_ids(self, completion: str) -> list[int]:
         """Token ids of a dataset completion, ending at its first EOS (an EOS string inside the text counts)."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from distill.conversations.environments import EnvironmentFactory
+from distill.conversations.layout import Layout, LayoutBuilder
 from distill.conversations.render import ConversationRenderer
 from distill.conversations.tool_calls import parse_tool_calls
 from distill.conversations.tools import FAILURES, Tool, ToolResult, ToolRunner, run_calls
@@ -41,13 +42,19 @@ class EnvironmentTurns:
         self.end_of_turn = tokenizer.decode([eos_ids[0]])
 
     def ids(self, results: list[ToolResult]) -> list[int]:
-        calls = [{"type": "function", "function": {"name": r.name or "tool", "arguments": {}}} for r in results]
+        """The ids of `results`' tool turns after an assistant's end of turn, through the next turn's header."""
+        return self.after_turn([result.message() for result in results])
+
+    def after_turn(self, messages: list[dict[str, Any]]) -> list[int]:
+        """The ids the template adds after an assistant's end of turn for `messages` (tool results, user turns),
+        through the next assistant turn's header. The stand-in assistant turn calls the tools the messages answer."""
+        calls = [{"type": "function", "function": {"name": m.get("name") or "tool", "arguments": {}}}
+                 for m in messages if m["role"] == "tool"]
         base: list[dict[str, Any]] = [{"role": "user", "content": "question"},
-                                      {"role": "assistant", "content": "", "tool_calls": calls}]
-        turns: list[dict[str, Any]] = [{"role": "tool", "name": r.name or "tool", "content": r.content} for r in results]
-        shown, extra = self.renderer.template_messages(base + turns, None, "the tool turns")
+                                      {"role": "assistant", "content": "", **({"tool_calls": calls} if calls else {})}]
+        shown, extra = self.renderer.template_messages(base + list(messages), None, "the tool turns")
         tokenizer = self.tokenizer
-        before = tokenizer.apply_chat_template(shown[: len(shown) - len(turns)], tokenize=False, **extra)
+        before = tokenizer.apply_chat_template(shown[: len(shown) - len(messages)], tokenize=False, **extra)
         after = tokenizer.apply_chat_template(shown, tokenize=False, add_generation_prompt=True, **extra)
         if not after.startswith(before):
             raise ValueError("the chat template renders an assistant turn differently once tool turns follow it, so the "
@@ -83,12 +90,21 @@ class Trajectory:
     failures: Counter = field(default_factory=Counter)
     tool_seconds: float = 0.0
     drifted: bool = False  # re-tokenizing its text gives other ids (what a loop that re-tokenizes would have trained)
+    observation: str | None = None  # what its environment's reset appended to the prompt
+    segments: LayoutBuilder = field(default_factory=LayoutBuilder)
 
-    def extend(self, ids: list[int], trained: bool, log_probs: list[float] | None) -> None:
+    def extend(self, ids: list[int], trained: bool, log_probs: list[float] | None,
+               messages: tuple[dict[str, Any], ...] = ()) -> None:
+        """Append a sampled turn (`trained`) or the environment's ids, which render `messages` (its tool turns)."""
         self.ids.extend(ids)
         self.trained.extend([trained] * len(ids))
+        self.segments.add(len(ids), trained, messages)
         if self.log_probs is not None:
             self.log_probs.extend(log_probs if log_probs is not None else [0.0] * len(ids))
+
+    @property
+    def layout(self) -> Layout:
+        return self.segments.layout(self.observation)
 
 
 @dataclass(frozen=True)
@@ -124,6 +140,9 @@ class ToolLoop:
             prompts = [prompt if observation is None else self.prompt_ids(example, observation)
                        for prompt, example, (_, observation) in zip(prompts, examples, made)]
         trajectories = run_tool_loop(generate, prompts, runners, self.environment, self.decode, eos_ids, self.settings)
+        if self.factory is not None:
+            for trajectory, (_, observation) in zip(trajectories, made):
+                trajectory.observation = observation
         return trajectories, prompts
 
 
@@ -171,7 +190,7 @@ def run_tool_loop(generate: Generate, prompts: list[list[int]], runners: list[To
                 trajectory.unanswered_calls += len(answered)
                 trajectory.hit_max = True
                 continue
-            trajectory.extend(env, False, None)
+            trajectory.extend(env, False, None, tuple(result.message() for result in answered))
             going.append(i)
     for prompt, trajectory in zip(prompts, trajectories):
         trajectory.drifted = environment.retokenized(prompt + trajectory.ids) != prompt + trajectory.ids

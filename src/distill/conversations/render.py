@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from distill.conversations.layout import Layout, LayoutBuilder
 from distill.conversations.tool_calls import tool_calls_of, tools_system_text, with_calls_in_text
 
 _SENTINELS = ("tool_name_5be1c0", "tool_key_9d2a71", "tool_value_3f08e4", "tool_result_c77b52")
@@ -28,12 +29,14 @@ _SENTINELS = ("tool_name_5be1c0", "tool_key_9d2a71", "tool_value_3f08e4", "tool_
 @dataclass(frozen=True)
 class RenderedConversation:
     """prompt_ids: the turns before the first assistant turn with the generation prompt; completion_ids: the rest;
-    trained: one flag per completion token (assistant tokens up to their end of turn); assistant_turns: how many."""
+    trained: one flag per completion token (assistant tokens up to their end of turn); assistant_turns: how many;
+    layout: the completion's model and environment segments, with the messages each environment segment renders."""
 
     prompt_ids: list[int]
     completion_ids: list[int]
     trained: tuple[bool, ...]
     assistant_turns: int
+    layout: Layout
 
 
 def renders_tool_calls(tokenizer) -> bool:
@@ -87,11 +90,13 @@ class ConversationRenderer:
     def render(self, messages: list[dict[str, Any]], tools: list[dict] | None, where: str) -> RenderedConversation:
         """`messages`: a whole conversation holding at least one assistant turn after at least one other turn."""
         shown, extra = self.template_messages(messages, tools, where)
+        inserted = len(shown) - len(messages)  # a system message showing the tools, for a template without tool support
         first = next(i for i, m in enumerate(shown) if m["role"] == "assistant")
         rendered = self._text(shown[:first], extra, generation_prompt=True)
         prompt_ids = self._ids(rendered)
         ids: list[int] = []
         trained: list[bool] = []
+        layout = LayoutBuilder()
 
         def extend(text: str, turn: int, assistant: bool) -> None:
             nonlocal rendered
@@ -101,8 +106,12 @@ class ConversationRenderer:
             if assistant:  # trained through its end of turn; what the template adds after it is not
                 end = next((k + 1 for k, token in enumerate(segment) if token in self.eos_ids), len(segment))
                 flags = [k < end for k in range(len(segment))]
+                layout.add(end, True)
+                layout.add(len(segment) - end, False)
             else:
                 flags = [False] * len(segment)
+                own = shown[turn]["role"] != "assistant"  # a turn of its own, or the header before an assistant's
+                layout.add(len(segment), False, (dict(messages[turn - inserted]),) if own else ())
             ids.extend(segment)
             trained.extend(flags)
             rendered = text
@@ -114,7 +123,7 @@ class ConversationRenderer:
             else:
                 extend(self._text(shown[: i + 1], extra, generation_prompt=False), i, assistant=False)
         turns = sum(m["role"] == "assistant" for m in shown[first:])
-        return RenderedConversation(prompt_ids, ids, tuple(trained), turns)
+        return RenderedConversation(prompt_ids, ids, tuple(trained), turns, layout.layout())
 
     @staticmethod
     def _drift_message(where: str, turn: int, before: str, after: str) -> str:

@@ -1,10 +1,10 @@
 """Which runs take conversations today, checked before any model loads.
 
 Every method that learns from the dataset's conversations trains their assistant turns through the trained mask,
-and any same-tokenizer teacher scores a whole conversation once (a model, a server, a cache). With `tools` (or an
-environment), the student's rollouts and a sampling teacher's (seq_kd, iw_opd's warm-up) are conversations too (the
-tool-call loop). Not yet: a teacher with another tokenizer (it would render the conversation with its own template),
-and a self-teacher shown tools.
+and every teacher scores a whole conversation once (a model, a server, a cache; one with another tokenizer renders it
+with its own template). With `tools` (or an environment), the student's rollouts and a same-tokenizer sampling
+teacher's (seq_kd, iw_opd's warm-up) are conversations too (the tool-call loop). Not yet: a teacher with another
+tokenizer acting in the tool-call loop (seq_kd), and a self-teacher shown tools.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ def check_conversation_rows(method, sources: frozenset[str], examples: list[Exam
     if not rows and not tools_configured:
         return
     what = f"{field} row {rows[0].index} ({len(rows)} conversation rows)" if rows else "tools"
-    if method.cross_tokenizer:
-        raise ValueError(f"{what}: method {method.name} aligns a teacher with another tokenizer, which does not take "
-                         "conversations yet (the teacher would render them with its own template); use a same-tokenizer "
-                         "method (gkd, on_policy, sft) or single-turn rows")
+    if method.cross_tokenizer and tools_configured and "teacher" in sources:
+        raise ValueError(f"{what}: method {method.name}'s teacher has another tokenizer and samples (seq_kd), which it "
+                         "cannot do in the tool-call loop yet (it samples from its own rendering of the prompt, one answer); "
+                         "set seq_kd: false, so the student's trajectories are scored")
     with_tools = [e for e in rows if e.tools is not None]
     offered = f"{field} row {with_tools[0].index} offers tools" if with_tools else "tools is set"
     sampled = sorted(sources & {"student", "teacher"})

@@ -42,6 +42,10 @@ class ToolResult:
     failure: str | None
     seconds: float
 
+    def message(self) -> dict[str, str]:
+        """The result as a `tool` message of the conversation."""
+        return {"role": "tool", "name": self.name or "tool", "content": self.content}
+
 
 def tool_schema(function: Callable[..., Any]) -> dict[str, Any]:
     """The function's JSON schema in transformers' tool format."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import urllib.parse
 from typing import TYPE_CHECKING
 
+from distill.conversations.setup import offered_schemas
 from distill.locations.base import TeacherRequest, Teachers, location_of
 from distill.locations.fields import RemoteTeacherFields, ServerFields
 from distill.locations.remote import HIDDEN_DTYPES, RemoteLocation, hidden_payload
@@ -112,7 +113,7 @@ def cross_tokenizer_server_teacher(settings: ServerSettings, config: DistillConf
                                    own.teacher_hidden_dtype)
     settings_uld = uld_settings(config, request.tokenizer, teacher_tokenizer, request.vocab_size, len(teacher_tokenizer))
     return CrossTokenizerTeacher(None, teacher_tokenizer, request.tokenizer, request.eos_ids, config.max_prompt_length,
-                                 settings_uld, request.device, remote=remote)
+                                 settings_uld, request.device, remote=remote, offered_tools=offered_schemas(config))
 
 
 def server_settings(config: DistillConfig, url: str) -> ServerSettings:

@@ -14,6 +14,12 @@ A teacher without an EOS id samples up to max_new_tokens, and no substitute stop
 When both sides have the same vocabulary, ids pass through unchanged both ways (one token per group): a text
 round trip could re-tokenize differently at BPE boundaries.
 
+A conversation (multi-turn rows, the tool-call loop's trajectories) is scored whole, once: the teacher renders its
+prompt with its own template (the run's tools as that template shows them, an environment's observation), each of
+the model's turns as the bytes the student wrote (its tool calls included, as text: the teacher scores what the
+student wrote), and the environment's turns between them as the teacher's template renders their messages. Only
+the model's turns are aligned: the environment's bytes, spelled differently by the two templates, are in no group.
+
 The teacher's forward pass runs here (a model) or on a `distill serve-teacher` that sends its final hidden
 states (`remote`, `teacher_payload: hidden`): the alignment, the group prefixes and the head are computed here
 either way, from the teacher's tokenizer and head, so both give the same signal. A remote teacher only scores.
@@ -37,6 +43,8 @@ from distill.align import (
     text_and_ends,
 )
 from distill.batch import MicroBatch
+from distill.conversations.layout import Layout
+from distill.conversations.loop import EnvironmentTurns
 from distill.data import Example, PromptEncoder
 from distill.generation import SamplingParams, generate_completions
 from distill.losses.uld import Alignment, ULDSettings, VocabularyMatch
@@ -100,9 +108,10 @@ class CrossTokenizerTeacher(Teacher):
     frozen = True  # its weights never change during the run (`Teacher.frozen`)
 
     def __init__(self, model: nn.Module | None, tokenizer, student_tokenizer, student_eos_ids: list[int], max_prompt_length: int,
-                 settings: ULDSettings, device: torch.device, remote=None):
+                 settings: ULDSettings, device: torch.device, remote=None, offered_tools: list[dict] | None = None):
         """`model`: the teacher on this process; or None and `remote`, a checked `HiddenStateServerTeacher` of
-        the teacher's vocabulary (its head held here)."""
+        the teacher's vocabulary (its head held here). `offered_tools`: the run's tools' schemas, shown in the
+        teacher's prompts as its template shows tools (rows with a `tools` column show their own)."""
         self.student_bytes = TokenBytes.from_tokenizer(student_tokenizer, "student")
         self.teacher_bytes = TokenBytes.from_tokenizer(tokenizer, "teacher")
         self.model = model.eval().requires_grad_(False) if model is not None else None
@@ -121,7 +130,8 @@ class CrossTokenizerTeacher(Teacher):
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0)  # only ever under mask 0
         self.student_eos_ids = list(student_eos_ids)
-        self.encoder = PromptEncoder(tokenizer, max_prompt_length, 1, self.eos_ids)
+        self.encoder = PromptEncoder(tokenizer, max_prompt_length, 1, self.eos_ids).offering(offered_tools)
+        self._environment: EnvironmentTurns | None = None
         self.settings = settings
         self.device = device
         # The same vocabulary on both sides (method gold with one tokenizer): ids pass through as they are, which
@@ -129,17 +139,54 @@ class CrossTokenizerTeacher(Teacher):
         self.same_vocabulary = tokenizer.get_vocab() == student_tokenizer.get_vocab()
 
     # ------------------------------------------------------------------------------------ mapping --
-    def prompt_ids(self, example: Example) -> list[int]:
-        """The teacher's own rendering of the prompt (chat template, special tokens kept), end kept."""
-        return self.encoder.prompt_ids(example.prompt)[0]
+    def prompt_ids(self, example: Example, observation: str | None = None) -> list[int]:
+        """The teacher's own rendering of the prompt (chat template, its tools, special tokens kept), end kept;
+        `observation`: an environment's text after the last user message, as the student's prompt had it."""
+        prompt = example.prompt
+        if observation is not None:
+            prompt = prompt + observation if isinstance(prompt, str) else [
+                *prompt[:-1], {**prompt[-1], "content": prompt[-1]["content"] + observation}]
+        return self.encoder.prompt_ids(prompt, self.encoder.tools_of(example))[0]
 
-    def map_completion(self, example: Example, student_ids: list[int]) -> MappedCompletion:
-        """The student's completion on the teacher's side, with the aligned groups of both tokenizations."""
+    def environment(self) -> EnvironmentTurns:
+        """The teacher template's environment turns (made once; checked to preserve prefixes)."""
+        if self._environment is None:
+            if not self.eos_ids:
+                raise ValueError("the teacher's tokenizer has no EOS token, so its template's turns cannot be told apart "
+                                 "in a conversation; give it one (eos_token in its tokenizer config)")
+            self._environment = EnvironmentTurns(self.tokenizer, self.encoder.conversations(), self.eos_ids)
+            self._environment.check()
+        return self._environment
+
+    def map_completion(self, example: Example, student_ids: list[int], layout: Layout | None = None) -> MappedCompletion:
+        """The student's completion on the teacher's side, with the aligned groups of both tokenizations.
+
+        A conversation (`layout`): each of the model's turns is mapped as a completion of its own, the environment's
+        turns between them are rendered by the teacher's template from their messages (the student's environment ids
+        are never mapped, so no group covers them); nothing after the last model turn is scored."""
+        prompt = self.prompt_ids(example, None if layout is None else layout.observation)
+        if layout is None:
+            completion, groups = self._map_turn(student_ids)
+            return MappedCompletion(prompt, completion, groups)
+        completion, groups = [], []
+        spans = layout.spans()
+        last_turn = max((k for k, (_, _, segment) in enumerate(spans) if segment.assistant), default=-1)
+        for start, end, segment in spans[: last_turn + 1]:
+            if not segment.assistant:
+                completion.extend(self.environment().after_turn(list(segment.messages)))
+                continue
+            turn, turn_groups = self._map_turn(student_ids[start:end])
+            groups.extend(([start + p for p in s], [len(completion) + q for q in t]) for s, t in turn_groups)
+            completion.extend(turn)
+        return MappedCompletion(prompt, completion, groups)
+
+    def _map_turn(self, student_ids: list[int]) -> tuple[list[int], list[tuple[list[int], list[int]]]]:
+        """One model turn (or a whole completion) in teacher ids, with its groups (positions within the turn)."""
         ended = bool(student_ids) and student_ids[-1] in self.student_eos_ids
         body = student_ids[:-1] if ended else student_ids
         if self.same_vocabulary:
             completion = list(body) + ([self.eos_ids[0]] if ended and self.eos_ids else [])
-            return MappedCompletion(self.prompt_ids(example), completion, [([k], [k]) for k in range(len(completion))])
+            return completion, [([k], [k]) for k in range(len(completion))]
         text, student_ends = drop_prefix_space(self.student_bytes, *text_and_ends(self.student_bytes, body))
         teacher_body, teacher_ends = encode_with_ends(self.tokenizer, self.teacher_bytes, text)
         student_groups, teacher_groups, count = align_groups(student_ends, teacher_ends)
@@ -148,7 +195,7 @@ class CrossTokenizerTeacher(Teacher):
         if ended and self.eos_ids:
             completion.append(self.eos_ids[0])
             groups.append(([len(body)], [len(teacher_body)]))
-        return MappedCompletion(self.prompt_ids(example), completion, groups)
+        return completion, groups
 
     def to_student(self, teacher_ids: list[int], hit_max: bool, max_new_tokens: int) -> tuple[list[int], bool]:
         """A teacher sample as student ids (EOS rules in the module docstring); (ids, stopped at max_new_tokens)."""
@@ -233,7 +280,7 @@ class CrossTokenizerTeacher(Teacher):
                 raise ValueError("a cross-tokenizer teacher needs each completion's dataset example (Completion.example)")
             if int(batch.completion_mask[row].sum()) != completion.num_trained:
                 raise ValueError("the micro-batch's completion mask does not match its completions")
-            mapped.append(self.map_completion(completion.example, completion.completion_ids))
+            mapped.append(self.map_completion(completion.example, completion.completion_ids, completion.layout))
 
         num_rows = batch.num_completion_tokens
         row_group = torch.full((num_rows,), -1, dtype=torch.long)

@@ -39,6 +39,7 @@ from typing import Callable, Protocol, cast
 import torch
 
 from distill.batch import Completion, MicroBatch, collate, skipping_first, untrained
+from distill.conversations.layout import Layout
 from distill.conversations.loop import LOOP_METRICS, ToolLoop, loop_metrics
 from distill.data import EncodedExample, Example, StepSampler
 from distill.generation import SamplingParams, generate_completions
@@ -232,7 +233,8 @@ class StepRollout(RolloutProducer):
         first, batches = self._reused
         return {"step": first, "batches": [[{"ids": list(c.completion_ids), "hit_max": bool(c.hit_max_new_tokens),
                                              "log_probs": c.rollout_log_probs, "version": c.weights_version,
-                                             "trained": [bool(flag) for flag in c.mask], "prompt": list(c.prompt_ids)}
+                                             "trained": [bool(flag) for flag in c.mask], "prompt": list(c.prompt_ids),
+                                             "layout": None if c.layout is None else c.layout.to_plain()}
                                             for c in mb.completions] for mb in batches]}
 
     def load_state_dict(self, state: dict) -> None:
@@ -252,7 +254,8 @@ class StepRollout(RolloutProducer):
                                             None if c["log_probs"] is None else [float(v) for v in c["log_probs"]],
                                             c.get("version", first if source == "student" else None),
                                             None if source == "dataset" or "trained" not in c else tuple(c["trained"]),
-                                            None if "prompt" not in c else [int(t) for t in c["prompt"]])
+                                            None if "prompt" not in c else [int(t) for t in c["prompt"]],
+                                            Layout.from_plain(c["layout"]) if c.get("layout") else None)
                            for j, c in zip(group, saved)]
             batches.append(collate(completions, source, self.pad_id))
         self._reused = (first, batches)
@@ -291,24 +294,26 @@ class StepRollout(RolloutProducer):
                     ids = list(self.encoded[j].completion_ids)
                     cut = self.encoded[j].completion_cut
                     hit_max = cut if self.encoded[j].completion_trained is not None else bool(ids) and ids[-1] not in self.eos_ids
-                    trained = prompt = None
+                    trained = prompt = layout = None
                 else:
                     ids, hit_max, *rest = generated[i][position]
                     log_probs = rest[0] if rest else None
                     trained = rest[1] if len(rest) > 1 else None  # a conversation's: the environment's ids untrained
                     prompt = rest[2] if len(rest) > 2 else None  # with an environment's observation
+                    layout = rest[3] if len(rest) > 3 else None  # a conversation's turns
                 completions.append(self._completion(j, source, ids, hit_max, log_probs, step if source == "student" else None,
-                                                    trained, prompt))
+                                                    trained, prompt, layout))
             micro_batches.append(collate(completions, source, self.pad_id))
         return micro_batches
 
     def _completion(self, j: int, source: str, ids: list[int], hit_max: bool, log_probs: list[float] | None,
                     weights_version: int | None, trained: tuple[bool, ...] | None = None,
-                    prompt_ids: list[int] | None = None) -> Completion:
+                    prompt_ids: list[int] | None = None, layout: Layout | None = None) -> Completion:
         """Example `j`'s completion `ids`, with what the method trains of it; `weights_version`: the student
         weights that sampled it (the optimizer steps applied when it was sampled), None for another source;
         `trained`: a sampled conversation's own mask (its sampled turns), None for a completion sampled whole;
-        `prompt_ids`: the prompt it followed, when not the row's own (an environment's observation appended)."""
+        `prompt_ids`: the prompt it followed, when not the row's own (an environment's observation appended);
+        `layout`: a sampled conversation's model and environment segments (a dataset conversation's are the row's)."""
         trains_row = self.settings.trains_row
         mask = (skipping_first(len(ids), self.settings.loss_skip) if trains_row is None or trains_row(self.examples[j])
                 else untrained(len(ids)))
@@ -316,13 +321,15 @@ class StepRollout(RolloutProducer):
         if conversation is not None:  # a conversation's own turns: only the assistant's trained
             mask = tuple(a and b for a, b in zip(mask, conversation))
         prompt = self.encoded[j].prompt_ids if prompt_ids is None else prompt_ids
+        if source == "dataset":
+            layout = self.encoded[j].completion_layout
         return Completion(prompt, ids, source, hit_max, self.encoded[j].prompt_truncated,
-                          self.examples[j], log_probs, mask, weights_version, extras=self.encoded[j].extras)
+                          self.examples[j], log_probs, mask, weights_version, extras=self.encoded[j].extras, layout=layout)
 
     def _conversations(self, loop: ToolLoop, step: int, prompts: list[list[int]], rows: list[Example],
-                       extras: list) -> list[tuple[list[int], bool, list[float] | None, tuple[bool, ...], list[int]]]:
+                       extras: list) -> list[tuple[list[int], bool, list[float] | None, tuple[bool, ...], list[int], Layout]]:
         """The student's rollouts as conversations (the tool-call loop): per prompt (ids, hit max, sampling log-probs,
-        trained mask, the prompt followed: with an environment's observation). Each turn samples with its own
+        trained mask, the prompt followed: with an environment's observation, the layout). Each turn samples with its own
         per-row seeds, so a row's conversation does not depend on which other rows are still going."""
         sampling = self.settings.student_sampling
 
@@ -337,10 +344,10 @@ class StepRollout(RolloutProducer):
 
         trajectories, followed = loop.run(generate, prompts, rows, self.eos_ids)
         self._add_loop_metrics(trajectories)
-        return [(t.ids, t.hit_max, t.log_probs, tuple(t.trained), prompt) for t, prompt in zip(trajectories, followed)]
+        return [(t.ids, t.hit_max, t.log_probs, tuple(t.trained), prompt, t.layout) for t, prompt in zip(trajectories, followed)]
 
     def _teacher_conversations(self, loop: ToolLoop, first: int, prompts: list[list[int]], examples: list[Example],
-                               extras: list) -> list[tuple[list[int], bool, None, tuple[bool, ...], list[int]]]:
+                               extras: list) -> list[tuple[list[int], bool, None, tuple[bool, ...], list[int], Layout]]:
         """The teacher's samples as conversations (the tool-call loop), as `_conversations` makes the student's; no
         sampling log-probs (nothing reads a teacher's)."""
         sampling = self.settings.teacher_sampling
@@ -355,7 +362,7 @@ class StepRollout(RolloutProducer):
 
         trajectories, followed = loop.run(generate, prompts, examples, self.eos_ids)
         self._add_loop_metrics(trajectories)
-        return [(t.ids, t.hit_max, None, tuple(t.trained), prompt) for t, prompt in zip(trajectories, followed)]
+        return [(t.ids, t.hit_max, None, tuple(t.trained), prompt, t.layout) for t, prompt in zip(trajectories, followed)]
 
     def _add_loop_metrics(self, trajectories) -> None:
         for name, (numerator, denominator) in loop_metrics(trajectories).items():

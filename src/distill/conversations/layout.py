@@ -1,0 +1,83 @@
+"""A conversation's completion as segments: the model's turns and the environment's, with what the environment said.
+
+The student's completion ids of a conversation alternate between the model's turns (the sampled ids, or a dataset's
+assistant turn, through its end-of-turn token) and what comes between them (the template's glue after the end of
+turn, tool results, later user turns, the next turn's header). A `Layout` records that split and, for each
+environment segment, the messages it renders, so a teacher with another tokenizer can render the same conversation
+with its own template: the model's turns as the bytes the student wrote, the environment's turns as its template
+renders those messages (`distill.teachers.cross_tokenizer`). Plain values only, so a checkpoint keeps it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Segment:
+    """`length` completion tokens: the model's (`assistant`) or the environment's; `messages`: the turns an environment
+    segment renders (tool results as `tool` messages, user turns), empty for template glue alone."""
+
+    length: int
+    assistant: bool
+    messages: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The segments of one completion, in order; `observation`: the text an environment's `reset` appended to the
+    prompt's last user message (the student's prompt ids hold it; another tokenizer's rendering needs the text)."""
+
+    segments: tuple[Segment, ...]
+    observation: str | None = None
+
+    @property
+    def length(self) -> int:
+        return sum(segment.length for segment in self.segments)
+
+    def spans(self) -> list[tuple[int, int, Segment]]:
+        """(start, end, segment) per segment, positions in the completion."""
+        out, start = [], 0
+        for segment in self.segments:
+            out.append((start, start + segment.length, segment))
+            start += segment.length
+        return out
+
+    def cut(self, length: int) -> "Layout":
+        """The layout of the completion's first `length` tokens (a budget cut)."""
+        kept, room = [], length
+        for segment in self.segments:
+            if room <= 0:
+                break
+            kept.append(Segment(min(segment.length, room), segment.assistant, segment.messages))
+            room -= segment.length
+        return Layout(tuple(kept), self.observation)
+
+    def to_plain(self) -> dict[str, Any]:
+        return {"segments": [[s.length, s.assistant, [dict(m) for m in s.messages]] for s in self.segments],
+                "observation": self.observation}
+
+    @classmethod
+    def from_plain(cls, plain: dict[str, Any]) -> "Layout":
+        return cls(tuple(Segment(int(length), bool(assistant), tuple(dict(m) for m in messages))
+                         for length, assistant, messages in plain["segments"]), plain.get("observation"))
+
+
+class LayoutBuilder:
+    """Builds a layout as a completion grows: consecutive environment pieces join one segment."""
+
+    def __init__(self) -> None:
+        self.segments: list[Segment] = []
+
+    def add(self, length: int, assistant: bool, messages: tuple[dict[str, Any], ...] = ()) -> None:
+        if length == 0 and not messages:
+            return
+        last = self.segments[-1] if self.segments else None
+        if last is not None and not assistant and not last.assistant:
+            self.segments[-1] = Segment(last.length + length, False, last.messages + tuple(messages))
+        else:
+            self.segments.append(Segment(length, assistant, tuple(messages)))
+
+    def layout(self, observation: str | None = None) -> Layout:
+        return Layout(tuple(self.segments), observation)
