@@ -11,7 +11,7 @@ renders those messages (`distill.teachers.cross_tokenizer`). Plain values only, 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 
 @dataclass(frozen=True)
@@ -27,10 +27,12 @@ class Segment:
 @dataclass(frozen=True)
 class Layout:
     """The segments of one completion, in order; `observation`: the text an environment's `reset` appended to the
-    prompt's last user message (the student's prompt ids hold it; another tokenizer's rendering needs the text)."""
+    prompt's last user message (the student's prompt ids hold it; another tokenizer's rendering, and a self-teacher's
+    prompt, need the text); `reward`: what the environment's `get_reward` said at the end of the conversation."""
 
     segments: tuple[Segment, ...]
     observation: str | None = None
+    reward: float | None = None
 
     @property
     def length(self) -> int:
@@ -52,16 +54,44 @@ class Layout:
                 break
             kept.append(Segment(min(segment.length, room), segment.assistant, segment.messages))
             room -= segment.length
-        return Layout(tuple(kept), self.observation)
+        return Layout(tuple(kept), self.observation, self.reward)
+
+    def final_turn(self, ids: list[int]) -> list[int]:
+        """The ids of the model's last turn (what a reward or an evaluation reads as the answer)."""
+        turns = [(start, end) for start, end, segment in self.spans() if segment.assistant]
+        return list(ids[turns[-1][0]:turns[-1][1]]) if turns else []
+
+    def transcript(self, ids: list[int], decode: Callable[[list[int]], str]) -> str:
+        """The conversation as readable text (an sdpo demonstration): the model's turns decoded, each tool result as a
+        `<tool_response>` block (the Hermes format's), other turns as `role: content`."""
+        parts = []
+        for start, end, segment in self.spans():
+            if segment.assistant:
+                parts.append(decode(list(ids[start:end])).strip())
+            for message in segment.messages:
+                content = str(message.get("content") or "")
+                parts.append(f"<tool_response>\n{content}\n</tool_response>" if message["role"] == "tool"
+                             else f"{message['role']}: {content}")
+        return "\n".join(part for part in parts if part)
 
     def to_plain(self) -> dict[str, Any]:
         return {"segments": [[s.length, s.assistant, [dict(m) for m in s.messages]] for s in self.segments],
-                "observation": self.observation}
+                "observation": self.observation, "reward": self.reward}
 
     @classmethod
     def from_plain(cls, plain: dict[str, Any]) -> "Layout":
         return cls(tuple(Segment(int(length), bool(assistant), tuple(dict(m) for m in messages))
-                         for length, assistant, messages in plain["segments"]), plain.get("observation"))
+                         for length, assistant, messages in plain["segments"]), plain.get("observation"),
+                   plain.get("reward"))
+
+
+def with_observation(prompt: str | list[dict[str, Any]], observation: str | None) -> str | list[dict[str, Any]]:
+    """`prompt` with an environment's observation appended to its text, or to its last message's content."""
+    if observation is None:
+        return prompt
+    if isinstance(prompt, str):
+        return prompt + observation
+    return [*prompt[:-1], {**prompt[-1], "content": prompt[-1]["content"] + observation}]
 
 
 class LayoutBuilder:
@@ -79,5 +109,5 @@ class LayoutBuilder:
         else:
             self.segments.append(Segment(length, assistant, tuple(messages)))
 
-    def layout(self, observation: str | None = None) -> Layout:
-        return Layout(tuple(self.segments), observation)
+    def layout(self, observation: str | None = None, reward: float | None = None) -> Layout:
+        return Layout(tuple(self.segments), observation, reward)

@@ -91,6 +91,7 @@ class Trajectory:
     tool_seconds: float = 0.0
     drifted: bool = False  # re-tokenizing its text gives other ids (what a loop that re-tokenizes would have trained)
     observation: str | None = None  # what its environment's reset appended to the prompt
+    reward: float | None = None  # what its environment's get_reward said at the end
     segments: LayoutBuilder = field(default_factory=LayoutBuilder)
 
     def extend(self, ids: list[int], trained: bool, log_probs: list[float] | None,
@@ -104,7 +105,7 @@ class Trajectory:
 
     @property
     def layout(self) -> Layout:
-        return self.segments.layout(self.observation)
+        return self.segments.layout(self.observation, self.reward)
 
 
 @dataclass(frozen=True)
@@ -135,14 +136,16 @@ class ToolLoop:
             runners = [ToolRunner(self.tools, self.timeout)] * len(prompts)
         else:
             made = [self.factory.make(example.row, self.tools, self.timeout) for example in examples]
-            runners = [runner for runner, _ in made]
+            runners = [runner for runner, _, _ in made]
             assert self.prompt_ids is not None
             prompts = [prompt if observation is None else self.prompt_ids(example, observation)
-                       for prompt, example, (_, observation) in zip(prompts, examples, made)]
+                       for prompt, example, (_, observation, _) in zip(prompts, examples, made)]
         trajectories = run_tool_loop(generate, prompts, runners, self.environment, self.decode, eos_ids, self.settings)
         if self.factory is not None:
-            for trajectory, (_, observation) in zip(trajectories, made):
+            for trajectory, example, (_, observation, instance) in zip(trajectories, examples, made):
                 trajectory.observation = observation
+                if self.factory.owns_reward:
+                    trajectory.reward = self.factory.reward(instance, example.index)
         return trajectories, prompts
 
 

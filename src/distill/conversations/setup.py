@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from distill.conversations.environments import EnvironmentFactory
+from distill.conversations.layout import with_observation
 from distill.conversations.loop import EnvironmentTurns, LoopSettings, ToolLoop
 from distill.conversations.tools import load_tools
 from distill.data import Example, PromptEncoder
@@ -37,10 +38,7 @@ def tool_loop(config: DistillConfig, encoder: PromptEncoder, budget: int, record
     factory = EnvironmentFactory.load(config.environment, set(tools)) if config.environment is not None else None
 
     def prompt_ids(example: Example, observation: str) -> list[int]:  # the environment's observation after the prompt
-        prompt = example.prompt
-        shown = prompt + observation if isinstance(prompt, str) else [
-            *prompt[:-1], {**prompt[-1], "content": prompt[-1]["content"] + observation}]
-        return encoder.prompt_ids(shown, encoder.tools_of(example))[0]
+        return encoder.prompt_ids(with_observation(example.prompt, observation), encoder.tools_of(example))[0]
 
     environment = EnvironmentTurns(tokenizer, encoder.conversations(), encoder.eos_token_ids)
     environment.check()  # before any rollout: the template appends tool turns to what was sampled

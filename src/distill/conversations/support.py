@@ -3,8 +3,9 @@
 Every method that learns from the dataset's conversations trains their assistant turns through the trained mask,
 and every teacher scores a whole conversation once (a model, a server, a cache; one with another tokenizer renders it
 with its own template). With `tools` (or an environment), the student's rollouts and a same-tokenizer sampling
-teacher's (seq_kd, iw_opd's warm-up) are conversations too (the tool-call loop). Not yet: a teacher with another
-tokenizer acting in the tool-call loop (seq_kd), and a self-teacher shown tools.
+teacher's (seq_kd, iw_opd's warm-up) are conversations too (the tool-call loop); a self-teacher is shown the tools
+and an environment's observation in its teacher prompt. Not yet: a teacher with another tokenizer, or a
+self-teacher, sampling in the tool-call loop (seq_kd): each samples from its own rendering of the prompt.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def check_conversation_rows(method, sources: frozenset[str], examples: list[Exam
         raise ValueError(f"{offered}, and this run samples completions ({' and '.join(sampled)}), but no tool runs their "
                          "calls: name the functions in `tools` ('package.module:function'), or train on the dataset's "
                          "conversations only (method sft, or gkd with lmbda: 0, lmbda_schedule: constant, seq_kd: false)")
-    if (with_tools or tools_configured) and method.teacher == "self":
-        raise ValueError(f"{offered}: method {method.name}'s self-teacher is not shown tools yet; drop the 'tools' column "
-                         "and the tools field, or use another method")
+    if tools_configured and method.teacher == "self" and "teacher" in sources:
+        raise ValueError(f"{offered}: method {method.name}'s self-teacher samples from its own teacher prompts (seq_kd), "
+                         "which it cannot do in the tool-call loop yet; set seq_kd: false, so the student's trajectories "
+                         "are scored")

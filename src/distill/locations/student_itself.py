@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from distill.config.io import OBJECT_RECORD
 from distill.config.values import DEFAULT_TEACHER
+from distill.conversations.setup import offering_tools
 from distill.data import PromptEncoder
 from distill.locations.base import TeacherLocation, TeacherRequest, Teachers, locations
 from distill.methods.registry import Method
@@ -71,7 +72,8 @@ class StudentOnlyLocation(TeacherLocation):
         config, own = request.config, SelfTeacherFields.of(request.config)
         if request.purpose != "train":
             return Teachers(eval=self._initial_model(request))
-        encoder = PromptEncoder(request.tokenizer, own.max_teacher_prompt_length, config.max_new_tokens, request.eos_ids)
+        encoder = offering_tools(config, PromptEncoder(request.tokenizer, own.max_teacher_prompt_length,
+                                                       config.max_new_tokens, request.eos_ids))
         prompts = TeacherPrompts(encoder, own.teacher_prompt_template)
 
         def self_teacher(kind: str) -> SelfTeacher:
@@ -91,8 +93,9 @@ class StudentOnlyLocation(TeacherLocation):
         max_new_tokens = config.eval_max_new_tokens
         check_context(initial, "teacher (the run's initial model)",
                       {"max_teacher_prompt_length": own.max_teacher_prompt_length, "max_new_tokens": max_new_tokens})
-        prompts = TeacherPrompts(PromptEncoder(tokenizer, own.max_teacher_prompt_length, max_new_tokens, request.eos_ids),
-                                 own.teacher_prompt_template)
+        encoder = offering_tools(config, PromptEncoder(tokenizer, own.max_teacher_prompt_length, max_new_tokens,
+                                                       request.eos_ids))
+        prompts = TeacherPrompts(encoder, own.teacher_prompt_template)
         # "live" on a model that never trains is its initial weights, without the copy "base" would make.
         return SelfTeacher("live", initial.eval(), prompts, request.vocab_size, request.eos_ids, tokenizer.pad_token_id,
                            request.device)

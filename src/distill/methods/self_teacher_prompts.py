@@ -13,6 +13,8 @@ from __future__ import annotations
 import string
 from typing import TYPE_CHECKING
 
+from distill.conversations.layout import with_observation
+
 if TYPE_CHECKING:  # annotations only: the templates are read by the config, which imports no torch
     from distill.data import Example, PromptEncoder
 
@@ -104,9 +106,10 @@ class TeacherPrompts:
         check_template(template, "teacher_prompt_template")
         self.encoder, self.template = encoder, template
 
-    def ids(self, example: Example, context: str | None = None) -> tuple[list[int], bool]:
+    def ids(self, example: Example, context: str | None = None, observation: str | None = None) -> tuple[list[int], bool]:
         """(token ids, whether they were truncated) of `example`'s teacher prompt; `context` replaces the
-        example's own privileged context when given."""
+        example's own privileged context when given; `observation`: an environment's text after the prompt, as the
+        student saw it. The row's tools are shown as in the student's prompt."""
         context = context if context is not None else example.privileged_context
         prompt = example.prompt if context is None else for_row(example, lambda: fill(self.template, example.prompt, context))
-        return self.encoder.prompt_ids(prompt)
+        return self.encoder.prompt_ids(with_observation(prompt, observation), self.encoder.tools_of(example))

@@ -43,7 +43,7 @@ from distill.align import (
     text_and_ends,
 )
 from distill.batch import MicroBatch
-from distill.conversations.layout import Layout
+from distill.conversations.layout import Layout, with_observation
 from distill.conversations.loop import EnvironmentTurns
 from distill.data import Example, PromptEncoder
 from distill.generation import SamplingParams, generate_completions
@@ -142,11 +142,7 @@ class CrossTokenizerTeacher(Teacher):
     def prompt_ids(self, example: Example, observation: str | None = None) -> list[int]:
         """The teacher's own rendering of the prompt (chat template, its tools, special tokens kept), end kept;
         `observation`: an environment's text after the last user message, as the student's prompt had it."""
-        prompt = example.prompt
-        if observation is not None:
-            prompt = prompt + observation if isinstance(prompt, str) else [
-                *prompt[:-1], {**prompt[-1], "content": prompt[-1]["content"] + observation}]
-        return self.encoder.prompt_ids(prompt, self.encoder.tools_of(example))[0]
+        return self.encoder.prompt_ids(with_observation(example.prompt, observation), self.encoder.tools_of(example))[0]
 
     def environment(self) -> EnvironmentTurns:
         """The teacher template's environment turns (made once; checked to preserve prefixes)."""

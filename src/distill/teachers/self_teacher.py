@@ -100,8 +100,9 @@ class SelfTeacher(Teacher):
         finally:
             self.student.train(was_training)
 
-    def teacher_prompt(self, example: Example) -> tuple[list[int], bool]:
-        return self.prompts.ids(example)
+    def teacher_prompt(self, example: Example, observation: str | None = None) -> tuple[list[int], bool]:
+        """The example's teacher prompt (with an environment's `observation`, as the student's prompt had it)."""
+        return self.prompts.ids(example, observation=observation)
 
     def score(self, batch: MicroBatch, temperature: float) -> SelfSignal:
         """The teacher's hidden states at the trained positions of `batch`, after each row's teacher prompt:
@@ -136,7 +137,8 @@ class SelfTeacher(Teacher):
         elif completion.example is None:
             raise ValueError("a self-teacher needs each completion's dataset example (its prompt and privileged context)")
         else:
-            ids, truncated = self.teacher_prompt(completion.example)
+            ids, truncated = self.teacher_prompt(completion.example,
+                                                 None if completion.layout is None else completion.layout.observation)
         row = Completion(ids, completion.completion_ids, completion.source, trained_mask=completion.mask, extras=completion.extras)
         return row, truncated
 

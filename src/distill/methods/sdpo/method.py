@@ -6,6 +6,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from distill.conversations.environments import EnvironmentFactory
+from distill.conversations.setup import offering_tools
+from distill.conversations.tools import load_tools
 from distill.data import PromptEncoder
 from distill.losses.policy_gradient import ClipSettings
 from distill.methods.mixing import ALWAYS_ON_POLICY
@@ -59,15 +62,24 @@ def reward_weights(config: DistillConfig) -> list[float]:
 def rewards(config: DistillConfig) -> Rewards:
     """The configured reward functions (each resolved now: an unknown name or import path is an error)."""
     sdpo = SdpoFields.of(config)
-    if not sdpo.reward_funcs:
-        raise ValueError("reward_funcs is empty: name at least one reward function (e.g. contains_answer)")
+    environment = environment_owns_reward(config)
+    if not sdpo.reward_funcs and not environment:
+        raise ValueError("reward_funcs is empty: name at least one reward function (e.g. contains_answer), or an "
+                         "environment with a get_reward method")
     functions = [load_reward_function(str(spec), sdpo.reward_regex) for spec in sdpo.reward_funcs]
     weights = reward_weights(config)
     if len(weights) != len(functions):
         raise ValueError(f"reward_weights has {len(weights)} values for {len(functions)} reward_funcs; give one per function")
     if any(not math.isfinite(w) for w in weights):
         raise ValueError(f"reward_weights must be finite numbers, got {weights}")
-    return Rewards(functions, weights)
+    return Rewards(functions, weights, environment)
+
+
+def environment_owns_reward(config: DistillConfig) -> bool:
+    """The run's environment defines get_reward (its reward joins reward_funcs')."""
+    if config.environment is None:
+        return False
+    return EnvironmentFactory.load(config.environment, set(load_tools(list(config.tools)))).owns_reward
 
 
 class SDPO(Method):
@@ -134,7 +146,7 @@ class SDPO(Method):
             raise ValueError(f"advantage_scaling must be one of {ADVANTAGE_SCALINGS}, got {sdpo.advantage_scaling!r}")
         self.objective(config)  # its settings check loss_type, distillation_weight and the self-distillation loss's fields
         configured = rewards(config)
-        span = weighted_range(configured.functions, configured.weights)
+        span = None if configured.environment else weighted_range(configured.functions, configured.weights)
         threshold = sdpo.success_reward_threshold
         if not math.isfinite(threshold):
             raise ValueError(f"success_reward_threshold must be a finite number, got {threshold!r}")
@@ -181,7 +193,8 @@ class SDPO(Method):
                                  sdpo.feedback_only_without_solution, sdpo.remove_thinking_from_demonstration)
         reprompts = None
         if distils(config):
-            encoder = PromptEncoder(parts.tokenizer, sdpo.max_reprompt_length, config.max_new_tokens, parts.eos_ids)
+            encoder = offering_tools(config, PromptEncoder(parts.tokenizer, sdpo.max_reprompt_length, config.max_new_tokens,
+                                                           parts.eos_ids))
             reprompts = Reprompts(encoder, sdpo.reprompt_template, sdpo.solution_template, sdpo.feedback_template)
         return RewardStage(rewards(config), settings, reprompts, parts.tokenizer, parts.runtime, parts.first_row)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from distill.conversations.layout import with_observation
 from distill.methods.self_teacher_prompts import check_template, fill_fields, for_row
 
 if TYPE_CHECKING:  # annotations only
@@ -40,6 +41,9 @@ class Reprompts:
         shown = "" if feedback is None else self.feedback_template.format(feedback=feedback)
         return for_row(example, lambda: fill_fields(self.template, example.prompt, solution=solution, feedback=shown))
 
-    def ids(self, example: Example, demonstration: str | None, feedback: str | None) -> tuple[list[int], bool]:
-        """(token ids, whether they were truncated)."""
-        return self.encoder.prompt_ids(self.text(example, demonstration, feedback))
+    def ids(self, example: Example, demonstration: str | None, feedback: str | None,
+            observation: str | None = None) -> tuple[list[int], bool]:
+        """(token ids, whether they were truncated); `observation`: an environment's text after the prompt, as the
+        student saw it; the row's tools are shown as in the student's prompt."""
+        prompt = with_observation(self.text(example, demonstration, feedback), observation)
+        return self.encoder.prompt_ids(prompt, self.encoder.tools_of(example))

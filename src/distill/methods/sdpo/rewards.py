@@ -110,21 +110,32 @@ def weighted_range(functions: list[RewardFunction], weights: list[float]) -> tup
 
 
 class Rewards:
-    """The configured reward functions and their weights, applied to a batch of completions."""
+    """The configured reward functions and their weights, applied to a batch of completions; with `environment`, the
+    environment's own reward (its `get_reward`, read from each conversation) is one more column, with weight 1."""
 
-    def __init__(self, functions: list[RewardFunction], weights: list[float]):
+    def __init__(self, functions: list[RewardFunction], weights: list[float], environment: bool = False):
         if len(functions) != len(weights):
             raise ValueError(f"reward_weights has {len(weights)} values for {len(functions)} reward functions")
-        self.functions, self.weights = functions, [float(w) for w in weights]
+        self.functions, self.environment = functions, environment
+        self.weights = [float(w) for w in weights] + ([1.0] if environment else [])
 
     @property
     def names(self) -> list[str]:
-        return [f.name for f in self.functions]
+        return [f.name for f in self.functions] + (["environment"] if self.environment else [])
 
-    def __call__(self, prompts: list, completions: list[str], rows: list[dict], row_ids: list[int]) -> torch.Tensor:
-        """(n, K) float64: each function's value for each completion; `row_ids` are the dataset rows (for errors)."""
+    def __call__(self, prompts: list, completions: list[str], rows: list[dict], row_ids: list[int],
+                 environment_rewards: list[float | None] | None = None) -> torch.Tensor:
+        """(n, K) float64: each function's value for each completion; `row_ids` are the dataset rows (for errors);
+        `environment_rewards`: each completion's environment reward (read when the environment owns one)."""
         columns = [self._values(f, prompts, completions, rows, row_ids) for f in self.functions]
-        return torch.tensor(columns, dtype=torch.float64).T.reshape(len(completions), len(self.functions))
+        if self.environment:
+            given = environment_rewards or [None] * len(completions)
+            missing = [row_id for value, row_id in zip(given, row_ids) if value is None]
+            if missing:
+                raise RewardFunctionError(f"the environment owns a reward but dataset rows {missing[:8]} have none: only a "
+                                          "conversation the environment took part in has one")
+            columns.append([float(v) for v in given if v is not None])
+        return torch.tensor(columns, dtype=torch.float64).T.reshape(len(completions), len(self.names))
 
     def total(self, values: torch.Tensor) -> torch.Tensor:
         """(n,) the weighted sum of (n, K) per-function values."""

@@ -3,7 +3,9 @@
 It runs once per rollout, on every process at once (`distill.training.rollout.StepStage`):
 
   1. each process scores its own completions with the reward functions (`distill.methods.sdpo.rewards`); a failure on
-     any process stops every process with the `RewardFunctionError` (the trainer checkpoints first);
+     any process stops every process with the `RewardFunctionError` (the trainer checkpoints first). A conversation
+     (the tool-call loop's) is scored on its last model turn (the answer, not a tool result that holds it), plus its
+     environment's own reward when the environment defines `get_reward`;
   2. the rewards and completion ids of the whole step are gathered from every process (one all-gather),
      so a group spread over micro-batches and processes is whole everywhere (`StepSampler`: global row r is
      in group r // G);
@@ -11,7 +13,8 @@ It runs once per rollout, on every process at once (`distill.training.rollout.St
      'group'), the whole step's ('batch'), or no division ('none'); std is the sample standard deviation
      (n - 1), as in the reference library;
   4. demonstrations: each rollout's first sibling, in the step's order, with reward >= success_reward_threshold
-     (itself excluded unless demonstration_from_self); feedback is the row's `feedback` column, else its
+     (itself excluded unless demonstration_from_self; a conversation's whole transcript, its tool results as
+     `<tool_response>` blocks); feedback is the row's `feedback` column, else its
      `privileged_context`, used with include_feedback (only when no sibling succeeded, with
      feedback_only_without_solution); `<think>...</think>` is cut from demonstrations on request;
   5. the self-teacher's prompt of each row with a demonstration or feedback (`distill.methods.sdpo.reprompts.Reprompts`);
@@ -120,16 +123,16 @@ class RewardStage:
     def __call__(self, step: int, micro_batches: list[MicroBatch]) -> dict[str, tuple[float, float]]:
         completions = [c for mb in micro_batches for c in mb.completions]
         values = self._local_rewards(completions)
-        gathered = self.runtime.gather_objects((values.tolist(), [list(c.completion_ids) for c in completions]))
+        gathered = self.runtime.gather_objects((values.tolist(), [self._demonstration(c) for c in completions]))
         all_values = torch.tensor([row for part, _ in gathered for row in part], dtype=torch.float64)
-        all_values = all_values.reshape(-1, len(self.rewards.functions))
-        all_ids = [ids for _, part in gathered for ids in part]
+        all_values = all_values.reshape(-1, len(self.rewards.names))
+        all_texts = [text for _, part in gathered for text in part]
         s = self.settings
         total = self.rewards.total(all_values)
         advantages = group_advantages(total, s.generations, s.scaling)
         demonstrations = demonstration_rows(total, s.generations, s.threshold, s.demonstration_from_self)
         local = range(self.first_row, self.first_row + len(completions))
-        used_feedback = [self._annotate(c, float(advantages[r]), demonstrations[r], all_ids) for c, r in zip(completions, local)]
+        used_feedback = [self._annotate(c, float(advantages[r]), demonstrations[r], all_texts) for c, r in zip(completions, local)]
         for mb in micro_batches:  # the policy gradient's row weights
             mb.advantages = torch.tensor([ADVANTAGE.of(c) for c in mb.completions], dtype=torch.float32)
         self._warn(step, total)
@@ -139,10 +142,13 @@ class RewardStage:
     def _local_rewards(self, completions: list[Completion]) -> torch.Tensor:
         """(n, K) this process's reward values; any process failing stops all of them."""
         examples = [c.example for c in completions]
-        texts = [self._decode(c.completion_ids) for c in completions]
+        texts = [self._decode(c.completion_ids if c.layout is None else c.layout.final_turn(c.completion_ids))
+                 for c in completions]
+        environment = [None if c.layout is None else c.layout.reward for c in completions]
         values, error = None, None
         try:
-            values = self.rewards([e.prompt for e in examples], texts, [e.row for e in examples], [e.index for e in examples])
+            values = self.rewards([e.prompt for e in examples], texts, [e.row for e in examples], [e.index for e in examples],
+                                  environment)
         except RewardFunctionError as failure:
             error = failure
         except Exception as failure:  # anything else: the other processes must still learn of it, not wait here
@@ -152,7 +158,13 @@ class RewardStage:
             raise error or RewardFunctionError("a reward function failed on another process (its error is in that process's log)")
         return values
 
-    def _annotate(self, completion: Completion, advantage: float, demonstration: int | None, all_ids: list[list[int]]) -> bool:
+    def _demonstration(self, completion: Completion) -> str:
+        """What a sibling shows as a demonstration: its completion's text, or a conversation's transcript."""
+        if completion.layout is None:
+            return self._decode(completion.completion_ids)
+        return completion.layout.transcript(completion.completion_ids, self._decode)
+
+    def _annotate(self, completion: Completion, advantage: float, demonstration: int | None, all_texts: list[str]) -> bool:
         """Annotate the completion with its advantage and, for the self-teacher, whether it is distilled and
         its teacher prompt (the reprompt); returns whether its reprompt shows feedback."""
         s, example = self.settings, completion.example
@@ -164,10 +176,11 @@ class RewardStage:
         DISTILLED.put(completion, distilled)
         reprompt = None
         if distilled:
-            text = None if demonstration is None else self._decode(all_ids[demonstration])
+            text = None if demonstration is None else all_texts[demonstration]
             if text is not None and s.remove_thinking:
                 text = THINKING.sub("", text).strip()
-            reprompt = self.reprompts.ids(example, text, feedback if use_feedback else None)
+            observation = None if completion.layout is None else completion.layout.observation
+            reprompt = self.reprompts.ids(example, text, feedback if use_feedback else None, observation)
         TEACHER_PROMPT.put(completion, reprompt)
         return distilled and use_feedback
 
