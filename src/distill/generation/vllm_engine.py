@@ -84,6 +84,8 @@ class _Replica:
     fingerprint: tuple
     directory: str
     syncs: int = 0
+    prompt_tokens: int = 0  # over every decode: the prompts' tokens, and those vLLM's prefix cache already held
+    cached_prompt_tokens: int = 0
 
 
 class VllmEngine(Engine):
@@ -147,11 +149,20 @@ class VllmEngine(Engine):
             temperature=sampling.temperature if sampling.do_sample else 0.0,
             top_p=sampling.top_p if sampling.do_sample else 1.0, top_k=sampling.top_k if sampling.do_sample else 0,
         ) for seed in seeds]
-        samples = [output.outputs[0] for output in replica.llm.generate(prompts, params, use_tqdm=False)]
+        outputs = replica.llm.generate(prompts, params, use_tqdm=False)
+        replica.prompt_tokens += sum(len(output.prompt_token_ids or ()) for output in outputs)
+        replica.cached_prompt_tokens += sum(output.num_cached_tokens or 0 for output in outputs)
+        samples = [output.outputs[0] for output in outputs]
         rows = [list(sample.token_ids) for sample in samples]
         log_probs = ([[step[t].logprob for step, t in zip(sample.logprobs, ids)] for sample, ids in zip(samples, rows)]
                      if with_log_probs else None)
         return padded(rows, log_probs, request.pad_id)
+
+    def prefix_cache_hits(self, model: nn.Module) -> tuple[int, int]:
+        """(prompt tokens decoded from, of them found in vLLM's prefix cache) over `model`'s replica's decodes: a
+        conversation's later turns find their history there (the tool-call loop sends it again each turn)."""
+        replica = self._replicas.get(self._key(model))
+        return (0, 0) if replica is None else (replica.prompt_tokens, replica.cached_prompt_tokens)
 
     def prepare(self, model: nn.Module) -> None:
         """A model a teacher samples from, given at start on every process: with several processes its
