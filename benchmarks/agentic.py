@@ -15,8 +15,10 @@ Every arm keeps a checkpoint every --every steps; each is measured on the held-o
 through the tool loop (`distill.conversations`), task success (the last assistant turn holds the code), calls and
 valid calls per question. Step 0 is the untrained student.
 
-    python benchmarks/agentic.py [--steps 40] [--every 10] [--resume] [--arms NAME ...]
-Writes benchmarks/results/agentic.json and agentic.png and prints a table.
+    python benchmarks/agentic.py [--steps 40] [--every 10] [--resume] [--arms NAME ...] [--seed N]
+Writes benchmarks/results/agentic.json and agentic.png and prints a table. `--seed N` (N > 0, with --resume) repeats
+the student arms with training seed N (data order, sampling) into `repeats`, beside seed 0's `arms`; the teacher is
+always seed 0's, and `final` gives each arm's last-checkpoint success for every seed measured.
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--every", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=0, help="the student arms' training seed (the teacher's is 0)")
     names = arms(40, 10)
     args = parse_arm_arguments(parser, names, "benchmarks/results/agentic.json")
     table = arms(args.steps, args.every)
@@ -124,18 +127,27 @@ def main() -> None:
     results.update(steps=args.steps, every=args.every, task=TASK, tool=TOOL, held_out_questions=32)
     start_row = None
     for name in args.arms:
-        run_dir = RUNS / name
-        record = train(run_dir, table[name], args.resume)
+        repeat = args.seed != 0 and name != "teacher"
+        run_dir = RUNS / f"seed{args.seed}" / name if repeat else RUNS / name
+        record = train(run_dir, table[name] + (["--seed", str(args.seed)] if repeat else []), args.resume)
         rows = curve(run_dir, measure, args.resume)
         if name != "teacher":
             if start_row is None:  # the untrained student, measured once
                 start_row = results.get("untrained") or measure_untrained(run_dir)
                 results["untrained"] = start_row
             rows = [{"step": 0, "seconds": 0.0, **start_row}, *rows]
-        results["arms"][name], results["seconds"][name] = rows, record["seconds"]
+        if repeat:
+            results.setdefault("repeats", {}).setdefault(str(args.seed), {})[name] = {"rows": rows, "seconds": record["seconds"]}
+        else:
+            results["arms"][name], results["seconds"][name] = rows, record["seconds"]
         out.write_text(json.dumps(results, indent=2))
-    # The last checkpoint of each arm, with what it spent: the docs' table reads this.
-    results["final"] = {name: {**rows[-1], "minutes": results["seconds"][name] / 60} for name, rows in results["arms"].items()}
+    # The last checkpoint of each arm, with what it spent (seed 0), and its success for every seed: the docs read this.
+    results["final"] = {}
+    for name, rows in results["arms"].items():
+        by_seed = {"0": rows[-1]["success"]} | {seed: arms_of[name]["rows"][-1]["success"]
+                                               for seed, arms_of in results.get("repeats", {}).items() if name in arms_of}
+        results["final"][name] = {**rows[-1], "minutes": results["seconds"][name] / 60, "success_by_seed": by_seed,
+                                  "success_mean": sum(by_seed.values()) / len(by_seed), "seeds": len(by_seed)}
     out.write_text(json.dumps(results, indent=2))
     plot(results, out.with_suffix(".png"))
     print("| arm | step | task success | calls / question | valid calls |\n| --- | ---: | ---: | ---: | ---: |")
