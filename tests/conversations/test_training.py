@@ -296,6 +296,9 @@ def test_the_evaluation_runs_the_conversations_and_reports_tool_use_and_the_fina
         assert metrics["answer_accuracy"]["accuracy"] == 1.0  # "It is 5." is the last turn; "5" from the tool too
         assert metrics["tool_use"]["calls_per_question"] == 1.0 and metrics["tool_use"]["valid_call_rate"] == 1.0
         assert metrics["tool_use"]["turns_per_question"] == 2.0
+        # The divergences are measured on sampled conversations too, over the model's turns only.
+        for part in ("on_teacher_completions", "on_student_completions"):
+            assert metrics[part]["tokens"] == 3 * (len(call_ids) + len(answer_ids))
     assert report["teacher"]["tool_use"]["calls_per_question"] == 1.0
     shown = report["examples"][0]["student_after"]
     assert '"name": "plus"' in shown and "tool\n5" in shown and shown.endswith("It is 5.")  # the whole conversation

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from distill.batch import Completion, collate
+from distill.conversations.layout import Layout
 from distill.conversations.tools import FAILURES
 from distill.data import Example, PromptEncoder
 from distill.evaluation.answers import contains_answer
@@ -130,8 +131,24 @@ def _sample(generate, prompts, settings: EvalSettings, device, greedy: bool) -> 
     return [ids for ids, _ in outputs]
 
 
+@dataclass(frozen=True)
+class Sample:
+    """One sampled completion to score: the prompt it followed (with an environment's observation), its ids, and a
+    conversation's trained mask and layout (None for a single answer)."""
+
+    prompt_ids: list[int]
+    ids: list[int]
+    trained: tuple[bool, ...] | None = None
+    layout: Layout | None = None
+
+
 class Evaluator:
-    """Evaluates students against one teacher on one prompt set; the teacher's outputs are computed once."""
+    """Evaluates students against one teacher on one prompt set; the teacher's outputs are computed once.
+
+    With the run's tools (`EvalSettings.tool_loop`) every sample is a conversation through the tool-call loop: the
+    greedy ones (answers, tool use) and the sampled ones the divergences are measured on, over the model's turns
+    only. A teacher acts in the loop when its `generate` continues the ids it is given (`continues_prompts`); one
+    that renders its own prompts (another tokenizer, a self-teacher) has no samples or answers of its own there."""
 
     def __init__(self, teacher: Teacher, tokenizer, encoder: PromptEncoder, examples: list[Example],
                  vocab_size: int, eos_ids: list[int], pad_id: int, device: torch.device, settings: EvalSettings):
@@ -140,21 +157,45 @@ class Evaluator:
         self.prompts = [encoder.prompt_ids(e.prompt, encoder.tools_of(e))[0] for e in examples]
         self.extras = [encoder.extras(e) for e in examples]  # the model kind's inputs beyond the ids
         self.prompt_texts = [e.prompt if isinstance(e.prompt, str) else e.prompt[-1]["content"] for e in examples]
-        self._teacher_samples: list[list[int]] | None = None
+        self._teacher_samples: list[Sample] | None = None
         self._teacher_greedy: GreedyAnswers | None = None
+        self.teacher_acts = teacher.can_generate and (settings.tool_loop is None or teacher.continues_prompts)
 
-    def _completions(self, samples: list[list[int]], source: str) -> list[Completion]:
-        return [Completion(p, c, source, example=e, extras=x)
-                for p, c, e, x in zip(self.prompts, samples, self.examples, self.extras)]
+    def _completions(self, samples: list[Sample], source: str) -> list[Completion]:
+        return [Completion(s.prompt_ids, s.ids, source, example=e, extras=x, trained_mask=s.trained, layout=s.layout)
+                for s, e, x in zip(samples, self.examples, self.extras)]
 
     def _teacher_generate(self, prompts, sampling, batch_size, seeds):
         return self.teacher.generate(prompts, sampling, batch_size, examples=self.examples[: len(prompts)], seeds=seeds,
                                      extras=self.extras[: len(prompts)])
 
-    def teacher_samples(self) -> list[list[int]]:
+    def teacher_samples(self) -> list[Sample]:
         if self._teacher_samples is None:
-            self._teacher_samples = _sample(self._teacher_generate, self.prompts, self.settings, self.device, greedy=False)
+            self._teacher_samples = self._samples(self._teacher_generate)
         return self._teacher_samples
+
+    def _samples(self, generate) -> list[Sample]:
+        """A sampled completion of every prompt (temperature 1), or with the run's tools a sampled conversation."""
+        if self.settings.tool_loop is None:
+            return [Sample(p, ids) for p, ids in zip(self.prompts, _sample(generate, self.prompts, self.settings, self.device,
+                                                                           greedy=False))]
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(self.settings.seed)
+            trajectories, followed = self._conversations(generate, greedy=False)
+        return [Sample(p, t.ids, tuple(t.trained), t.layout) for p, t in zip(followed, trajectories)]
+
+    def _conversations(self, generate, greedy: bool):
+        """(trajectories, the prompts they followed) of every prompt through the tool-call loop; each turn seeded per
+        row, so every evaluation of a run samples alike."""
+        loop = self.settings.tool_loop
+
+        def turn(batch, max_new_tokens: int, number: int, rows: list[int]):
+            seeds = row_seeds(len(self.prompts), self.settings.seed, "evaluation" if number == 0 else f"evaluation turn {number}")
+            sampling = SamplingParams(1.0, 1.0, 0, max_new_tokens, do_sample=not greedy, engine=self.settings.generation_engine)
+            return [(ids, hit, None) for ids, hit, *_ in generate(batch, sampling, self.settings.batch_size,
+                                                                  [seeds[r] for r in rows])]
+
+        return loop.run(turn, self.prompts, self.examples, self.eos_ids)
 
     def _teacher_greedy_answers(self) -> GreedyAnswers:
         """The teacher's greedy answer to every prompt (computed once; a teacher that can generate)."""
@@ -164,35 +205,27 @@ class Evaluator:
 
     def _greedy(self, generate) -> GreedyAnswers:
         """Greedy answers to every prompt: completions, or with the run's tools conversations (the tool-call loop)."""
-        loop = self.settings.tool_loop
-        if loop is None:
+        if self.settings.tool_loop is None:
             texts = [self.decode(ids) for ids in _sample(generate, self.prompts, self.settings, self.device, greedy=True)]
             return GreedyAnswers(texts, texts)
-        seeds = row_seeds(len(self.prompts), self.settings.seed, "evaluation")
-
-        def turn(batch, max_new_tokens: int, number: int, rows: list[int]):
-            sampling = SamplingParams(1.0, 1.0, 0, max_new_tokens, do_sample=False, engine=self.settings.generation_engine)
-            return [(ids, hit, None) for ids, hit, *_ in generate(batch, sampling, self.settings.batch_size,
-                                                                  [seeds[r] for r in rows])]
-
-        trajectories, _ = loop.run(turn, self.prompts, self.examples, self.eos_ids)
+        trajectories, _ = self._conversations(generate, greedy=True)
         finals = [self.decode(_last_run(t.ids, t.trained)) for t in trajectories]
         return GreedyAnswers(finals, [self.decode(t.ids) for t in trajectories], tool_use(trajectories))
 
     def teacher_answers(self) -> list[str | None]:
         """Greedy teacher answers to the shown prompts, or None for each when the teacher only scores (a server)."""
-        if not self.teacher.can_generate:
+        if not self.teacher_acts:
             return [None] * min(self.settings.num_examples, len(self.prompts))
         return list(self._teacher_greedy_answers().shown[: self.settings.num_examples])
 
     def teacher_repetition(self) -> dict | None:
         """`repetition` of the teacher's greedy answers to every prompt: what the student's are compared with;
         None for a teacher that only scores."""
-        return repetition(self._teacher_greedy_answers().answers) if self.teacher.can_generate else None
+        return repetition(self._teacher_greedy_answers().answers) if self.teacher_acts else None
 
     def teacher_tool_use(self) -> dict | None:
         """The teacher's greedy conversations' tool statistics (with tools, a teacher that generates), or None."""
-        return self._teacher_greedy_answers().tool_use if self.teacher.can_generate else None
+        return self._teacher_greedy_answers().tool_use if self.teacher_acts else None
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
@@ -210,12 +243,12 @@ class Evaluator:
         was_training = student.training
         student.eval()
         try:
-            own = _sample(self._student_generate(student), self.prompts, self.settings, self.device, greedy=False)
+            own = self._samples(self._student_generate(student))
             checked = [i for i, e in enumerate(self.examples) if e.answer is not None]
             greedy = self._greedy(self._student_generate(student))
             answers = greedy.answers
             result = {}
-            if self.teacher.can_generate:  # a scoring-only teacher (server) has no samples of its own
+            if self.teacher_acts:  # a scoring-only teacher (server) has no samples of its own
                 result["on_teacher_completions"] = score_completions(
                     student, self.teacher, self._completions(self.teacher_samples(), "teacher"), self.vocab_size, self.pad_id,
                     self.device, self.settings)

@@ -27,6 +27,8 @@ class Teacher(ABC):
     Every member a caller uses is declared here, with the default that is safe when a teacher says nothing:
 
     can_generate: it can sample completions (`generate`); False by default.
+    continues_prompts: its `generate` continues the student ids it is given, so it can act in the tool-call loop
+        turn after turn; False for one that renders its own prompts (another tokenizer, a self-teacher's prompts).
     aligned: its signal is the cross-tokenizer aligned one (no same-vocabulary KL in the evaluation).
     frozen: its weights never change during the run, so its samples may be drawn steps ahead (seq_kd's
         window). False by default: a teacher whose weights move must not have stale samples drawn for it.
@@ -39,6 +41,7 @@ class Teacher(ABC):
     """
 
     can_generate: bool = False
+    continues_prompts: bool = False
     aligned: bool = False
 
     @property

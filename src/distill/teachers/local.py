@@ -17,6 +17,7 @@ class LocalTeacher(Teacher):
     """Teacher hidden states at completion positions plus its lm_head (a `DenseSignal`); samples for seq_kd."""
 
     can_generate = True
+    continues_prompts = True  # it samples from the student's own ids
     frozen = True  # its weights never change during the run (`Teacher.frozen`)
 
     def __init__(self, model: nn.Module, vocab_size: int, eos_ids: list[int], pad_id: int, device: torch.device):
