@@ -13,7 +13,8 @@ name entries no training row names, so a model answers them only by calling the 
 
 Every arm keeps a checkpoint every --every steps; each is measured on the held-out questions: greedy conversations
 through the tool loop (`distill.conversations`), task success (the last assistant turn holds the code), calls and
-valid calls per question. Step 0 is the untrained student.
+valid calls per question. Step 0 is the untrained student. Each row also gives the tokens sampled up to its step
+(the student's and the teacher's turns, tool turns excluded: from the run's metrics.jsonl).
 
     python benchmarks/agentic.py [--steps 40] [--every 10] [--resume] [--arms NAME ...] [--seed N]
 Writes benchmarks/results/agentic.json and agentic.png and prints a table. `--seed N` (N > 0, with --resume) repeats
@@ -32,7 +33,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from curves import curve, parse_arm_arguments, train  # noqa: E402  (a sibling script)
+from curves import curve, metrics, parse_arm_arguments, train  # noqa: E402  (a sibling script)
 
 from distill.config import DistillConfig
 from distill.conversations.setup import offering_tools, tool_loop
@@ -93,23 +94,54 @@ def measure(student_dir: Path) -> dict:
             "example": tokenizer.decode(trajectories[0].ids, skip_special_tokens=True)}
 
 
+def sampled_tokens_per_step(run_dir: Path) -> dict[int, float]:
+    """Tokens sampled at each step (logging_steps 1): the completions of its student and teacher micro-batches, times
+    the batch size, without the tool turns (tools/environment_token_fraction)."""
+    batch = int(COMMON[COMMON.index("--per_device_train_batch_size") + 1])
+    per_step = {}
+    for record in metrics(run_dir):
+        completions = sum(record.get(f"completion_length/{s}", 0.0) * record.get(f"micro_batches/{s}", 0.0)
+                          for s in ("student", "teacher"))
+        per_step[int(record["step"])] = completions * batch * (1.0 - record.get("tools/environment_token_fraction", 0.0))
+    return per_step
+
+
+def with_sampled_tokens(rows: list[dict], run_dir: Path) -> list[dict]:
+    """`rows` with "sampled_tokens": the tokens sampled through each row's step (when the run's metrics are here)."""
+    if not (run_dir / "metrics.jsonl").is_file():
+        return rows
+    per_step = sampled_tokens_per_step(run_dir)
+    return [{**row, "sampled_tokens": sum(v for s, v in per_step.items() if s <= row["step"])} for row in rows]
+
+
 def plot(results: dict, path: Path) -> None:
+    """Held-out success against steps, wall time and sampled tokens: seed 0 solid, repeats dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axis = plt.subplots(figsize=(6, 3.6))
-    for name, rows in results["arms"].items():
-        if name == "teacher":
-            axis.axhline(rows[-1]["success"], color="#555", linestyle="--", label="teacher (sft)")
-            continue
-        axis.plot([r["step"] for r in rows], [r["success"] for r in rows], marker="o", label=name)
-    axis.set_xlabel("optimizer step")
-    axis.set_ylabel("held-out task success")
-    axis.set_ylim(-0.02, 1.02)
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
+    axes_of = [("step", "optimizer step", 1.0), ("seconds", "wall time (minutes)", 1 / 60),
+               ("sampled_tokens", "sampled tokens (thousands)", 1e-3)]
+    figure, axes = plt.subplots(1, 3, figsize=(13, 3.6), sharey=True)
+    curves = [(name, "0", rows) for name, rows in results["arms"].items()]
+    curves += [(name, seed, arm["rows"]) for seed, arms in results.get("repeats", {}).items() for name, arm in arms.items()]
+    colours: dict[str, str] = {}
+    for axis, (key, label, scale) in zip(axes, axes_of):
+        for name, seed, rows in curves:
+            if name == "teacher":
+                axis.axhline(rows[-1]["success"], color="#555", linestyle="--", label="teacher (sft)" if seed == "0" else None)
+                continue
+            if any(key not in r for r in rows[1:]):
+                continue
+            colour = colours.setdefault(name, f"C{len(colours)}")
+            axis.plot([r.get(key, 0.0) * scale for r in rows], [r["success"] for r in rows], marker="o", color=colour,
+                      linestyle="-" if seed == "0" else ":", label=name if seed == "0" else f"{name}, seed {seed}")
+        axis.set_xlabel(label)
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel("held-out task success")
+    axes[0].set_ylim(-0.02, 1.02)
+    axes[0].legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
 
@@ -130,7 +162,7 @@ def main() -> None:
         repeat = args.seed != 0 and name != "teacher"
         run_dir = RUNS / f"seed{args.seed}" / name if repeat else RUNS / name
         record = train(run_dir, table[name] + (["--seed", str(args.seed)] if repeat else []), args.resume)
-        rows = curve(run_dir, measure, args.resume)
+        rows = with_sampled_tokens(curve(run_dir, measure, args.resume), run_dir)
         if name != "teacher":
             if start_row is None:  # the untrained student, measured once
                 start_row = results.get("untrained") or measure_untrained(run_dir)
