@@ -1,6 +1,7 @@
-"""The `distill` command: train, recipes, eval, plot, serve-teacher, cache-teacher.
+"""The `distill` command: train, doctor, recipes, eval, plot, serve-teacher, cache-teacher.
 
     distill train                                  the bundled default (SmolLM2-135M-Instruct teaches a smaller student)
+    distill doctor [RECIPE] [--field value ...]    what a run with the same arguments would find at start; writes nothing
     distill train gold                             a bundled recipe by name (`distill recipes` lists them)
     distill train RECIPE.yaml --beta 0 --max-steps 50
     distill train --resume RUN_DIR [--break-lock]  continue from the last checkpoint
@@ -76,6 +77,14 @@ def cmd_train(argv: list[str]) -> int:
         print("RECIPE_NAME: a bundled recipe (`distill recipes` lists them), e.g. `distill train gold`\n")
         print(fields_help())
         return 0
+    distiller = _distiller(argv)
+    result = distiller.train()
+    print(f"run directory: {result['run_dir']}")
+    return 0
+
+
+def _distiller(argv: list[str], show_findings: bool = True):
+    """The Distiller `distill train ARGV` builds (a recipe, --resume RUN_DIR, --break-lock, field flags)."""
     recipe = None
     if argv and not argv[0].startswith("--"):
         recipe, argv = argv[0], argv[1:]
@@ -96,19 +105,39 @@ def cmd_train(argv: list[str]) -> int:
         if recipe is not None:
             raise ValueError("--resume continues a run with its own config; drop the recipe (flags may still override fields)")
         config = resume_config(Path(resume), overrides)
-        distiller = Distiller(config, resume=True, break_lock=break_lock)
-    else:
-        if recipe:
-            from distill.recipes import recipe_path
+        return Distiller(config, resume=True, break_lock=break_lock, show_findings=show_findings)
+    if recipe:
+        from distill.recipes import recipe_path
 
-            path = recipe_path(recipe)
-            config = DistillConfig.from_yaml(path, overrides)
-            check_inputs_outside(Path(config.output_dir), {"recipe": str(path)})
-        else:
-            config = DistillConfig.from_dict(overrides, "command line")
-        distiller = Distiller(config, break_lock=break_lock)
-    result = distiller.train()
-    print(f"run directory: {result['run_dir']}")
+        path = recipe_path(recipe)
+        config = DistillConfig.from_yaml(path, overrides)
+        check_inputs_outside(Path(config.output_dir), {"recipe": str(path)})
+    else:
+        config = DistillConfig.from_dict(overrides, "command line")
+    return Distiller(config, break_lock=break_lock, show_findings=show_findings)
+
+
+def cmd_doctor(argv: list[str]) -> int:
+    """`distill doctor` takes what `distill train` takes, runs everything a run does before it writes a file (the
+    config's and the data's checks, the models loaded, the start-of-run checks), prints every finding, and writes
+    nothing. Exit 0 when nothing would stop the run, 1 otherwise."""
+    if any(a in ("-h", "--help") for a in argv):
+        print("usage: distill doctor [RECIPE.yaml | RECIPE_NAME] [--field value ...]\n\nWhat `distill train` with the "
+              "same arguments would find before writing anything: every start-of-run check's finding (errors stop a "
+              "run; warnings stop it with --strict_checks true), what it measured and the fix. Writes nothing.")
+        return 0
+    from distill.doctor.report import ChecksFailed, text_report
+
+    try:
+        distiller = _distiller(argv, show_findings=False)
+    except ChecksFailed as failed:
+        print(text_report(failed.findings))
+        return 1
+    except ValueError as error:
+        print(f"ERROR   before the checks: {error}")
+        return 1
+    print(text_report(distiller.findings))
+    distiller.location.close(distiller.teachers)  # a teacher server's connections
     return 0
 
 
@@ -241,7 +270,7 @@ def cmd_recipes(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "serve-teacher": cmd_serve_teacher,
+COMMANDS = {"train": cmd_train, "doctor": cmd_doctor, "eval": cmd_eval, "plot": cmd_plot, "serve-teacher": cmd_serve_teacher,
             "cache-teacher": cmd_cache_teacher, "recipes": cmd_recipes}
 
 

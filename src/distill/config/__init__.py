@@ -105,6 +105,8 @@ class RunFields:
                                       "if any, appended to the row's last user message), its public methods the row's "
                                       "tools beside `tools`.")
     max_turns: int = setting(4, "With tools: assistant turns per rollout at most (the last one's calls are not run).")
+    strict_checks: bool = setting(False, "Stop at start on a check's warning too, not only on its errors (the checks "
+                                  "`distill doctor` runs; their findings are in the run's checks.json).")
     fail_on_token_drift: bool = setting(False, "With tools: stop the run when a sampled conversation's text re-tokenizes to "
                                         "other ids (distill trains the sampled ids either way; "
                                         "tools/retokenization_drift counts such conversations).")

@@ -24,7 +24,7 @@ CORE = Reads("every run", (
     "adam_beta2", "adam_epsilon", "max_grad_norm", "lr_scheduler_type", "warmup_steps", "max_steps", "max_time_minutes",
     "per_device_train_batch_size", "gradient_accumulation_steps", "seed", "gradient_checkpointing", "use_peft", "fsdp", "device",
     "dtype", "logging_steps", "save_steps", "save_total_limit", "report_to", "progress_bar", "eval_before_after", "tools",
-    "environment"))
+    "environment", "strict_checks"))
 
 
 def run_reads(sources: frozenset[str]) -> tuple[Reads, ...]:

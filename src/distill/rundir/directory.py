@@ -3,6 +3,7 @@
     config.yaml       the resolved config            checkpoints/step-NNNNNN/   resumable states
     metrics.jsonl     one line per logging step      model/                     the final student + model card
     plots/*.png       curves                         eval/                      before/after report
+    checks.json       the start-of-run checks' findings (`distill.doctor`)
 distill deletes only these, and only when told to (`overwrite_output_dir`), never anything else in the
 directory; it refuses an output directory that holds any of the run's inputs (models, datasets, cache,
 recipe), and one that another live run holds (`run.lock`, see `distill.rundir.lock`).
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 API_NAMES = {"dataset": "train_dataset"}  # Distiller's keyword for a config field, where they differ
-WRITTEN = ("config.yaml", "metrics.jsonl", ckpt.CHECKPOINTS, "model", "plots", "eval")
+WRITTEN = ("config.yaml", "metrics.jsonl", ckpt.CHECKPOINTS, "model", "plots", "eval", "checks.json")
 
 
 def check_output_dir(run_dir: Path, overwrite: bool, inputs: dict[str, str], resuming: bool = False,

@@ -28,6 +28,9 @@ from torch import nn
 from distill.config import DistillConfig
 from distill.conversations.setup import tool_loop
 from distill.conversations.support import check_conversation_rows
+from distill.doctor.context import DoctorContext
+from distill.doctor.findings import run_checks
+from distill.doctor.report import act_on, write_findings
 from distill.errors import StepFailure
 from distill.evaluation.evaluator import EvalSettings, Evaluator
 from distill.generation.engine import close_engine, configure_engine
@@ -85,7 +88,8 @@ class Distiller:
 
     def __init__(self, config: DistillConfig, *, student: nn.Module | str | None = None, teacher: nn.Module | str | None = None,
                  tokenizer: Any = None, teacher_tokenizer: Any = None, train_dataset: Any = None, eval_dataset: Any = None,
-                 resume: bool = False, break_lock: bool = False):
+                 resume: bool = False, break_lock: bool = False, show_findings: bool = True):
+        """`show_findings`: print the start-of-run checks' warnings (`distill doctor` prints them itself)."""
         self.config = config = config.validate()  # resolved: the method's defaults filled in
         self.method = get_method(config.method)
         self.plan = self.method.sources(config)
@@ -120,6 +124,10 @@ class Distiller:
         self.student_model, self.tokenizer, self.encoder, self.encoded = (prepared.student, prepared.tokenizer,
                                                                           prepared.encoder, prepared.encoded)
         self.vocab_size, self.eos_ids, self.pad_id = prepared.against.vocab_size, prepared.against.eos_ids, prepared.against.pad_id
+        # What users trip over (`distill.doctor`): errors (and warnings with strict_checks) stop here, before any file.
+        self.findings = run_checks(DoctorContext(config, self.method, self.train_examples, self.student_model, self.tokenizer,
+                                                 models.teacher, models.teacher_tokenizer, student is not None, self.eos_ids))
+        act_on(self.findings, config.strict_checks, show=show_findings and self.runtime.is_main_process)
         self.teachers = prepared.teachers  # kept whole: train and eval
         self.with_student = StudentAccess(self.student_model, config.fsdp, self.accelerator.unwrap_model)
         # The method's work on each rollout before any loss (sdpo's rewards), if it has one.
@@ -181,6 +189,8 @@ class Distiller:
             self.run.release()
         self.run = RunDirectory(self.run_dir, self.runtime, config, self.config_record(), self.break_lock)
         self.metrics_log = self.run.prepare(self.resuming)
+        if self.runtime.is_main_process:
+            write_findings(self.run_dir, self.findings)
         start_step = 0
         if self.resuming:
             start_step = self.run.resume(self.wrapped, self.student_for_generation(), self.optimizer, self.scheduler, self.hooks)

@@ -1,0 +1,9 @@
+"""`distill doctor` and the checks every `distill train` runs at start: what users trip over before it costs a run.
+
+- `findings.py`: a `Finding` (severity, what was measured, the fix) and the registry of checks (`register_check`),
+  each with the failure it comes from (an upstream issue or a measurement here).
+- `context.py`: what a check reads: the resolved config, the method, the rows, both tokenizers and models.
+- `checks.py`: the checks, in the order they are reported.
+- `report.py`: findings as text, the run's `checks.json`, and the decision to stop (errors, or warnings with
+  `warnings_as_errors`).
+"""

@@ -1,0 +1,216 @@
+"""The checks, in the order they are reported; each names the failure it comes from.
+
+Enforced elsewhere as errors, before any model loads or as models load (listed on the Troubleshooting page too):
+prompt + completion lengths against each model's context (`distill.models.loading.check_context`), the sampling
+settings against the estimator that reads the sampling distribution (`distill.methods.sampling_rules`), the
+vocabularies of a same-tokenizer pair (`distill.models.shared_vocab_size`), and a conversation template that does
+not preserve prefixes when the run trains on conversations (`distill.conversations.render`).
+"""
+
+from __future__ import annotations
+
+import psutil
+import torch
+
+from distill.doctor.context import DoctorContext
+from distill.doctor.findings import Finding, register_check
+from distill.models import eos_token_ids
+
+GIB = float(1 << 30)
+ON_POLICY_METHODS = ("on_policy", "iw_opd", "gkd", "sdft", "sdpo", "gold")
+PRETRAINED_LR = 2e-5  # measured: benchmarks/sums.py (see `learning_rate`)
+
+
+def _name(tokenizer, token_id: int) -> str:
+    return f"{tokenizer.convert_ids_to_tokens(int(token_id))!r} ({int(token_id)})"
+
+
+@register_check("end_of_turn", "The teacher's end of turn is one the student stops at",
+                "a base student whose EOS (151643) is not the instruct teacher's end of turn (151645) never stops: "
+                "modelscope/ms-swift#9526")
+def end_of_turn(context: DoctorContext) -> list[Finding]:
+    if context.teacher is None or not context.same_tokenizer:
+        return []
+    teacher_ids = eos_token_ids(context.teacher_tokenizer or context.tokenizer, context.teacher)
+    missing = [t for t in teacher_ids[:1] if t not in context.eos_ids]
+    if not missing:
+        return []
+    tokenizer = context.tokenizer
+    return [Finding("end_of_turn", "warning",
+                    f"the teacher ends a turn with {_name(tokenizer, missing[0])}, which is not among the student's stop "
+                    f"ids {[_name(tokenizer, t) for t in context.eos_ids]}: the teacher's samples and its signal end "
+                    "turns with a token the student neither stops at nor is trained to end with",
+                    "give the student the teacher's chat template (save its tokenizer with the teacher's "
+                    "`chat_template`) or a generation_config whose eos_token_id includes the teacher's end of turn")]
+
+
+@register_check("pad_is_eos", "A pad token equal to EOS is masked, never trained as padding",
+                "trainers that mask padding by id also mask the real EOS, and the model never learns to stop")
+def pad_is_eos(context: DoctorContext) -> list[Finding]:
+    pad = context.tokenizer.pad_token_id
+    if pad is None or pad not in context.eos_ids:
+        return []
+    return [Finding("pad_is_eos", "info",
+                    f"the pad token is the end of turn {_name(context.tokenizer, pad)}: distill selects trained tokens "
+                    "by masks, never by id, so each completion's EOS is trained and its padding is not")]
+
+
+@register_check("plain_text_prompts", "Chat models get chat prompts",
+                "plain-text prompts to an instruct teacher and student gave '' answers before and after training "
+                "(tried here with an outside fact set; the reference library does the same)")
+def plain_text_prompts(context: DoctorContext) -> list[Finding]:
+    if getattr(context.tokenizer, "chat_template", None) is None:
+        return []
+    text = [e for e in context.examples if isinstance(e.prompt, str)]
+    if not text:
+        return []
+    return [Finding("plain_text_prompts", "warning",
+                    f"{len(text)} of {len(context.examples)} dataset rows have a plain-text `prompt` (first: row "
+                    f"{text[0].index}) while the student's tokenizer has a chat template: they are tokenized as they are, "
+                    "without the template's turn headers, and a chat model often answers such text with nothing",
+                    "give the prompts as chat messages ({\"prompt\": [{\"role\": \"user\", \"content\": ...}]} or a "
+                    "`messages` column), or use a model without a chat template")]
+
+
+PROBE = [{"role": "user", "content": "What is 2 + 2?"},
+         {"role": "assistant", "content": "<think>\nadding\n</think>\n\n4"},
+         {"role": "user", "content": "And 3 + 3?"},
+         {"role": "assistant", "content": "6"}]
+
+
+@register_check("template_prefixes", "The chat template preserves prefixes (multi-turn rows, tool calls)",
+                "templates that strip earlier <think> blocks (Qwen3) re-render history: verl#6854, verl#3720")
+def template_prefixes(context: DoctorContext) -> list[Finding]:
+    from distill.conversations.render import ConversationRenderer
+
+    if getattr(context.tokenizer, "chat_template", None) is None:
+        return []
+    try:
+        ConversationRenderer(context.tokenizer, context.eos_ids).render(PROBE, None, "a two-turn probe")
+    except ValueError as error:
+        uses = any(e.is_conversation for e in context.examples) or bool(context.config.tools) or (
+            context.config.environment is not None)
+        return [Finding("template_prefixes", "error" if uses else "warning", str(error).split(". distill trains")[0],
+                        "for multi-turn rows and tool calls: a template that keeps earlier turns as they were rendered "
+                        "(e.g. one that keeps <think> blocks); single-turn runs are not affected")]
+    return []
+
+
+def _generation_prompt(tokenizer) -> str | None:
+    if getattr(tokenizer, "chat_template", None) is None:
+        return None
+    probe = [{"role": "user", "content": "question"}]
+    with_prompt = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+    without = tokenizer.apply_chat_template(probe, tokenize=False)
+    return with_prompt[len(without):] if with_prompt.startswith(without) else with_prompt
+
+
+@register_check("thinking_boundary", "Teacher and student templates open the answer alike (thinking mode)",
+                "a teacher that expects `<think>` at the first student token scores every answer as off-format: "
+                "siyan-zhao/OPSD#10")
+def thinking_boundary(context: DoctorContext) -> list[Finding]:
+    if context.teacher_tokenizer is None or context.teacher_tokenizer is context.tokenizer:
+        return []
+    student, teacher = _generation_prompt(context.tokenizer), _generation_prompt(context.teacher_tokenizer)
+    if student is None or teacher is None or ("<think>" in student) == ("<think>" in teacher):
+        return []
+    opens, other = ("teacher", "student") if "<think>" in teacher else ("student", "teacher")
+    scored = ("the teacher scores the student's prompt rendering" if context.same_tokenizer
+              else "each model renders its own prompt")
+    return [Finding("thinking_boundary", "warning",
+                    f"the {opens}'s chat template opens the assistant turn with <think> and the {other}'s does not "
+                    f"(generation prompts {teacher!r} for the teacher, {student!r} for the student); {scored}, so one of "
+                    "them reads every answer as starting out of its format",
+                    "render both with the same thinking mode: save the teacher's tokenizer with a template that does "
+                    "not open <think> (or the student's with one that does)")]
+
+
+@register_check("padded_rows", "Output rows past the tokenizer's vocabulary are never sampled or trained",
+                "heads padded to a multiple of 64 (Qwen's 151936 rows for 151665 tokens) sampled ids the tokenizer "
+                "cannot decode")
+def padded_rows(context: DoctorContext) -> list[Finding]:
+    rows = context.student.get_output_embeddings().weight.shape[0]
+    vocabulary = len(context.tokenizer)
+    if rows <= vocabulary:
+        return []
+    return [Finding("padded_rows", "info",
+                    f"the student's head has {rows} rows for {vocabulary} tokens: the {rows - vocabulary} padded rows are "
+                    "suppressed in sampling and left out of every loss")]
+
+
+@register_check("learning_rate", "The learning rate fits the student (pretrained or freshly cut)",
+                "measured here (benchmarks/sums.py): iw_opd's 3e-4 suits the layer-dropped student, but on a pretrained "
+                "student 5e-5 already collapsed iw_opd and 1e-5 did better for on_policy")
+def learning_rate(context: DoctorContext) -> list[Finding]:
+    config = context.config
+    whole = config.resolved_student_init(context.student_given) == "all"
+    if not whole or config.method not in ON_POLICY_METHODS or config.learning_rate <= PRETRAINED_LR or config.use_peft:
+        return []
+    return [Finding("learning_rate", "warning",
+                    f"learning_rate {config.learning_rate:g} with method {config.method} on a whole pretrained student "
+                    f"(student_init all): above {PRETRAINED_LR:g}, where such students were measured to collapse on their "
+                    "own samples",
+                    f"start from learning_rate {PRETRAINED_LR:g} or lower (the recipes' larger rates are tuned for the "
+                    "layer-dropped demo student), or use LoRA (use_peft: true)")]
+
+
+@register_check("teacher_is_student", "The student is not already the teacher",
+                "a student that starts as the teacher has zero divergence: the run spends its budget learning nothing")
+def teacher_is_student(context: DoctorContext) -> list[Finding]:
+    teacher = context.teacher
+    if teacher is None or context.method.teacher == "self":
+        return []
+    same = teacher is context.student or _same_weights(teacher, context.student)
+    if not same:
+        return []
+    return [Finding("teacher_is_student", "warning",
+                    "the student starts with the teacher's weights, every layer kept (student_init all): the divergence "
+                    "is zero at the first step and the loss has nothing to teach",
+                    "give a smaller `student`, or drop layers (student_init: drop_every:3)")]
+
+
+def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
+    if pa.keys() != pb.keys():
+        return False
+    return all(x.shape == pb[name].shape and torch.equal(x.detach(), pb[name].detach()) for name, x in pa.items())
+
+
+def memory_estimate(context: DoctorContext) -> dict[str, float]:
+    """Bytes a training step needs, by part (an estimate: the formulas are in the docstring of `memory`)."""
+    config, student = context.config, context.student
+    trainable = sum(p.numel() for p in student.parameters() if p.requires_grad)
+    weights = sum(p.numel() * p.element_size() for p in student.parameters())
+    teacher = 0.0 if context.teacher is None or context.teacher is student else float(
+        sum(p.numel() * p.element_size() for p in context.teacher.parameters()))
+    model_config = getattr(student, "config", None)
+    hidden = getattr(model_config, "hidden_size", 0) or 0
+    layers = getattr(model_config, "num_hidden_layers", 0) or 0
+    vocabulary = student.get_output_embeddings().weight.shape[0]
+    tokens = config.per_device_train_batch_size * (config.max_prompt_length + config.max_new_tokens)
+    activations = 0.0 if config.gradient_checkpointing else float(tokens * hidden * layers * 16 * 4)
+    return {"student weights": float(weights), "gradients": float(trainable * 4), "optimizer state": float(trainable * 8),
+            "teacher": teacher, "activations": activations,
+            "loss chunk": float(4 * config.loss_chunk_size * vocabulary * 4)}
+
+
+@register_check("memory", "The run fits in this machine's memory",
+                "runs that do not fit are found out an hour in, at the first long batch")
+def memory(context: DoctorContext) -> list[Finding]:
+    """Student weights in their dtype, fp32 gradients and AdamW's two fp32 moments per trainable parameter, the
+    teacher's weights, activations at the configured batch and lengths (about 16 fp32 values per token, layer and
+    hidden unit; none kept with gradient checkpointing) and the chunked loss's logits (4 x chunk x vocabulary fp32)."""
+    if context.student.parameters().__next__().device.type != "cpu":
+        return []  # a GPU run: its device memory is checked by the device's own allocator, not estimated here
+    parts = memory_estimate(context)
+    need = sum(parts.values())
+    total, available = float(psutil.virtual_memory().total), float(psutil.virtual_memory().available)
+    shown = ", ".join(f"{name} {value / GIB:.2f}" for name, value in parts.items() if value)
+    measured = f"about {need / GIB:.2f} GiB ({shown}) against {available / GIB:.1f} GiB available of {total / GIB:.1f} GiB"
+    if need > total:
+        return [Finding("memory", "error", measured, "lower per_device_train_batch_size or the lengths (raise "
+                        "gradient_accumulation_steps to keep the batch), set gradient_checkpointing: true, or use LoRA")]
+    if need > 0.8 * available:
+        return [Finding("memory", "warning", measured, "the run may swap or be killed: lower per_device_train_batch_size, "
+                        "set gradient_checkpointing: true, or free memory")]
+    return [Finding("memory", "info", measured)]

@@ -1,0 +1,34 @@
+"""What the checks read: the run as `distill train` has it just before anything is written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
+    from distill.data import Example
+    from distill.methods.registry import Method
+
+
+@dataclass
+class DoctorContext:
+    """config: resolved (the method's defaults filled in); examples: the training rows; student: as it trains (layers
+    dropped); student_given: the student is a model of its own (not the teacher's weights); teacher: the teacher model
+    held here, or None (a server, a cache, the student itself); eos_ids: the run's end-of-turn ids."""
+
+    config: DistillConfig
+    method: Method
+    examples: list[Example]
+    student: nn.Module
+    tokenizer: Any
+    teacher: nn.Module | None
+    teacher_tokenizer: Any
+    student_given: bool
+    eos_ids: list[int]
+
+    @property
+    def same_tokenizer(self) -> bool:
+        return self.teacher_tokenizer is None or not self.method.cross_tokenizer

@@ -1,0 +1,78 @@
+"""Findings and the registry of checks.
+
+A check is a function of a `DoctorContext` returning findings (none when all is well). It is registered with a
+name, a one-line title (the Troubleshooting page lists them) and the failure it comes from, so a user reading a
+finding can see the report that made it a check. Severities:
+
+    error    the run would train on something wrong or fail later: `distill train` stops before writing anything
+    warning  likely wrong for this setup; printed, kept in the run's checks.json (`warnings_as_errors` stops on it)
+    info     a fact worth knowing that needs no change (pad == EOS, handled)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from distill.doctor.context import DoctorContext
+
+SEVERITIES = ("error", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a check found: its severity, what it measured (numbers, ids, names) and what to do."""
+
+    check: str
+    severity: str
+    measured: str
+    fix: str = ""
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"a finding's severity is one of {SEVERITIES}, got {self.severity!r}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    title: str
+    source: str  # the failure it comes from: an upstream issue, or a measurement here
+    run: Callable[["DoctorContext"], list[Finding]]
+
+
+_CHECKS: dict[str, Check] = {}
+
+
+def register_check(name: str, title: str, source: str):
+    """Decorator: `function(context) -> list[Finding]` becomes the check `name` (reported in registration order)."""
+    def register(function: Callable[["DoctorContext"], list[Finding]]):
+        if name in _CHECKS:
+            raise ValueError(f"a check named {name!r} is registered already")
+        _CHECKS[name] = Check(name, title, source, function)
+        return function
+
+    return register
+
+
+def registered_checks() -> list[Check]:
+    import distill.doctor.checks  # noqa: F401  (registers the built-in checks)
+
+    return list(_CHECKS.values())
+
+
+def run_checks(context: "DoctorContext") -> list[Finding]:
+    """Every registered check's findings, in order; a check that raises is reported as a warning (a bug of the check,
+    or an input it did not foresee), never a crash of the run's start."""
+    findings: list[Finding] = []
+    for check in registered_checks():
+        try:
+            findings.extend(check.run(context))
+        except Exception as error:  # noqa: BLE001  (reported, with the check's name)
+            findings.append(Finding(check.name, "warning", f"the check could not run: {type(error).__name__}: {error}",
+                                    "report it; the run itself is not affected by this check"))
+    return findings

@@ -1,0 +1,141 @@
+"""Each start-of-run check on the input that trips users up (it finds it) and on one that is fine (it stays quiet)."""
+
+from __future__ import annotations
+
+import copy
+from collections import namedtuple
+
+import datasets
+
+from distill.config import DistillConfig
+from distill.data import examples_from_dataset
+from distill.doctor.checks import memory_estimate
+from distill.doctor.context import DoctorContext
+from distill.doctor.findings import Finding, registered_checks, run_checks
+from distill.methods import get_method
+from tests.conftest import chat_rows, tiny_lm
+from tests.conversations.templates import QWEN3_STYLE
+from tests.conversations.test_render import CONVERSATION
+
+
+def context(tokenizer, *, rows=None, teacher="same-shape", teacher_tokenizer=None, student=None, student_given=False,
+            eos_ids=None, **fields) -> DoctorContext:
+    config = DistillConfig(**{"method": "gkd", **fields}).validate()
+    examples = examples_from_dataset(datasets.Dataset.from_list(rows if rows is not None else chat_rows(4)), "dataset")
+    student = student if student is not None else tiny_lm(len(tokenizer), seed=2, eos_token_id=tokenizer.eos_token_id)
+    if teacher == "same-shape":
+        teacher = tiny_lm(len(tokenizer), layers=3, seed=1, eos_token_id=tokenizer.eos_token_id)
+    return DoctorContext(config, get_method(config.method), examples, student, tokenizer, teacher, teacher_tokenizer,
+                         student_given, eos_ids if eos_ids is not None else [tokenizer.eos_token_id])
+
+
+def findings_of(name: str, ctx: DoctorContext) -> list[Finding]:
+    return [f for f in run_checks(ctx) if f.check == name]
+
+
+def test_every_check_is_registered_once_with_its_source():
+    checks = registered_checks()
+    assert len({c.name for c in checks}) == len(checks) >= 9
+    assert all(c.title and c.source for c in checks)
+
+
+def test_a_teacher_ending_turns_with_a_token_the_student_does_not_stop_at(tokenizer):
+    base = copy.deepcopy(tokenizer)  # a "base" teacher tokenizer: no chat template, another EOS
+    base.chat_template = None
+    base.eos_token = "<|im_start|>"
+    teacher = tiny_lm(len(tokenizer), seed=1, eos_token_id=base.eos_token_id)
+    [found] = findings_of("end_of_turn", context(tokenizer, teacher=teacher, teacher_tokenizer=base))
+    assert found.severity == "warning" and "'<|im_start|>' (0)" in found.measured and "'<|im_end|>' (1)" in found.measured
+    assert findings_of("end_of_turn", context(tokenizer)) == []
+
+
+def test_pad_equal_to_eos_is_noted_as_handled(tokenizer):
+    [found] = findings_of("pad_is_eos", context(tokenizer))
+    assert found.severity == "info" and "'<|im_end|>' (1)" in found.measured
+    other = copy.deepcopy(tokenizer)
+    other.pad_token = "<|im_start|>"
+    assert findings_of("pad_is_eos", context(other)) == []
+
+
+def test_plain_text_prompts_to_a_chat_model(tokenizer):
+    rows = [{"prompt": "What is the capital of France?", "completion": "Paris."}] * 3
+    [found] = findings_of("plain_text_prompts", context(tokenizer, rows=rows))
+    assert found.severity == "warning" and "3 of 3 dataset rows" in found.measured and "row 0" in found.measured
+    assert findings_of("plain_text_prompts", context(tokenizer)) == []
+
+
+def test_a_template_that_drops_earlier_think_blocks(tokenizer):
+    qwen3 = copy.deepcopy(tokenizer)
+    qwen3.chat_template = QWEN3_STYLE
+    [found] = findings_of("template_prefixes", context(qwen3))
+    assert found.severity == "warning" and "<think>" in found.measured
+    [on_conversations] = findings_of("template_prefixes", context(qwen3, rows=[{"messages": CONVERSATION}] * 2))
+    assert on_conversations.severity == "error"  # this run trains on multi-turn rows
+    assert findings_of("template_prefixes", context(tokenizer)) == []
+
+
+def test_a_teacher_template_that_opens_think_where_the_students_does_not(tokenizer):
+    thinking = copy.deepcopy(tokenizer)
+    thinking.chat_template = thinking.chat_template.replace("<|im_start|>assistant\n{% endif %}",
+                                                            "<|im_start|>assistant\n<think>\n{% endif %}")
+    [found] = findings_of("thinking_boundary", context(tokenizer, teacher_tokenizer=thinking))
+    assert found.severity == "warning" and "teacher's chat template opens the assistant turn with <think>" in found.measured
+    assert findings_of("thinking_boundary", context(tokenizer, teacher_tokenizer=copy.deepcopy(tokenizer))) == []
+
+
+def test_padded_head_rows_are_noted(tokenizer):
+    padded = tiny_lm(len(tokenizer), seed=2, eos_token_id=tokenizer.eos_token_id, pad_rows=64)
+    [found] = findings_of("padded_rows", context(tokenizer, student=padded))
+    assert found.severity == "info" and f"{len(tokenizer) + 64} rows for {len(tokenizer)} tokens" in found.measured
+    assert findings_of("padded_rows", context(tokenizer)) == []
+
+
+def test_a_large_learning_rate_on_a_whole_pretrained_student(tokenizer):
+    [found] = findings_of("learning_rate", context(tokenizer, student_given=True, method="on_policy", learning_rate=1e-4))
+    assert found.severity == "warning" and "learning_rate 0.0001 with method on_policy" in found.measured
+    quiet = [context(tokenizer, student_given=True, method="on_policy", learning_rate=1e-5),  # small enough
+             context(tokenizer, student_given=True, method="on_policy", learning_rate=1e-4, student_init="drop_every:3"),
+             context(tokenizer, student_given=True, method="sft", learning_rate=1e-4, teacher=None)]
+    assert all(findings_of("learning_rate", ctx) == [] for ctx in quiet)
+
+
+def test_a_student_that_is_the_teacher(tokenizer):
+    student = tiny_lm(len(tokenizer), seed=2, eos_token_id=tokenizer.eos_token_id)
+    [found] = findings_of("teacher_is_student", context(tokenizer, student=student, teacher=copy.deepcopy(student)))
+    assert found.severity == "warning" and "zero" in found.measured
+    assert findings_of("teacher_is_student", context(tokenizer)) == []
+
+
+def test_a_run_that_does_not_fit_in_memory(tokenizer, monkeypatch):
+    import distill.doctor.checks
+
+    Memory = namedtuple("Memory", "total available")
+    ctx = context(tokenizer)
+    need = sum(memory_estimate(ctx).values())
+    monkeypatch.setattr(distill.doctor.checks.psutil, "virtual_memory", lambda: Memory(need / 2, need / 4))
+    [found] = findings_of("memory", ctx)
+    assert found.severity == "error" and "optimizer state" in found.measured and "gradient_checkpointing" in found.fix
+    monkeypatch.setattr(distill.doctor.checks.psutil, "virtual_memory", lambda: Memory(need * 1.1, need))
+    assert findings_of("memory", ctx)[0].severity == "warning"
+    monkeypatch.setattr(distill.doctor.checks.psutil, "virtual_memory", lambda: Memory(need * 100, need * 50))
+    assert findings_of("memory", ctx)[0].severity == "info"
+
+
+def test_the_memory_estimate_follows_its_formula(tokenizer):
+    ctx = context(tokenizer, per_device_train_batch_size=2, max_prompt_length=64, max_new_tokens=32, loss_chunk_size=16)
+    parts = memory_estimate(ctx)
+    params = sum(p.numel() for p in ctx.student.parameters())
+    assert parts["student weights"] == params * 4 and parts["gradients"] == params * 4
+    assert parts["optimizer state"] == params * 8
+    assert parts["teacher"] == sum(p.numel() for p in ctx.teacher.parameters()) * 4
+    assert parts["activations"] == 2 * 96 * 32 * 2 * 16 * 4  # tokens x hidden x layers x 16 fp32
+    assert parts["loss chunk"] == 4 * 16 * len(tokenizer) * 4
+
+
+def test_a_check_that_raises_is_a_warning_not_a_crash(tokenizer, monkeypatch):
+    import distill.doctor.findings
+
+    broken = distill.doctor.findings.Check("broken", "t", "s", lambda ctx: 1 / 0)
+    monkeypatch.setitem(distill.doctor.findings._CHECKS, "broken", broken)
+    [found] = findings_of("broken", context(tokenizer))
+    assert found.severity == "warning" and "ZeroDivisionError" in found.measured
