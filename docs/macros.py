@@ -20,7 +20,8 @@
   `{{ bench sdft.json results/sft/heldout/accuracy | .3f }}` (a path may be quoted: `"results/sdft, EMA/steps"`);
 - `{{ method NAME }}` becomes the method's generated reference: what it reads and when, its defaults, metrics
   and recipes (the same text as the Methods reference page, from the registry; for pages under `guides/`);
-- `{{ errors }}` becomes the table of every exception class distill defines, with its docstring.
+- `{{ errors }}` becomes the table of every exception class distill defines, with its docstring; `{{ checks }}` the
+  table of the start-of-run checks (`distill doctor`).
 
 The README's headline numbers are the same macros, in `readme_with_headlines` (GitHub shows the README as it
 is, so the rendered text is written into it by `python docs/macros.py --readme` and a test checks it is current).
@@ -45,7 +46,7 @@ HEADLINES_BEGIN = ("<!-- headline numbers: docs/readme_headlines.tmpl, rendered 
                    "`python docs/macros.py --readme`; tests/test_docs.py checks that they are current -->")
 HEADLINES_END = "<!-- end of the headline numbers -->"
 TABLE_BLOCK = re.compile(r"^```benchmark-table\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
-INLINE = re.compile(r"\{\{ (bench|method|errors)(?: (.+?))? \}\}")
+INLINE = re.compile(r"\{\{ (bench|method|errors|checks)(?: (.+?))? \}\}")
 
 
 class MacroError(ValueError):
@@ -152,7 +153,7 @@ def render_table(spec: dict, where: str) -> str:
 
 def render(markdown: str, page: str = "a page") -> str:
     """The page with its macros expanded; MacroError names the page and the macro that failed."""
-    from reference_pages import error_reference, method_section
+    from reference_pages import check_reference, error_reference, method_section
 
     def table(match):
         try:
@@ -165,6 +166,8 @@ def render(markdown: str, page: str = "a page") -> str:
         kind, argument = match.groups()
         if kind == "errors":
             return error_reference()
+        if kind == "checks":
+            return check_reference()
         if kind == "method":
             return method_section(argument.strip(), heading_level=None, config_page="../reference/config.md")
         target, _, spec = argument.partition(" | ")

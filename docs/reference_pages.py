@@ -187,6 +187,16 @@ def error_reference() -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_reference() -> str:
+    """A table of the start-of-run checks (`distill.doctor`): name, what it checks, the failure it comes from."""
+    from distill.doctor.findings import registered_checks
+
+    lines = ["| check | what it checks | from |", "| --- | --- | --- |"]
+    for check in registered_checks():
+        lines.append(f"| `{check.name}` | {check.title} | {check.source} |")
+    return "\n".join(lines) + "\n"
+
+
 def front_page() -> str:
     """The site's home page: the README, its links into docs/ made relative to the site."""
     return (ROOT / "README.md").read_text().replace("](docs/", "](")

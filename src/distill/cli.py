@@ -83,7 +83,7 @@ def cmd_train(argv: list[str]) -> int:
     return 0
 
 
-def _distiller(argv: list[str], show_findings: bool = True):
+def _distiller(argv: list[str], doctor: bool = False):
     """The Distiller `distill train ARGV` builds (a recipe, --resume RUN_DIR, --break-lock, field flags)."""
     recipe = None
     if argv and not argv[0].startswith("--"):
@@ -105,7 +105,7 @@ def _distiller(argv: list[str], show_findings: bool = True):
         if recipe is not None:
             raise ValueError("--resume continues a run with its own config; drop the recipe (flags may still override fields)")
         config = resume_config(Path(resume), overrides)
-        return Distiller(config, resume=True, break_lock=break_lock, show_findings=show_findings)
+        return Distiller(config, resume=True, break_lock=break_lock, doctor=doctor)
     if recipe:
         from distill.recipes import recipe_path
 
@@ -114,7 +114,7 @@ def _distiller(argv: list[str], show_findings: bool = True):
         check_inputs_outside(Path(config.output_dir), {"recipe": str(path)})
     else:
         config = DistillConfig.from_dict(overrides, "command line")
-    return Distiller(config, break_lock=break_lock, show_findings=show_findings)
+    return Distiller(config, break_lock=break_lock, doctor=doctor)
 
 
 def cmd_doctor(argv: list[str]) -> int:
@@ -129,7 +129,7 @@ def cmd_doctor(argv: list[str]) -> int:
     from distill.doctor.report import ChecksFailed, text_report
 
     try:
-        distiller = _distiller(argv, show_findings=False)
+        distiller = _distiller(argv, doctor=True)
     except ChecksFailed as failed:
         print(text_report(failed.findings))
         return 1

@@ -139,3 +139,42 @@ def test_a_check_that_raises_is_a_warning_not_a_crash(tokenizer, monkeypatch):
     monkeypatch.setitem(distill.doctor.findings._CHECKS, "broken", broken)
     [found] = findings_of("broken", context(tokenizer))
     assert found.severity == "warning" and "ZeroDivisionError" in found.measured
+
+
+def test_prompts_longer_than_max_prompt_length(tokenizer):
+    from distill.data import PromptEncoder
+
+    rows = chat_rows(4)
+    ctx = context(tokenizer, rows=rows, max_prompt_length=8)
+    ctx.encoded = [PromptEncoder(tokenizer, 8, 16, [tokenizer.eos_token_id]).encode(e) for e in ctx.examples]
+    [found] = findings_of("prompt_truncation", ctx)
+    assert found.severity == "warning" and "4 of 4 prompts are longer than max_prompt_length (8 tokens" in found.measured
+    roomy = context(tokenizer, rows=rows)
+    roomy.encoded = [PromptEncoder(tokenizer, 512, 16, [tokenizer.eos_token_id]).encode(e) for e in roomy.examples]
+    assert findings_of("prompt_truncation", roomy) == []
+
+
+def test_completions_that_spell_the_end_of_turn(tokenizer):
+    rows = [{**row, "completion": "An answer.<|im_end|> and more text"} for row in chat_rows(2)] + chat_rows(2)
+    [found] = findings_of("eos_in_completions", context(tokenizer, rows=rows))
+    assert found.severity == "warning" and "2 dataset completions (first: row 0)" in found.measured
+    assert findings_of("eos_in_completions", context(tokenizer)) == []
+
+
+def test_the_tool_call_format_is_noted_when_tools_are_used(tokenizer):
+    [found] = findings_of("tool_format", context(tokenizer, tools=["tests.conversations.test_loop:add"], method="on_policy"))
+    assert found.severity == "info" and "Hermes format" in found.measured
+    qwen3 = copy.deepcopy(tokenizer)
+    qwen3.chat_template = QWEN3_STYLE
+    [own] = findings_of("tool_format", context(qwen3, tools=["tests.conversations.test_loop:add"], method="on_policy"))
+    assert "renders `tool_calls`" in own.measured
+    assert findings_of("tool_format", context(tokenizer)) == []
+
+
+def test_doctor_measures_one_training_pass(tokenizer):
+    ctx = context(tokenizer, max_steps=10, gradient_accumulation_steps=2)
+    assert findings_of("step_time", ctx) == []  # not at the start of a run: it takes a while on a real model
+    ctx.doctor = True
+    [found] = findings_of("step_time", ctx)
+    assert found.severity == "info" and "per optimizer step (2 micro-batches)" in found.measured and "10 steps" in found.measured
+    assert all(p.grad is None for p in ctx.student.parameters())  # the measurement leaves no gradient behind

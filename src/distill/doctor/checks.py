@@ -214,3 +214,82 @@ def memory(context: DoctorContext) -> list[Finding]:
         return [Finding("memory", "warning", measured, "the run may swap or be killed: lower per_device_train_batch_size, "
                         "set gradient_checkpointing: true, or free memory")]
     return [Finding("memory", "info", measured)]
+
+
+@register_check("prompt_truncation", "Prompts fit max_prompt_length",
+                "prompts cut silently lose their system prompt or the tools' schemas (they keep their end)")
+def prompt_truncation(context: DoctorContext) -> list[Finding]:
+    if context.encoded is None:
+        return []
+    cut = [e.index for e, row in zip(context.examples, context.encoded) if row.prompt_truncated]
+    if not cut:
+        return []
+    return [Finding("prompt_truncation", "warning",
+                    f"{len(cut)} of {len(context.examples)} prompts are longer than max_prompt_length "
+                    f"({context.config.max_prompt_length} tokens; first: row {cut[0]}): they keep their last "
+                    f"{context.config.max_prompt_length} tokens, so their start (a system prompt, the tools) is lost",
+                    "raise max_prompt_length (within the models' context, with max_new_tokens), or shorten the prompts")]
+
+
+@register_check("eos_in_completions", "Dataset completions do not spell the end of turn inside their text",
+                "a completion holding the EOS string is cut there: the rest is never trained")
+def eos_in_completions(context: DoctorContext) -> list[Finding]:
+    names = {context.tokenizer.convert_ids_to_tokens(t) for t in context.eos_ids}
+    holding = [e.index for e in context.examples if e.completion and any(name and name in e.completion for name in names)]
+    if not holding:
+        return []
+    return [Finding("eos_in_completions", "warning",
+                    f"{len(holding)} dataset completions (first: row {holding[0]}) contain an end-of-turn token's text "
+                    f"({sorted(n for n in names if n)}): each is cut at it, and what follows is not trained",
+                    "remove the token from the completions' text (distill appends the end of turn itself)")]
+
+
+@register_check("tool_format", "Tool calls in a format the template renders",
+                "templates without tool support drop `tool_calls` silently in other trainers (the reference library "
+                "probes with sentinels)")
+def tool_format(context: DoctorContext) -> list[Finding]:
+    from distill.conversations.render import renders_tool_calls
+
+    uses_tools = bool(context.config.tools) or context.config.environment is not None or any(
+        e.tools is not None for e in context.examples)
+    if not uses_tools or getattr(context.tokenizer, "chat_template", None) is None:
+        return []
+    if renders_tool_calls(context.tokenizer):
+        return [Finding("tool_format", "info", "the chat template renders `tool_calls` and `tools` itself: calls are "
+                        "parsed as <tool_call> JSON blocks, which the model must write for a call to run")]
+    return [Finding("tool_format", "info",
+                    "the chat template has no tool support: distill writes the tools into the system message and the "
+                    "calls in the Hermes format (<tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>) into the "
+                    "assistant's text, and parses the same format in sampled turns")]
+
+
+@register_check("step_time", "How long the run's training passes take (measured once, `distill doctor` only)",
+                "runs that cannot finish in their budget are found out hours in")
+def step_time(context: DoctorContext) -> list[Finding]:
+    """One forward and backward pass of the student at the configured micro-batch and lengths, timed (after one
+    warm-up): the optimizer step's training passes alone, without generation or the teacher."""
+    import time
+
+    if not context.doctor:
+        return []
+    config, student = context.config, context.student
+    device = next(student.parameters()).device
+    length = config.max_prompt_length + config.max_new_tokens
+    ids = torch.randint(0, len(context.tokenizer), (config.per_device_train_batch_size, length), device=device)
+    was_training = student.training
+    student.train()
+    try:
+        seconds = []
+        for _ in range(2):
+            start = time.perf_counter()
+            student(input_ids=ids).logits.float().mean().backward()
+            seconds.append(time.perf_counter() - start)
+        student.zero_grad(set_to_none=True)
+    finally:
+        student.train(was_training)
+    per_step = seconds[-1] * config.gradient_accumulation_steps
+    return [Finding("step_time", "info",
+                    f"one forward and backward pass of the student at batch {config.per_device_train_batch_size} x "
+                    f"{length} tokens took {seconds[-1]:.2f} s: {per_step:.1f} s per optimizer step "
+                    f"({config.gradient_accumulation_steps} micro-batches), about {per_step * config.max_steps / 60:.1f} "
+                    f"minutes for {config.max_steps} steps before generation and the teacher, which come on top")]

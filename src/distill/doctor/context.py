@@ -9,7 +9,7 @@ from torch import nn
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
-    from distill.data import Example
+    from distill.data import EncodedExample, Example
     from distill.methods.registry import Method
 
 
@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 class DoctorContext:
     """config: resolved (the method's defaults filled in); examples: the training rows; student: as it trains (layers
     dropped); student_given: the student is a model of its own (not the teacher's weights); teacher: the teacher model
-    held here, or None (a server, a cache, the student itself); eos_ids: the run's end-of-turn ids."""
+    held here, or None (a server, a cache, the student itself); eos_ids: the run's end-of-turn ids; encoded: the rows in
+    the student's ids; doctor: `distill doctor` (it also runs the checks that take a while)."""
 
     config: DistillConfig
     method: Method
@@ -28,6 +29,8 @@ class DoctorContext:
     teacher_tokenizer: Any
     student_given: bool
     eos_ids: list[int]
+    encoded: list[EncodedExample] | None = None  # the training rows in the student's ids, when encoded
+    doctor: bool = False  # `distill doctor`, which also runs the checks that take a while (a measured step)
 
     @property
     def same_tokenizer(self) -> bool:

@@ -88,8 +88,8 @@ class Distiller:
 
     def __init__(self, config: DistillConfig, *, student: nn.Module | str | None = None, teacher: nn.Module | str | None = None,
                  tokenizer: Any = None, teacher_tokenizer: Any = None, train_dataset: Any = None, eval_dataset: Any = None,
-                 resume: bool = False, break_lock: bool = False, show_findings: bool = True):
-        """`show_findings`: print the start-of-run checks' warnings (`distill doctor` prints them itself)."""
+                 resume: bool = False, break_lock: bool = False, doctor: bool = False):
+        """`doctor`: built by `distill doctor`, which runs the slower checks too and prints the findings itself."""
         self.config = config = config.validate()  # resolved: the method's defaults filled in
         self.method = get_method(config.method)
         self.plan = self.method.sources(config)
@@ -126,8 +126,9 @@ class Distiller:
         self.vocab_size, self.eos_ids, self.pad_id = prepared.against.vocab_size, prepared.against.eos_ids, prepared.against.pad_id
         # What users trip over (`distill.doctor`): errors (and warnings with strict_checks) stop here, before any file.
         self.findings = run_checks(DoctorContext(config, self.method, self.train_examples, self.student_model, self.tokenizer,
-                                                 models.teacher, models.teacher_tokenizer, student is not None, self.eos_ids))
-        act_on(self.findings, config.strict_checks, show=show_findings and self.runtime.is_main_process)
+                                                 models.teacher, models.teacher_tokenizer, student is not None, self.eos_ids,
+                                                 self.encoded, doctor))
+        act_on(self.findings, config.strict_checks, show=not doctor and self.runtime.is_main_process)
         self.teachers = prepared.teachers  # kept whole: train and eval
         self.with_student = StudentAccess(self.student_model, config.fsdp, self.accelerator.unwrap_model)
         # The method's work on each rollout before any loss (sdpo's rewards), if it has one.
