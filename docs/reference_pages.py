@@ -211,18 +211,21 @@ PAGES = {"index.md": front_page, "reference/config.md": config_reference, "refer
 TRL_CONFIGS = {
     "GKDConfig": ("trl.experimental.gkd", "gkd", [
         ("teacher_model_name_or_path", "teacher", "or `teacher_url` / `teacher_cache` for a teacher outside the process"),
-        ("lmbda", "lmbda", "the same; distill adds `lmbda_schedule` (constant, linear, step)"),
+        ("lmbda", "lmbda", "the same meaning; distill's default schedule differs (`lmbda_schedule`: constant, linear, "
+                           "step; gkd's default is `step`: teacher samples first, then the mix)"),
         ("beta", "beta", "the same for student samples; `off_policy_beta` may differ for dataset and teacher completions"),
         ("seq_kd", "seq_kd", "the same; `seq_kd_generation_steps` samples several steps' teacher completions at once"),
         ("max_new_tokens", "max_new_tokens", ""),
-        ("temperature", "temperature, sampling_temperature", "TRL uses one temperature for sampling and the loss; distill two fields"),
+        ("temperature", "sampling_temperature", "TRL 1.16.0's GKDTrainer samples with it and never passes it to the loss "
+                                                "(its loss temperature is 1); distill's loss temperature is `temperature`"),
         ("disable_dropout", None, "the teacher always runs in eval mode; the student trains as its config says"),
     ]),
     "DistillationConfig": ("trl", "on_policy", [
         ("teacher_model_name_or_path", "teacher", ""),
         ("beta", "beta", ""),
         ("max_completion_length", "max_new_tokens", ""),
-        ("temperature", "sampling_temperature, temperature", "one value in TRL, two fields here"),
+        ("temperature", "sampling_temperature, temperature", "one value in TRL, for sampling and the divergence; two "
+                                                              "fields here"),
         ("top_p", "top_p", ""),
         ("top_k", "top_k", ""),
         ("use_vllm", "generation_engine", "`vllm` (colocated) or `vllm_server`"),
@@ -288,7 +291,33 @@ TRL_CONFIGS = {
 }
 
 
+def _trl_defaults(module: str, name: str) -> dict[str, object] | None:
+    """The TRL config class's field defaults, or None when TRL is not installed (the `trl` extra)."""
+    import dataclasses
+    import importlib
+    import os
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # its experimental configs are what is migrated from
+    try:
+        config = getattr(importlib.import_module(module), name)
+    except ImportError:
+        return None
+    defaults: dict[str, object] = {}
+    for field in dataclasses.fields(config):
+        if field.default is not dataclasses.MISSING:
+            defaults[field.name] = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            defaults[field.name] = field.default_factory()
+    return defaults
+
+
+def _shown(value: object) -> str:
+    return "—" if value is None else f"`{value!r}`" if isinstance(value, str) else f"`{value}`"
+
+
 def trl_reference() -> str:
+    from distill.config import DistillConfig
+
     lines = ["# Migrating from TRL", "",
              "TRL's trainer configs and the distill fields that do the same (TRL 1.16.0; the table is checked against "
              "both libraries by `tests/test_docs.py`). Fields shared with `TrainingArguments` (`learning_rate`, "
@@ -302,13 +331,23 @@ def trl_reference() -> str:
              "- **Metrics** are token-weighted over the step and the processes.",
              "- **Temperatures**: the loss temperature (`temperature`) and the sampling temperatures are separate fields.",
              "- **Bad input fails before a model loads**, naming the field; a field the run would not read is an error.",
+             "- **Defaults differ**: each table gives both libraries' defaults (TRL's read from TRL when the `trl` extra "
+             "is installed; distill's with the method's own defaults filled in). The learning rate, the lengths and "
+             "gkd's `lmbda` schedule are tuned for the bundled 135M demo: set them for your models.",
              ""]
+    common = [("learning_rate", "learning_rate"), ("per_device_train_batch_size", "per_device_train_batch_size"),
+              ("gradient_accumulation_steps", "gradient_accumulation_steps"), ("max_steps", "max_steps")]
     for name, (module, method, rows) in TRL_CONFIGS.items():
+        trl_defaults = _trl_defaults(module, name)
+        ours_resolved = DistillConfig(method=method).validate()
         lines += [f"## `{name}` -> `method: {method}`", "", f"(`{module}.{name}`)", "",
-                  "| TRL | distill | note |", "| --- | --- | --- |"]
-        for trl_name, ours, note in rows:
-            mapped = ", ".join(f"[`{n.strip()}`](config.md#{n.strip()})" for n in ours.split(",")) if ours else "—"
-            lines.append(f"| `{trl_name}` | {mapped} | {note} |")
+                  "| TRL | TRL default | distill | distill default | note |", "| --- | --- | --- | --- | --- |"]
+        for trl_name, ours, note in [*rows, *((t, o, "") for t, o in common if t not in {r[0] for r in rows})]:
+            names = [n.strip() for n in ours.split(",")] if ours else []
+            mapped = ", ".join(f"[`{n}`](config.md#{n})" for n in names) if names else "—"
+            theirs = "—" if trl_defaults is None or trl_name not in trl_defaults else _shown(trl_defaults[trl_name])
+            own = ", ".join(_shown(getattr(ours_resolved, n)) for n in names if hasattr(ours_resolved, n)) or "—"
+            lines.append(f"| `{trl_name}` | {theirs} | {mapped} | {own} | {note} |")
         lines.append("")
     return "\n".join(lines)
 
