@@ -89,7 +89,12 @@ class Distiller:
     def __init__(self, config: DistillConfig, *, student: nn.Module | str | None = None, teacher: nn.Module | str | None = None,
                  tokenizer: Any = None, teacher_tokenizer: Any = None, train_dataset: Any = None, eval_dataset: Any = None,
                  resume: bool = False, break_lock: bool = False, doctor: bool = False):
-        """`doctor`: built by `distill doctor`, which runs the slower checks too and prints the findings itself."""
+        """config: the run (`DistillConfig`; validated here, the method's defaults filled in). student, teacher: a
+        model object or a spec (a directory, a .gguf file, a hub id, a bundled name) in place of the config's
+        fields; tokenizer, teacher_tokenizer: theirs, needed with model objects. train_dataset, eval_dataset: a
+        `datasets.Dataset` (or a spec) in place of `dataset` / `eval_dataset`. resume: continue from the run
+        directory's last checkpoint. break_lock: take over a lock another host left. doctor: built by `distill doctor`,
+        which runs the slower checks too and prints the findings itself."""
         self.config = config = config.validate()  # resolved: the method's defaults filled in
         self.method = get_method(config.method)
         self.plan = self.method.sources(config)
