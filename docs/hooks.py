@@ -1,7 +1,8 @@
 """MkDocs hooks (mkdocs.yml: `hooks`): the generated reference pages (`reference_pages.PAGES`) join the site
 when it is built, so they always describe the code being documented, and every written page's macros
 (`macros.py`: benchmark tables and values from `benchmarks/results/*.json`, the methods' generated sections)
-are expanded."""
+are expanded. Formulas (pymdownx.arithmatex's `\\( \\)` and `\\[ \\]`) become MathML when the site is built
+(latex2mathml), which browsers render natively: the site shows its formulas offline, with no script."""
 
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ from pathlib import Path
 from mkdocs.structure.files import File
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+import html  # noqa: E402
+import re  # noqa: E402
+
+from latex2mathml.converter import convert  # noqa: E402
 
 from macros import render  # noqa: E402
 from reference_pages import PAGES  # noqa: E402
@@ -28,3 +34,26 @@ def on_files(files, config):
 
 def on_page_markdown(markdown, page, config, files):
     return render(markdown, page.file.src_uri)
+
+
+FORMULA = re.compile(r'<(span|div) class="arithmatex">(.*?)</\1>', re.S)
+
+
+def mathml(content: str, where: str) -> str:
+    """`content` with every arithmatex formula as MathML (a display formula as a block); a formula latex2mathml
+    cannot read is an error naming the page."""
+    def one(match: re.Match) -> str:
+        tag, body = match.groups()
+        tex = html.unescape(body).strip()
+        if tex[:2] in ("\\(", "\\["):
+            tex = tex[2:-2]
+        try:
+            return convert(tex, display="block" if tag == "div" else "inline")
+        except Exception as error:  # noqa: BLE001  (any failure of the converter stops the build, named)
+            raise ValueError(f"{where}: the formula {tex[:60]!r} cannot be rendered as MathML: {error}") from None
+
+    return FORMULA.sub(one, content)
+
+
+def on_page_content(content, page, config, files):
+    return mathml(content, page.file.src_uri)

@@ -167,3 +167,18 @@ def test_the_troubleshooting_page_lists_every_error_class():
     assert "{{ errors }}" in (ROOT / "docs" / "troubleshooting.md").read_text()
     table = reference.error_reference()
     assert all(f"`{name}`" in table for name in names)
+
+
+def test_the_sites_formulas_are_mathml_built_offline():
+    """Every formula of the guides becomes MathML when the site is built (no script, no network): the converter reads
+    each one, and a page's formulas come out as <math> elements."""
+    sys.path.insert(0, str(ROOT / "docs"))
+    from hooks import mathml
+
+    page = '<p>a <span class="arithmatex">\\(\\beta \\in [0, 1]\\)</span> and</p><div class="arithmatex">\\[\\sum_t x_t\\]</div>'
+    out = mathml(page, "probe")
+    assert out.count("<math") == 2 and 'display="block"' in out and "arithmatex" not in out
+    formulas = [m for path in (ROOT / "docs" / "guides").glob("*.md") for m in re.findall(r"\\\((.+?)\\\)", path.read_text())]
+    assert len(formulas) > 20
+    for tex in formulas:
+        assert "<math" in mathml(f'<span class="arithmatex">\\({tex}\\)</span>', "guides")
