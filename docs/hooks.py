@@ -6,6 +6,8 @@ are expanded. Formulas (pymdownx.arithmatex's `\\( \\)` and `\\[ \\]`) become Ma
 
 from __future__ import annotations
 
+import html
+import re
 import sys
 from pathlib import Path
 
@@ -13,11 +15,7 @@ from mkdocs.structure.files import File
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import html  # noqa: E402
-import re  # noqa: E402
-
 from latex2mathml.converter import convert  # noqa: E402
-
 from macros import render  # noqa: E402
 from reference_pages import PAGES  # noqa: E402
 
