@@ -1,4 +1,4 @@
-"""The examples of the Quickstart and the method pages run, so that they cannot rot.
+"""The examples of the Quickstart, the tutorial and the method pages run, so that they cannot rot.
 
 Every fenced block of those pages declares its language. Each `bash` line that calls `distill` runs through
 `distill.cli.main` and each `python` block is executed, in a temporary directory holding the files the examples
@@ -24,7 +24,7 @@ from distill.config import DEFAULT_TEACHER, DistillConfig
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-PAGES = ["quickstart.md", *sorted(str(p.relative_to(DOCS)) for p in (DOCS / "guides").glob("*.md"))]
+PAGES = ["quickstart.md", "tutorial.md", *sorted(str(p.relative_to(DOCS)) for p in (DOCS / "guides").glob("*.md"))]
 FENCE = re.compile(r"^```(\S*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
 LANGUAGES = {"bash", "python", "yaml", "text", "benchmark-table"}
 

@@ -182,3 +182,37 @@ def test_the_sites_formulas_are_mathml_built_offline():
     assert len(formulas) > 20
     for tex in formulas:
         assert "<math" in mathml(f'<span class="arithmatex">\\({tex}\\)</span>', "guides")
+
+
+def test_every_sample_row_of_the_dataset_formats_page_loads():
+    """Each jsonl block of docs/datasets.md is a dataset distill reads: every row becomes an example."""
+    import datasets
+
+    from distill.data import examples_from_dataset
+
+    page = (ROOT / "docs" / "datasets.md").read_text()
+    samples = re.findall(r"^```jsonl\n(.*?)^```\n", page, re.MULTILINE | re.DOTALL)
+    assert len(samples) >= 9
+    for block in samples:
+        rows = [json.loads(line) for line in block.splitlines()]
+        examples = examples_from_dataset(datasets.Dataset.from_list(rows), "dataset")
+        assert len(examples) == len(rows)
+
+
+def test_the_tutorials_table_of_defaults_is_the_configs():
+    """docs/tutorial.md's "what the defaults assume" table gives each field's default as the bundled run has it."""
+    resolved = DistillConfig().validate()
+    table = (ROOT / "docs" / "tutorial.md").read_text().split("## What the defaults assume")[1]
+    checked = 0
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or not cells[0].startswith("`") or not cells[1].startswith("`"):
+            continue
+        names = re.findall(r"`(\w+)`", cells[0])
+        values = re.findall(r"`([^`]+)`", cells[1])
+        if len(names) != len(values):
+            continue
+        for name, value in zip(names, values):
+            assert float(value) == float(getattr(resolved, name)), (name, value, getattr(resolved, name))
+            checked += 1
+    assert checked >= 7
