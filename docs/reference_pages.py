@@ -189,7 +189,7 @@ def error_reference() -> str:
 
 def check_reference() -> str:
     """A table of the start-of-run checks (`distill.doctor`): name, what it checks, the failure it comes from."""
-    from distill.doctor.findings import registered_checks
+    from distill.doctor.run import registered_checks
 
     lines = ["| check | what it checks | from |", "| --- | --- | --- |"]
     for check in registered_checks():

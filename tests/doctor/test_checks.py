@@ -11,7 +11,8 @@ from distill.config import DistillConfig
 from distill.data import examples_from_dataset
 from distill.doctor.checks import memory_estimate
 from distill.doctor.context import DoctorContext
-from distill.doctor.findings import Finding, registered_checks, run_checks
+from distill.doctor.findings import Finding
+from distill.doctor.run import registered_checks, run_checks
 from distill.methods import get_method
 from tests.conftest import chat_rows, tiny_lm
 from tests.conversations.templates import QWEN3_STYLE
@@ -136,7 +137,7 @@ def test_a_check_that_raises_is_a_warning_not_a_crash(tokenizer, monkeypatch):
     import distill.doctor.findings
 
     broken = distill.doctor.findings.Check("broken", "t", "s", lambda ctx: 1 / 0)
-    monkeypatch.setitem(distill.doctor.findings._CHECKS, "broken", broken)
+    monkeypatch.setitem(distill.doctor.findings.REGISTERED, "broken", broken)
     [found] = findings_of("broken", context(tokenizer))
     assert found.severity == "warning" and "ZeroDivisionError" in found.measured
 

@@ -4,6 +4,7 @@
   each with the failure it comes from (an upstream issue or a measurement here).
 - `context.py`: what a check reads: the resolved config, the method, the rows, both tokenizers and models.
 - `checks.py`: the checks, in the order they are reported.
+- `run.py`: every registered check run on a context; a check that raises is a warning, never a crash.
 - `report.py`: findings as text, the run's `checks.json`, and the decision to stop (errors, or warnings with
   `warnings_as_errors`).
 """

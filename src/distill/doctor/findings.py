@@ -45,34 +45,15 @@ class Check:
     run: Callable[["DoctorContext"], list[Finding]]
 
 
-_CHECKS: dict[str, Check] = {}
+REGISTERED: dict[str, Check] = {}  # by name, in registration order (`distill.doctor.run` reads it)
 
 
 def register_check(name: str, title: str, source: str):
     """Decorator: `function(context) -> list[Finding]` becomes the check `name` (reported in registration order)."""
     def register(function: Callable[["DoctorContext"], list[Finding]]):
-        if name in _CHECKS:
+        if name in REGISTERED:
             raise ValueError(f"a check named {name!r} is registered already")
-        _CHECKS[name] = Check(name, title, source, function)
+        REGISTERED[name] = Check(name, title, source, function)
         return function
 
     return register
-
-
-def registered_checks() -> list[Check]:
-    import distill.doctor.checks  # noqa: F401  (registers the built-in checks)
-
-    return list(_CHECKS.values())
-
-
-def run_checks(context: "DoctorContext") -> list[Finding]:
-    """Every registered check's findings, in order; a check that raises is reported as a warning (a bug of the check,
-    or an input it did not foresee), never a crash of the run's start."""
-    findings: list[Finding] = []
-    for check in registered_checks():
-        try:
-            findings.extend(check.run(context))
-        except Exception as error:  # noqa: BLE001  (reported, with the check's name)
-            findings.append(Finding(check.name, "warning", f"the check could not run: {type(error).__name__}: {error}",
-                                    "report it; the run itself is not affected by this check"))
-    return findings

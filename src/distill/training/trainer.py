@@ -29,8 +29,8 @@ from distill.config import DistillConfig
 from distill.conversations.setup import tool_loop
 from distill.conversations.support import check_conversation_rows
 from distill.doctor.context import DoctorContext
-from distill.doctor.findings import run_checks
 from distill.doctor.report import act_on, write_findings
+from distill.doctor.run import run_checks
 from distill.errors import StepFailure
 from distill.evaluation.evaluator import EvalSettings, Evaluator
 from distill.generation.engine import close_engine, configure_engine
