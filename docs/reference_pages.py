@@ -45,16 +45,29 @@ def config_reference() -> str:
     return "\n".join(lines)
 
 
+HELP_COLUMNS = 80  # the Command line page's help, wrapped as an 80-column terminal shows it
+
+
 def command_help(command: str) -> str:
     """What `distill COMMAND --help` prints."""
     from distill.cli import COMMANDS
 
+    import os
+
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        try:
-            COMMANDS[command](["--help"])
-        except SystemExit:
-            pass
+    width = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(HELP_COLUMNS)  # argparse wraps to the terminal's width: a fixed one for the page
+    try:
+        with contextlib.redirect_stdout(out):
+            try:
+                COMMANDS[command](["--help"])
+            except SystemExit:
+                pass
+    finally:
+        if width is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = width
     return out.getvalue().rstrip()
 
 

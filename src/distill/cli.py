@@ -53,8 +53,20 @@ def parse_field_flags(tokens: list[str]) -> dict[str, Any]:
     return values
 
 
+def _say(text: str) -> None:
+    """A paragraph of help, wrapped to the terminal's width (100 columns at most), and a blank line."""
+    import shutil
+
+    width = max(40, min(100, shutil.get_terminal_size((100, 24)).columns))
+    print(textwrap.fill(text, width, subsequent_indent="    ", break_on_hyphens=False) + "\n")
+
+
 def fields_help() -> str:
-    """Every config field with its default and help, grouped by the part of a run that reads it."""
+    """Every config field with its default and help, grouped by the part of a run that reads it; wrapped to the
+    terminal's width (94 columns at most)."""
+    import shutil
+
+    width = max(40, min(94, shutil.get_terminal_size((100, 24)).columns - 6))
     from distill.config.help import field_groups, field_help
 
     fields = {f.name: f for f in DistillConfig.config_fields()}
@@ -65,16 +77,16 @@ def fields_help() -> str:
             f = fields[name]
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             lines.append(f"  --{name} (default: {default!r})")
-            lines += ["      " + line for line in textwrap.wrap(field_help(name), 94)]
+            lines += ["      " + line for line in textwrap.wrap(field_help(name), width)]
     return "\n".join(lines)
 
 
 def cmd_train(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
-        print("usage: distill train [RECIPE.yaml | RECIPE_NAME] [--resume RUN_DIR] [--break-lock] [--field value ...]\n")
-        print("--break-lock: take over the run directory's lock left by a run on another host that is gone (a lock of a "
-              "run gone on this host is taken over without it)\n")
-        print("RECIPE_NAME: a bundled recipe (`distill recipes` lists them), e.g. `distill train gold`\n")
+        _say("usage: distill train [RECIPE.yaml | RECIPE_NAME] [--resume RUN_DIR] [--break-lock] [--field value ...]")
+        _say("--break-lock: take over the run directory's lock left by a run on another host that is gone (a lock of a "
+             "run gone on this host is taken over without it)")
+        _say("RECIPE_NAME: a bundled recipe (`distill recipes` lists them), e.g. `distill train gold`")
         print(fields_help())
         return 0
     distiller = _distiller(argv)
@@ -122,9 +134,10 @@ def cmd_doctor(argv: list[str]) -> int:
     config's and the data's checks, the models loaded, the start-of-run checks), prints every finding, and writes
     nothing. Exit 0 when nothing would stop the run, 1 otherwise."""
     if any(a in ("-h", "--help") for a in argv):
-        print("usage: distill doctor [RECIPE.yaml | RECIPE_NAME] [--field value ...]\n\nWhat `distill train` with the "
-              "same arguments would find before writing anything: every start-of-run check's finding (errors stop a "
-              "run; warnings stop it with --strict_checks true), what it measured and the fix. Writes nothing.")
+        _say("usage: distill doctor [RECIPE.yaml | RECIPE_NAME] [--field value ...]")
+        _say("What `distill train` with the same arguments would find before writing anything: every start-of-run "
+             "check's finding (errors stop a run; warnings stop it with --strict_checks true), what it measured and the "
+             "fix. Writes nothing.")
         return 0
     from distill.doctor.report import ChecksFailed, text_report
 
