@@ -50,9 +50,9 @@ HELP_COLUMNS = 80  # the Command line page's help, wrapped as an 80-column termi
 
 def command_help(command: str) -> str:
     """What `distill COMMAND --help` prints."""
-    from distill.cli import COMMANDS
-
     import os
+
+    from distill.cli import COMMANDS
 
     out = io.StringIO()
     width = os.environ.get("COLUMNS")
