@@ -88,26 +88,62 @@ def _scalar(value) -> bool:
 def _cell(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
+    if isinstance(value, list):  # a list of scalars
+        return ", ".join(_cell(v) for v in value)
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def _leaf(value) -> bool:
+    """A value shown in a cell: a scalar, or a list of scalars."""
+    return _scalar(value) or (isinstance(value, list) and all(_scalar(v) for v in value))
+
+
+def _columns(rows) -> list[str]:
+    """The leaf keys of `rows` (dicts), in first-seen order."""
+    seen: dict[str, None] = {}
+    for row in rows:
+        seen.update({k: None for k, v in row.items() if _leaf(v)})
+    return list(seen)
+
+
+def _row_table(title: str, keys: list[str], rows: list[dict], lines: list[str]) -> None:
+    columns = _columns(rows)
+    lines += [f"**{title}**", "", "| | " + " | ".join(columns) + " |", "| --- " * (len(columns) + 1) + "|"]
+    lines += [f"| {key} | " + " | ".join(_cell(row[c]) if c in row and _leaf(row[c]) else "" for c in columns) + " |"
+              for key, row in zip(keys, rows)]
+    lines.append("")
+
+
 def _tables(value, path: str, lines: list[str]) -> None:
-    """A dict of dicts with scalar leaves becomes a table (one row per key); other dicts are walked."""
+    """JSON as tables: a dict's leaves (scalars, lists of scalars) as a field/value table; a dict of dicts, or a list
+    of dicts, as one table with a row per entry (the rows that hold leaves); everything deeper is walked, so no list
+    or nested value is left out."""
+    if isinstance(value, list):
+        if value and all(isinstance(v, dict) for v in value):
+            if _columns(value):
+                _row_table(path or "rows", [str(i) for i in range(len(value))], value, lines)
+            for i, item in enumerate(value):
+                _tables({k: v for k, v in item.items() if not _leaf(v)}, f"{path}[{i}]", lines)
+        elif not _leaf(value):
+            for i, item in enumerate(value):
+                _tables(item, f"{path}[{i}]", lines)
+        return
     if not isinstance(value, dict):
         return
-    rows = {k: v for k, v in value.items() if isinstance(v, dict)}
-    scalars = {k: v for k, v in value.items() if _scalar(v)}
-    if scalars:
+    leaves = {k: v for k, v in value.items() if _leaf(v)}
+    if leaves:
         lines += [f"**{path}**" if path else "", "", "| field | value |", "| --- | --- |"]
-        lines += [f"| {k} | {_cell(v)} |" for k, v in scalars.items()] + [""]
-    columns = sorted({c for row in rows.values() for c, v in row.items() if _scalar(v)})
-    if rows and columns:
-        lines += [f"**{path + '.' if path else ''}{{{', '.join(list(rows)[:4])}{', ...' if len(rows) > 4 else ''}}}**", "",
-                  "| | " + " | ".join(columns) + " |", "| --- " * (len(columns) + 1) + "|"]
-        lines += [f"| {key} | " + " | ".join(_cell(row.get(c, "")) for c in columns) + " |" for key, row in rows.items()]
-        lines.append("")
-    for key, row in rows.items():
-        _tables({k: v for k, v in row.items() if isinstance(v, dict)}, f"{path}.{key}" if path else key, lines)
+        lines += [f"| {k} | {_cell(v)} |" for k, v in leaves.items()] + [""]
+    rows = {k: v for k, v in value.items() if isinstance(v, dict) and any(_leaf(x) for x in v.values())}
+    if rows:
+        names = list(rows)
+        title = f"{path + '.' if path else ''}{{{', '.join(names[:4])}{', ...' if len(names) > 4 else ''}}}"
+        _row_table(title, names, list(rows.values()), lines)
+    for key, child in value.items():
+        if _leaf(child):
+            continue
+        inner = {k: v for k, v in child.items() if not _leaf(v)} if isinstance(child, dict) and key in rows else child
+        _tables(inner, f"{path}.{key}" if path else key, lines)
 
 
 def benchmark_reference() -> str:
