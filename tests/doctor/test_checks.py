@@ -179,3 +179,13 @@ def test_doctor_measures_one_training_pass(tokenizer):
     [found] = findings_of("step_time", ctx)
     assert found.severity == "info" and "per optimizer step (2 micro-batches)" in found.measured and "10 steps" in found.measured
     assert all(p.grad is None for p in ctx.student.parameters())  # the measurement leaves no gradient behind
+
+
+def test_the_memory_estimate_counts_a_hidden_state_teachers_head(tokenizer):
+    from distill.losses import LogitHead
+
+    ctx = context(tokenizer)
+    assert "vLLM replicas" not in memory_estimate(ctx) and "teacher head" not in memory_estimate(ctx)
+    head = LogitHead(ctx.student.get_output_embeddings().weight.detach().clone())
+    ctx.teacher_head = head
+    assert memory_estimate(ctx)["teacher head"] == head.weight.numel() * 4  # (a vLLM replica: tests/vllm)

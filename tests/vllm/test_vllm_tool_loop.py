@@ -97,3 +97,12 @@ def test_a_vllm_server_samples_each_turn_as_generate_does(student_server, tokeni
     engine.configure(DistillConfig(generation_engine="vllm_server", vllm_server_url=url, output_dir=str(root / "run")))
     engine.sync_weights(m)
     _check_against_hf(tokenizer, m, _trajectories(tokenizer, m, "vllm_server"))
+
+
+def test_the_doctors_memory_estimate_counts_a_colocated_replica(tokenizer):
+    from distill.doctor.checks import memory_estimate
+    from tests.doctor.test_checks import context
+
+    ctx = context(tokenizer, generation_engine="vllm", vllm_kv_cache_gib=0.5)
+    weights = sum(p.numel() * p.element_size() for p in ctx.student.parameters())
+    assert memory_estimate(ctx)["vLLM replicas"] == weights + 0.5 * (1 << 30)

@@ -189,9 +189,16 @@ def memory_estimate(context: DoctorContext) -> dict[str, float]:
     vocabulary = student.get_output_embeddings().weight.shape[0]
     tokens = config.per_device_train_batch_size * (config.max_prompt_length + config.max_new_tokens)
     activations = 0.0 if config.gradient_checkpointing else float(tokens * hidden * layers * 16 * 4)
-    return {"student weights": float(weights), "gradients": float(trainable * 4), "optimizer state": float(trainable * 8),
-            "teacher": teacher, "activations": activations,
-            "loss chunk": float(4 * config.loss_chunk_size * vocabulary * 4)}
+    parts = {"student weights": float(weights), "gradients": float(trainable * 4), "optimizer state": float(trainable * 8),
+             "teacher": teacher, "activations": activations, "loss chunk": float(4 * config.loss_chunk_size * vocabulary * 4)}
+    if config.generation_engine == "vllm":  # a replica per sampling model: its weights and its KV cache
+        from distill.generation.vllm_engine import VllmFields
+
+        parts["vLLM replicas"] = float(weights) + VllmFields.of(config).vllm_kv_cache_gib * GIB
+    head = getattr(context.teacher_head, "weight", None)
+    if head is not None:  # the hidden-state payload's teacher head, held here
+        parts["teacher head"] = float(head.numel() * head.element_size())
+    return parts
 
 
 @register_check("memory", "The run fits in this machine's memory",
@@ -199,14 +206,21 @@ def memory_estimate(context: DoctorContext) -> dict[str, float]:
 def memory(context: DoctorContext) -> list[Finding]:
     """Student weights in their dtype, fp32 gradients and AdamW's two fp32 moments per trainable parameter, the
     teacher's weights, activations at the configured batch and lengths (about 16 fp32 values per token, layer and
-    hidden unit; none kept with gradient checkpointing) and the chunked loss's logits (4 x chunk x vocabulary fp32)."""
-    if context.student.parameters().__next__().device.type != "cpu":
-        return []  # a GPU run: its device memory is checked by the device's own allocator, not estimated here
+    hidden unit; none kept with gradient checkpointing), the chunked loss's logits (4 x chunk x vocabulary fp32), a
+    colocated vLLM replica (weights and `vllm_kv_cache_gib`) and a hidden-state teacher's head; against the
+    machine's memory, or a GPU's (`torch.cuda.mem_get_info`) when the models are there."""
+    device = next(context.student.parameters()).device
     parts = memory_estimate(context)
     need = sum(parts.values())
-    total, available = float(psutil.virtual_memory().total), float(psutil.virtual_memory().available)
+    if device.type == "cuda":  # the device's memory (the process holds the models there)
+        available, total = (float(v) for v in torch.cuda.mem_get_info(device))
+        where = f"on {torch.cuda.get_device_name(device)}"
+    else:
+        total, available = float(psutil.virtual_memory().total), float(psutil.virtual_memory().available)
+        where = "of this machine's memory"
     shown = ", ".join(f"{name} {value / GIB:.2f}" for name, value in parts.items() if value)
-    measured = f"about {need / GIB:.2f} GiB ({shown}) against {available / GIB:.1f} GiB available of {total / GIB:.1f} GiB"
+    measured = (f"about {need / GIB:.2f} GiB ({shown}) against {available / GIB:.1f} GiB available of {total / GIB:.1f} "
+                f"GiB {where}")
     if need > total:
         return [Finding("memory", "error", measured, "lower per_device_train_batch_size or the lengths (raise "
                         "gradient_accumulation_steps to keep the batch), set gradient_checkpointing: true, or use LoRA")]

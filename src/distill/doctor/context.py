@@ -31,6 +31,7 @@ class DoctorContext:
     eos_ids: list[int]
     encoded: list[EncodedExample] | None = None  # the training rows in the student's ids, when encoded
     doctor: bool = False  # `distill doctor`, which also runs the checks that take a while (a measured step)
+    teacher_head: Any = None  # a hidden-state teacher's head held here (`LogitHead`), or None
 
     @property
     def same_tokenizer(self) -> bool:

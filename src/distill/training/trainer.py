@@ -132,7 +132,9 @@ class Distiller:
         # What users trip over (`distill.doctor`): errors (and warnings with strict_checks) stop here, before any file.
         self.findings = run_checks(DoctorContext(config, self.method, self.train_examples, self.student_model, self.tokenizer,
                                                  models.teacher, models.teacher_tokenizer, student is not None, self.eos_ids,
-                                                 self.encoded, doctor))
+                                                 self.encoded, doctor,
+                                                 # a head without the teacher's model here: the hidden-state payload's
+                                                 getattr(self.teacher, "head", None) if models.teacher is None else None))
         act_on(self.findings, config.strict_checks, show=not doctor and self.runtime.is_main_process)
         self.teachers = prepared.teachers  # kept whole: train and eval
         self.with_student = StudentAccess(self.student_model, config.fsdp, self.accelerator.unwrap_model)
