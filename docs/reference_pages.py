@@ -242,7 +242,7 @@ def check_reference() -> str:
 
     lines = ["| check | what it checks | from |", "| --- | --- | --- |"]
     for check in registered_checks():
-        lines.append(f"| `{check.name}` | {check.title} | {check.source} |")
+        lines.append(f"| `{check.name}` | {check.title} | {check.source} |")  # write a tag in backticks: `<think>`
     return "\n".join(lines) + "\n"
 
 

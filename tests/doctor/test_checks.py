@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections import namedtuple
 
 import datasets
@@ -189,3 +190,11 @@ def test_the_memory_estimate_counts_a_hidden_state_teachers_head(tokenizer):
     head = LogitHead(ctx.student.get_output_embeddings().weight.detach().clone())
     ctx.teacher_head = head
     assert memory_estimate(ctx)["teacher head"] == head.weight.numel() * 4  # (a vLLM replica: tests/vllm)
+
+
+def test_a_checks_title_and_source_show_tags_as_code_on_the_troubleshooting_page():
+    """The page renders titles and sources as markdown: a tag outside backticks would vanish as HTML."""
+    for check in registered_checks():
+        for text in (check.title, check.source):
+            outside = re.sub(r"`[^`]*`", "", text)
+            assert not re.search(r"<[a-z/]", outside), (check.name, text)

@@ -79,7 +79,7 @@ PROBE = [{"role": "user", "content": "What is 2 + 2?"},
 
 
 @register_check("template_prefixes", "The chat template preserves prefixes (multi-turn rows, tool calls)",
-                "templates that strip earlier <think> blocks (Qwen3) re-render history: verl#6854, verl#3720")
+                "templates that strip earlier `<think>` blocks (Qwen3) re-render history: verl#6854, verl#3720")
 def template_prefixes(context: DoctorContext) -> list[Finding]:
     from distill.conversations.render import ConversationRenderer
 
