@@ -134,7 +134,8 @@ class Distiller:
                                                  models.teacher, models.teacher_tokenizer, student is not None, self.eos_ids,
                                                  self.encoded, doctor,
                                                  # a head without the teacher's model here: the hidden-state payload's
-                                                 getattr(self.teacher, "head", None) if models.teacher is None else None))
+                                                 getattr(prepared.teachers.train, "head", None) if models.teacher is None
+                                                 else None))
         act_on(self.findings, config.strict_checks, show=not doctor and self.runtime.is_main_process)
         self.teachers = prepared.teachers  # kept whole: train and eval
         self.with_student = StudentAccess(self.student_model, config.fsdp, self.accelerator.unwrap_model)
