@@ -115,7 +115,8 @@ def with_sampled_tokens(rows: list[dict], run_dir: Path) -> list[dict]:
 
 
 def plot(results: dict, path: Path) -> None:
-    """Held-out success against steps, wall time and sampled tokens: seed 0 solid, repeats dashed."""
+    """Held-out success against steps, wall time (seed 0's runs, alone on the machine) and sampled tokens: seed 0 solid,
+    repeats dotted."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -132,8 +133,8 @@ def plot(results: dict, path: Path) -> None:
             if name == "teacher":
                 axis.axhline(rows[-1]["success"], color="#555", linestyle="--", label="teacher (sft)" if seed == "0" else None)
                 continue
-            if any(key not in r for r in rows[1:]):
-                continue
+            if any(key not in r for r in rows[1:]) or (key == "seconds" and seed != "0"):
+                continue  # repeats ran beside other jobs: their wall time is not comparable
             colour = colours.setdefault(name, f"C{len(colours)}")
             axis.plot([r.get(key, 0.0) * scale for r in rows], [r["success"] for r in rows], marker="o", color=colour,
                       linestyle="-" if seed == "0" else ":", label=name if seed == "0" else f"{name}, seed {seed}")
