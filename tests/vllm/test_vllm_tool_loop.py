@@ -105,4 +105,4 @@ def test_the_doctors_memory_estimate_counts_a_colocated_replica(tokenizer):
 
     ctx = context(tokenizer, generation_engine="vllm", vllm_kv_cache_gib=0.5)
     weights = sum(p.numel() * p.element_size() for p in ctx.student.parameters())
-    assert memory_estimate(ctx)["vLLM replicas"] == weights + 0.5 * (1 << 30)
+    assert memory_estimate(ctx)["vLLM (colocated)"] == weights + 0.5 * (1 << 30)

@@ -14,6 +14,7 @@ import torch
 
 from distill.doctor.context import DoctorContext
 from distill.doctor.findings import Finding, register_check
+from distill.generation import AUTO, get_engine
 from distill.models import eos_token_ids
 
 GIB = float(1 << 30)
@@ -191,10 +192,11 @@ def memory_estimate(context: DoctorContext) -> dict[str, float]:
     activations = 0.0 if config.gradient_checkpointing else float(tokens * hidden * layers * 16 * 4)
     parts = {"student weights": float(weights), "gradients": float(trainable * 4), "optimizer state": float(trainable * 8),
              "teacher": teacher, "activations": activations, "loss chunk": float(4 * config.loss_chunk_size * vocabulary * 4)}
-    if config.generation_engine == "vllm":  # a replica per sampling model: its weights and its KV cache
-        from distill.generation.vllm_engine import VllmFields
-
-        parts["vLLM replicas"] = float(weights) + VllmFields.of(config).vllm_kv_cache_gib * GIB
+    if config.generation_engine != AUTO:  # an engine's own copy of the student (vLLM's replica and KV cache)
+        engine = get_engine(config.generation_engine)
+        held = engine.resident_bytes(student, config)
+        if held:
+            parts[f"{engine.label}"] = held
     head = getattr(context.teacher_head, "weight", None)
     if head is not None:  # the hidden-state payload's teacher head, held here
         parts["teacher head"] = float(head.numel() * head.element_size())

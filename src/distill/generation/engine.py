@@ -118,6 +118,11 @@ class Engine(ABC):
     def configure(self, config: DistillConfig) -> None:
         """Read its settings, once per run, before any decode."""
 
+    def resident_bytes(self, model, config: DistillConfig) -> float:
+        """Memory it holds in the training process for sampling `model` under `config`, beyond the model itself
+        (`distill doctor`'s estimate): none for an engine that decodes the model it is given."""
+        return 0.0
+
     def sync_weights(self, model) -> None:
         """Make its copy of the weights `model`'s (an engine with `keeps_weights`)."""
         raise TypeError(f"the {self.name} engine decodes the model it is given; it keeps no weights to sync")

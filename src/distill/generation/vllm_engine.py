@@ -115,6 +115,11 @@ class VllmEngine(Engine):
     def configure(self, config: DistillConfig) -> None:
         self.kv_cache_bytes = int(VllmFields.of(config).vllm_kv_cache_gib * (1 << 30))
 
+    def resident_bytes(self, model, config: DistillConfig) -> float:
+        """A replica: a copy of the model's weights in its dtype and its KV cache (`vllm_kv_cache_gib`)."""
+        weights = sum(p.numel() * p.element_size() for p in model.parameters())
+        return float(weights) + VllmFields.of(config).vllm_kv_cache_gib * float(1 << 30)
+
     def refusal(self, model, device: torch.device) -> str | None:
         unavailable = self.availability()
         if unavailable is not None:
