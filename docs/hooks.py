@@ -6,8 +6,6 @@ are expanded. Formulas (pymdownx.arithmatex's `\\( \\)` and `\\[ \\]`) become Ma
 
 from __future__ import annotations
 
-import html
-import re
 import sys
 from pathlib import Path
 
@@ -15,7 +13,7 @@ from mkdocs.structure.files import File
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from latex2mathml.converter import convert  # noqa: E402
+from formulas import mathml  # noqa: E402
 from macros import render  # noqa: E402
 from reference_pages import PAGES  # noqa: E402
 
@@ -32,25 +30,6 @@ def on_files(files, config):
 
 def on_page_markdown(markdown, page, config, files):
     return render(markdown, page.file.src_uri)
-
-
-FORMULA = re.compile(r'<(span|div) class="arithmatex">(.*?)</\1>', re.S)
-
-
-def mathml(content: str, where: str) -> str:
-    """`content` with every arithmatex formula as MathML (a display formula as a block); a formula latex2mathml
-    cannot read is an error naming the page."""
-    def one(match: re.Match) -> str:
-        tag, body = match.groups()
-        tex = html.unescape(body).strip()
-        if tex[:2] in ("\\(", "\\["):
-            tex = tex[2:-2]
-        try:
-            return convert(tex, display="block" if tag == "div" else "inline")
-        except Exception as error:  # noqa: BLE001  (any failure of the converter stops the build, named)
-            raise ValueError(f"{where}: the formula {tex[:60]!r} cannot be rendered as MathML: {error}") from None
-
-    return FORMULA.sub(one, content)
 
 
 def on_page_content(content, page, config, files):

@@ -173,7 +173,7 @@ def test_the_sites_formulas_are_mathml_built_offline():
     """Every formula of the guides becomes MathML when the site is built (no script, no network): the converter reads
     each one, and a page's formulas come out as <math> elements."""
     sys.path.insert(0, str(ROOT / "docs"))
-    from hooks import mathml
+    from formulas import mathml
 
     page = '<p>a <span class="arithmatex">\\(\\beta \\in [0, 1]\\)</span> and</p><div class="arithmatex">\\[\\sum_t x_t\\]</div>'
     out = mathml(page, "probe")
