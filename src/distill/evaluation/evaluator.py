@@ -223,6 +223,15 @@ class Evaluator:
         None for a teacher that only scores."""
         return repetition(self._teacher_greedy_answers().answers) if self.teacher_acts else None
 
+    def teacher_sampled_repetition(self) -> dict | None:
+        """`repetition` of the teacher's sampled answers (temperature 1, the completions the divergences are measured
+        on): beside the greedy one, it tells a loop of greedy decoding from a loop of the distribution itself."""
+        return repetition([self.sample_text(s) for s in self.teacher_samples()]) if self.teacher_acts else None
+
+    def sample_text(self, sample: Sample) -> str:
+        """The answer a sample gives: its text, or a conversation's last assistant turn."""
+        return self.decode(sample.ids if sample.trained is None else _last_run(sample.ids, list(sample.trained)))
+
     def teacher_tool_use(self) -> dict | None:
         """The teacher's greedy conversations' tool statistics (with tools, a teacher that generates), or None."""
         return self._teacher_greedy_answers().tool_use if self.teacher_acts else None
@@ -237,7 +246,8 @@ class Evaluator:
 
     def evaluate(self, student) -> dict:
         """{"on_teacher_completions": {...}, "on_student_completions": {...}, "answers": [...]}, and
-        "repetition" (greedy, over every prompt: `distill.evaluation.repetition`), "answer_accuracy" (greedy, over
+        "repetition" (greedy, over every prompt: `distill.evaluation.repetition`), "sampled_repetition" (the same over
+        the student's own samples at temperature 1, which the divergences are measured on), "answer_accuracy" (greedy, over
         the prompts with an answer) when any prompt has one, and "template_leakage" (greedy, over every prompt)
         when the settings name templates."""
         was_training = student.training
@@ -256,6 +266,7 @@ class Evaluator:
                                                                  self.vocab_size, self.pad_id, self.device, self.settings)
             result["answers"] = greedy.shown[: self.settings.num_examples]
             result["repetition"] = repetition(answers)
+            result["sampled_repetition"] = repetition([self.sample_text(s) for s in own])
             if greedy.tool_use is not None:
                 result["tool_use"] = greedy.tool_use
             if checked:
@@ -281,7 +292,8 @@ def build_report(evaluator: Evaluator, results: dict[str, dict]) -> dict:
     teacher_repetition = evaluator.teacher_repetition()
     if teacher_repetition is not None:
         teacher_tools = evaluator.teacher_tool_use()
-        report["teacher"] = {"repetition": teacher_repetition} | ({"tool_use": teacher_tools} if teacher_tools else {})
+        report["teacher"] = ({"repetition": teacher_repetition, "sampled_repetition": evaluator.teacher_sampled_repetition()}
+                             | ({"tool_use": teacher_tools} if teacher_tools else {}))
     return report
 
 
@@ -357,15 +369,20 @@ def tool_use_lines(report: dict) -> list[str]:
 
 
 def repetition_lines(report: dict) -> list[str]:
-    """The repetition sentence of eval.md: the teacher's (when it generates) and each evaluation's."""
-    found = ({"teacher": report["teacher"]["repetition"]} if "repetition" in report.get("teacher", {}) else {})
-    found |= {name: m["repetition"] for name, m in report["metrics"].items() if "repetition" in m}
-    if not found:
-        return []
-    return ["", f"Repetition of the greedy answers (looping: the answer ends in a unit of up to {MAX_PERIOD} words repeated "
-            f"at least {MIN_REPEATS} times to its end; distinct-2: distinct word pairs over all pairs): " + ", ".join(
-                f"{name} {r['looping']}/{r['answers']} looping = {r['loop_fraction']:.3f}, distinct-2 {r['distinct_2']:.3f}"
-                + (f" ('{r['example']}')" if r["example"] else "") for name, r in found.items()) + "."]
+    """The repetition sentences of eval.md, greedy answers then samples at temperature 1: the teacher's (when it
+    generates) and each evaluation's."""
+    lines = []
+    for key, answers in (("repetition", "greedy answers"), ("sampled_repetition", "answers sampled at temperature 1")):
+        found = ({"teacher": report["teacher"][key]} if report.get("teacher", {}).get(key) else {})
+        found |= {name: m[key] for name, m in report["metrics"].items() if key in m}
+        if not found:
+            continue
+        lines += ["", f"Repetition of the {answers} (looping: the answer ends in a unit of up to {MAX_PERIOD} words "
+                  f"repeated at least {MIN_REPEATS} times to its end; distinct-2: distinct word pairs over all pairs): "
+                  + ", ".join(f"{name} {r['looping']}/{r['answers']} looping = {r['loop_fraction']:.3f}, distinct-2 "
+                              f"{r['distinct_2']:.3f}" + (f" ('{r['example']}')" if r["example"] else "")
+                              for name, r in found.items()) + "."]
+    return lines
 
 
 def write_report(report: dict, directory: Path) -> tuple[Path, Path]:

@@ -75,9 +75,13 @@ def _evaluation_values(metrics: dict) -> dict[str, float]:
 
 
 def _repetition_values(metrics: dict) -> dict[str, float]:
-    if "repetition" not in metrics:
-        return {}
-    return {"looping answers": metrics["repetition"]["loop_fraction"], "distinct-2": metrics["repetition"]["distinct_2"]}
+    values: dict[str, float] = {}
+    if "repetition" in metrics:
+        values |= {"looping answers (greedy)": metrics["repetition"]["loop_fraction"],
+                   "distinct-2 (greedy)": metrics["repetition"]["distinct_2"]}
+    if metrics.get("sampled_repetition"):
+        values["looping answers (T 1)"] = metrics["sampled_repetition"]["loop_fraction"]
+    return values
 
 
 def plot_evaluation(run_dir: Path, plt) -> Path | None:

@@ -281,6 +281,7 @@ class StepRollout(RolloutProducer):
                     student, prompts, self.settings.student_sampling, self.eos_ids, self.pad_id, self.device,
                     vocab_size=self.vocab_size, with_log_probs=self.settings.record_log_probs, seeds=seeds, extras=extras)))
             _add(timings, "generation_student", phase_clock(self.device) - start)
+            _add(timings, "generated_micro_batches/student", len(on_policy))
             generated.update({i: [next(outputs) for _ in groups[i]] for i in on_policy})
         if "teacher" in sources:
             window = self._teacher_samples(step, timings)
@@ -398,6 +399,7 @@ class StepRollout(RolloutProducer):
                 outputs = iter(self.teacher.generate(prompts, settings.teacher_sampling, examples=examples, seeds=seeds,
                                                      extras=extras))
         _add(timings, "generation_teacher", phase_clock(self.device) - start)
+        _add(timings, "generated_micro_batches/teacher", len(keys))
         window = {(s, i): [next(outputs) for _ in groups[s][i]] for s, i in keys}
         self._teacher_window = (first, window)
         return window

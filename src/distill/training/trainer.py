@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from distill.config import DistillConfig
@@ -129,14 +130,6 @@ class Distiller:
         self.student_model, self.tokenizer, self.encoder, self.encoded = (prepared.student, prepared.tokenizer,
                                                                           prepared.encoder, prepared.encoded)
         self.vocab_size, self.eos_ids, self.pad_id = prepared.against.vocab_size, prepared.against.eos_ids, prepared.against.pad_id
-        # What users trip over (`distill.doctor`): errors (and warnings with strict_checks) stop here, before any file.
-        self.findings = run_checks(DoctorContext(config, self.method, self.train_examples, self.student_model, self.tokenizer,
-                                                 models.teacher, models.teacher_tokenizer, student is not None, self.eos_ids,
-                                                 self.encoded, doctor,
-                                                 # a head without the teacher's model here: the hidden-state payload's
-                                                 getattr(prepared.teachers.train, "head", None) if models.teacher is None
-                                                 else None))
-        act_on(self.findings, config.strict_checks, show=not doctor and self.runtime.is_main_process)
         self.teachers = prepared.teachers  # kept whole: train and eval
         self.with_student = StudentAccess(self.student_model, config.fsdp, self.accelerator.unwrap_model)
         # The method's work on each rollout before any loss (sdpo's rewards), if it has one.
@@ -145,6 +138,12 @@ class Distiller:
             self.plan, self.sampler, self.train_examples, self.encoded, rollout_settings(config, self.method, self.teacher, self.encoder),
             self.with_student, self.teacher, self.eos_ids, self.pad_id, self.vocab_size, self.device,
             self.runtime.process_index, self.stage)
+        # What users trip over (`distill.doctor`): errors (and warnings with strict_checks) stop here, before any file.
+        head = getattr(prepared.teachers.train, "head", None) if models.teacher is None else None  # a hidden-state payload's
+        self.findings = run_checks(DoctorContext(config, self.method, self.train_examples, self.student_model, self.tokenizer,
+                                                 models.teacher, models.teacher_tokenizer, student is not None, self.eos_ids,
+                                                 self.encoded, doctor, head, self.time_step, self.generated_sources()))
+        act_on(self.findings, config.strict_checks, show=not doctor and self.runtime.is_main_process)
 
     @property
     def teacher(self):
@@ -157,6 +156,29 @@ class Distiller:
 
     def sources_for_step(self, step: int) -> list[str]:
         return self.rollout.sources(step)
+
+    def generated_sources(self) -> list[list[str]]:
+        """Per optimizer step, the sources of the micro-batches whose completions it generates ([] for a step that
+        reuses an earlier step's rollout): what a run's generation amounts to, drawn without generating anything."""
+        return [self.rollout.sources(step) if self.rollout.generation_step(step) == step else []
+                for step in range(self.config.max_steps)]
+
+    def time_step(self, step: int) -> dict[str, float]:
+        """Step `step` run as training runs it, timed by phase (`step_passes`' timings: generation by source, the
+        teacher, the student's passes; the micro-batches each source generated), plus "optimizer": an AdamW step over
+        the student's gradients. What `distill doctor`'s time estimate extrapolates from. The weights do not move (the
+        optimizer step runs at learning rate 0) and the gradients are dropped."""
+        model = self.wrapped if self.wrapped is not None else StudentObjective(self.student_model, self.vocab_size)
+        timings: dict[str, float] = {}
+        try:
+            self.step_passes(model, step, self._new_window(), timings, log_step=False)
+            trained = [p for p in model.parameters() if p.grad is not None]
+            start = phase_clock(self.device)
+            torch.optim.AdamW(trained, lr=0.0, weight_decay=0.0).step()
+            timings["optimizer"] = phase_clock(self.device) - start
+        finally:
+            model.zero_grad(set_to_none=True)
+        return timings
 
     def student_for_generation(self) -> nn.Module:
         return self.with_student.current()
@@ -228,7 +250,7 @@ class Distiller:
     def _train(self) -> dict[str, Any]:
         config = self.config
         step = self.setup()
-        evaluator = self._evaluator()
+        evaluator = self.evaluator()
         before = self.with_student(lambda student: self.run.evaluate_before(evaluator, student))
         last_record: dict[str, Any] = {}
         progress = progress_bar(config.progress_bar and self.runtime.is_main_process, config.max_steps, step)
@@ -287,6 +309,24 @@ class Distiller:
 
     def train_step(self, step: int, window: MetricWindow, timings: dict[str, float], log_step: bool) -> None:
         config, accelerator = self.config, self.accelerator
+        step_tokens = self.step_passes(self.wrapped, step, window, timings, log_step)
+        max_norm = config.max_grad_norm or float("inf")
+        grad_norm = (sharding.clip_grad_norm(self.wrapped, max_norm) if config.fsdp
+                     else accelerator.clip_grad_norm_(self.wrapped.parameters(), max_norm))
+        if step_tokens:  # a step without a trained token (every completion empty) moves nothing, the schedule neither
+            self.optimizer.step()
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        for hook in self.hooks:
+            hook.after_optimizer_step(step)
+        window.add_mean("grad_norm", float(grad_norm), 1.0)
+        window.add_mean("learning_rate", self.scheduler.get_last_lr()[0], 1.0)
+
+    def step_passes(self, model: nn.Module, step: int, window: MetricWindow, timings: dict[str, float],
+                    log_step: bool) -> float:
+        """Step `step`'s rollout, its teacher signals and the student's forward and backward passes through `model` (the
+        wrapped objective): gradients accumulated, nothing stepped. Returns the step's trained tokens (all processes)."""
+        config, accelerator = self.config, self.accelerator
         self.rollout.request(step)
         micro_batches = self.rollout.take(step, timings)
         for name, (numerator, denominator) in self.rollout.take_stage_metrics().items():
@@ -312,33 +352,23 @@ class Distiller:
                 signal = self.teacher.score(mb, config.temperature)
                 timings["teacher"] = timings.get("teacher", 0.0) + phase_clock(self.device) - start
             start = phase_clock(self.device)
-            with self._gradient_sync(index == len(micro_batches) - 1), accelerator.autocast():
+            with self._gradient_sync(model, index == len(micro_batches) - 1), accelerator.autocast():
                 # The weights this step trains are version `step` (optimizer steps applied): a micro-batch sampled
                 # by an older version is stale (`RolloutProducer`).
                 context = StepContext(mb.source, log_step, staleness=mb.staleness(step), **sizes)
-                out = self.wrapped(mb, signal, self.objective, context)
+                out = model(mb, signal, self.objective, context)
                 accelerator.backward(out.loss_sum * scale)
             timings["student"] = timings.get("student", 0.0) + phase_clock(self.device) - start
             record_micro_batch(window, mb, out, log_step, self.method)
             timings["tokens_scored"] = timings.get("tokens_scored", 0.0) + mb.num_completion_tokens
-        max_norm = config.max_grad_norm or float("inf")
-        grad_norm = (sharding.clip_grad_norm(self.wrapped, max_norm) if config.fsdp
-                     else accelerator.clip_grad_norm_(self.wrapped.parameters(), max_norm))
-        if step_tokens:  # a step without a trained token (every completion empty) moves nothing, the schedule neither
-            self.optimizer.step()
-            self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        for hook in self.hooks:
-            hook.after_optimizer_step(step)
-        window.add_mean("grad_norm", float(grad_norm), 1.0)
-        window.add_mean("learning_rate", self.scheduler.get_last_lr()[0], 1.0)
+        return step_tokens
 
-    def _gradient_sync(self, last_micro_batch: bool):
+    def _gradient_sync(self, model: nn.Module, last_micro_batch: bool):
         """DDP averages gradients over processes once per step, in the backward of its last micro-batch. FSDP
         reduce-scatters every micro-batch's: skipping it would hold full-size unsharded gradients meanwhile."""
         if self.config.fsdp or last_micro_batch:
             return contextlib.nullcontext()
-        return self.accelerator.no_sync(self.wrapped)
+        return self.accelerator.no_sync(model)
 
     # ------------------------------------------------------------------------------------- metrics --
     def _new_window(self) -> MetricWindow:
@@ -360,7 +390,9 @@ class Distiller:
         return self.run.save_checkpoint(step, self.wrapped, self.student_for_generation(), self.tokenizer, self.optimizer,
                                         self.scheduler, self.hooks)
 
-    def _evaluator(self) -> Evaluator | None:
+    def evaluator(self) -> Evaluator | None:
+        """The run's held-out evaluation (its teacher's samples and answers computed once), on the main process;
+        None without held-out prompts. `train` evaluates the student with it before and after."""
         if not self.eval_examples or not self.runtime.is_main_process:
             return None
         c = self.config

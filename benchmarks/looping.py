@@ -1,0 +1,142 @@
+"""Why the default run's greedy answers loop, measured: arms that change one suspect each, as curves.
+
+The bundled default (`distill train`: SmolLM2-135M-Instruct teaches its layer-dropped copy, GKD with teacher
+samples for 54 of 72 steps, then half of the micro-batches on-policy) ended with greedy answers like "A concept of
+a concept of a concept ...". The suspects, each an arm that changes only it (flags on top of the default):
+
+- greedy decoding of a small student: every checkpoint's answers are measured greedy *and* sampled at
+  temperature 1 (the student's own samples, which the on-policy divergences are measured on); a loop that shows
+  only greedy is a property of the argmax path, not of the distribution the loss shapes;
+- the schedule: on-policy micro-batches from an earlier step (`lmbda_schedule_steps`), or none (`lmbda 0`);
+- the loss: the generalized JSD on the teacher's samples (`off_policy_beta`) instead of forward KL;
+- the learning rate (the default's 3e-4 against a lower one);
+- the budget: the length of the teacher's completions the student learns from (`max_new_tokens`): at 48 tokens
+  most of them are cut before their end of turn.
+
+Each arm keeps a checkpoint every 18 steps. Every checkpoint (and the student before training, step 0) is
+evaluated by the run's own evaluation (`Distiller.evaluator`, the teacher's samples and answers computed once)
+on every held-out prompt: forward KL on the teacher's samples (the default's headline), the fraction of answers
+that end in a loop (`distill.evaluation.repetition`) greedy and at temperature 1, and distinct-2. The teacher's
+own greedy and sampled answers are measured the same way: the bar a student should not exceed.
+
+    python benchmarks/looping.py [--resume] [--arms NAME ...]     # about 10 minutes an arm on 2 CPU cores
+Writes benchmarks/results/looping.json and looping.png and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from curves import curve, metrics, parse_arm_arguments, train  # noqa: E402  (sibling scripts)
+
+from distill import DistillConfig  # noqa: E402
+from distill.evaluation.evaluator import Evaluator  # noqa: E402
+from distill.teachers.build import load_model  # noqa: E402
+from distill.training.trainer import Distiller  # noqa: E402
+
+RUNS = Path("runs/bench-looping")
+CHECKPOINTS = ["--save_steps", "18"]
+ARMS = {  # name: (run directory, flags on top of the default)
+    "default": ("default", []),
+    "on-policy from step 18": ("lmbda_from_18", ["--lmbda_schedule_steps", "18"]),
+    "no on-policy (lmbda 0)": ("lmbda_0", ["--lmbda", "0"]),
+    "JSD 0.5 on teacher samples": ("off_policy_beta_0.5", ["--off_policy_beta", "0.5"]),
+    "lr 1e-4": ("lr_1e-4", ["--learning_rate", "1e-4"]),
+    "96 new tokens": ("new_tokens_96", ["--max_new_tokens", "96"]),
+}
+
+
+def evaluation_row(evaluator: Evaluator, student) -> dict:
+    with torch.no_grad():
+        result = evaluator.evaluate(student)
+    return {"forward_kl": result["on_teacher_completions"]["forward_kl"],
+            "own_forward_kl": result["on_student_completions"]["forward_kl"],
+            "loop_greedy": result["repetition"]["loop_fraction"], "distinct_2_greedy": result["repetition"]["distinct_2"],
+            "loop_sampled": result["sampled_repetition"]["loop_fraction"],
+            "loop_example": result["repetition"]["example"], "answers": result["answers"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--eval_max_prompts", type=int, default=0, help="held-out prompts measured (0: all 40)")
+    args = parse_arm_arguments(parser, ARMS, str(Path(__file__).parent / "results" / "looping.json"))
+    out = Path(args.out)
+    results = json.loads(out.read_text()) if args.resume and out.is_file() else {}
+    start = time.perf_counter()
+    # The default's evaluation, built as a run builds it (nothing written): the teacher, the held-out prompts.
+    distiller = Distiller(DistillConfig(output_dir=str(RUNS / "evaluator"), eval_max_prompts=args.eval_max_prompts,
+                                        progress_bar=False))
+    evaluator = distiller.evaluator()
+    assert evaluator is not None
+    if "teacher" not in results:
+        results["teacher"] = {"greedy": evaluator.teacher_repetition(), "sampled": evaluator.teacher_sampled_repetition(),
+                              "prompts": len(evaluator.prompts)}
+        results["before training"] = evaluation_row(evaluator, distiller.student_model)
+        results["measuring_seconds_per_checkpoint"] = time.perf_counter() - start
+    del distiller.student_model
+    results.setdefault("arms", {})
+    for name in args.arms:
+        directory, flags = ARMS[name]
+        run_dir = RUNS / directory
+        trained = train(run_dir, [*flags, *CHECKPOINTS], args.resume)
+        rows = curve(run_dir, lambda student: evaluation_row(evaluator, load_model(str(student), "model",
+                                                                                   torch.device("cpu"))[0]), args.resume)
+        training = {record["step"]: record for record in metrics(run_dir)}
+        for row in rows:
+            row["clipped_ratio"] = training[row["step"]].get("clipped_ratio")
+        results["arms"][name] = {"flags": flags, "seconds": trained["seconds"], "curve": rows}
+        out.write_text(json.dumps(results, indent=2) + "\n")
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print_table(results)
+    plot(results, out.with_suffix(".png"))
+
+
+def print_table(results: dict) -> None:
+    teacher = results["teacher"]
+    print(f"teacher: looping {teacher['greedy']['loop_fraction']:.3f} greedy, {teacher['sampled']['loop_fraction']:.3f} "
+          f"sampled, over {teacher['prompts']} held-out prompts")
+    print(f"{'arm':32} {'step':>4} {'fwd KL':>7} {'loop greedy':>11} {'loop T1':>8} {'distinct-2':>10} {'minutes':>7}")
+    before = results["before training"]
+    print(f"{'before training':32} {0:>4} {before['forward_kl']:7.3f} {before['loop_greedy']:11.3f} "
+          f"{before['loop_sampled']:8.3f} {before['distinct_2_greedy']:10.3f}")
+    for name, arm in results["arms"].items():
+        for row in arm["curve"]:
+            print(f"{name:32} {row['step']:>4} {row['forward_kl']:7.3f} {row['loop_greedy']:11.3f} {row['loop_sampled']:8.3f} "
+                  f"{row['distinct_2_greedy']:10.3f} {row['seconds'] / 60:7.1f}")
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    panels = [("forward_kl", "held-out forward KL on teacher samples"), ("loop_greedy", "greedy answers that loop"),
+              ("loop_sampled", "answers sampled at T 1 that loop")]
+    before = results["before training"]
+    for axis, (key, title) in zip(axes, panels):
+        for index, (name, arm) in enumerate(results["arms"].items()):
+            steps = [0] + [row["step"] for row in arm["curve"]]
+            axis.plot(steps, [before[key]] + [row[key] for row in arm["curve"]], marker="o", color=f"C{index}", label=name)
+        teacher = {"loop_greedy": results["teacher"]["greedy"]["loop_fraction"],
+                   "loop_sampled": results["teacher"]["sampled"]["loop_fraction"]}.get(key)
+        if teacher is not None:
+            axis.axhline(teacher, color="#555", linestyle="--", label="teacher")
+        axis.set_title(title)
+        axis.set_xlabel("optimizer step")
+        axis.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
