@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import html
 import io
 import json
 from pathlib import Path
@@ -85,12 +86,18 @@ def _scalar(value) -> bool:
     return isinstance(value, (str, int, float, bool)) or value is None
 
 
+CELL_CHARACTERS = 120  # longer texts (a model's answer) are cut in the table; the JSON file holds them whole
+
+
 def _cell(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, list):  # a list of scalars
         return ", ".join(_cell(v) for v in value)
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    text = " ".join(str(value).split())
+    text = text if len(text) <= CELL_CHARACTERS else text[: CELL_CHARACTERS - 1] + "…"
+    # Written as text, not markup: an answer's "<tool_call>" would otherwise be read as an HTML element and vanish.
+    return html.escape(text, quote=False).replace("|", "\\|")
 
 
 def _leaf(value) -> bool:
@@ -149,7 +156,8 @@ def _tables(value, path: str, lines: list[str]) -> None:
 def benchmark_reference() -> str:
     lines = ["# Benchmark results", "",
              "Every `benchmarks/results/*.json`, rendered when the site is built: the numbers as the benchmark scripts "
-             "wrote them (each script's docstring says what it measures and how; the guides discuss them).", ""]
+             "wrote them (each script's docstring says what it measures and how; the guides discuss them). Texts longer "
+             f"than {CELL_CHARACTERS} characters (a model's answers) are cut here; the files hold them whole.", ""]
     for path in sorted(RESULTS.glob("*.json")):
         script = next((s for s in (path.stem, path.stem.split("_")[0]) if (ROOT / "benchmarks" / f"{s}.py").exists()), None)
         written = "" if script is None else f"Written by `benchmarks/{script}.py`" + (

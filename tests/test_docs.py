@@ -118,6 +118,15 @@ def test_every_benchmark_result_has_a_section():
         assert f"## `{path.name}`" in page
 
 
+def test_benchmark_cells_show_markup_as_text_and_cut_long_answers():
+    pages = _reference_pages()
+    answer = "<tool_call> {\"name\": \"lookup_code\"} </tool_call> a | b " + "x" * 200
+    cell = pages._cell(answer)
+    assert cell.startswith("&lt;tool_call&gt; {\"name\": \"lookup_code\"} &lt;/tool_call&gt; a \\| b ")
+    assert "<" not in cell and len(cell) < len(answer) and cell.endswith("…")
+    assert pages._cell("a\nb") == "a b" and pages._cell(0.123456) == "0.1235"
+
+
 def _nav_pages(entries) -> list[str]:
     pages = []
     for entry in entries:
