@@ -49,6 +49,8 @@ ARMS = {  # name: (run directory, flags on top of the default)
     "no on-policy (lmbda 0)": ("lmbda_0", ["--lmbda", "0"]),
     "JSD 0.5 on teacher samples": ("off_policy_beta_0.5", ["--off_policy_beta", "0.5"]),
     "lr 1e-4": ("lr_1e-4", ["--learning_rate", "1e-4"]),
+    "constant lr after warm-up": ("constant_lr", ["--lr_scheduler_type", "constant_with_warmup"]),
+    "student samples at temperature 0.3": ("sampling_temperature_0.3", ["--sampling_temperature", "0.3"]),
     "96 new tokens": ("new_tokens_96", ["--max_new_tokens", "96"]),
 }
 
@@ -93,9 +95,24 @@ def main() -> None:
             row["clipped_ratio"] = training[row["step"]].get("clipped_ratio")
         results["arms"][name] = {"flags": flags, "seconds": trained["seconds"], "curve": rows}
         out.write_text(json.dumps(results, indent=2) + "\n")
+    results["summary"] = summary(results)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print_table(results)
     plot(results, out.with_suffix(".png"))
+
+
+def summary(results: dict) -> list[dict]:
+    """One row per arm at its last checkpoint (and the teacher, and the student before training): what the docs show."""
+    teacher = results["teacher"]
+    rows = [{"arm": "teacher", "loop_greedy": teacher["greedy"]["loop_fraction"],
+             "loop_sampled": teacher["sampled"]["loop_fraction"], "distinct_2_greedy": teacher["greedy"]["distinct_2"]},
+            {"arm": "before training", "step": 0, **{k: v for k, v in results["before training"].items()
+                                                      if k not in ("answers", "loop_example")}}]
+    for name, arm in results["arms"].items():
+        last = arm["curve"][-1]
+        rows.append({"arm": name, "flags": " ".join(arm["flags"]), "minutes": arm["seconds"] / 60,
+                     **{k: v for k, v in last.items() if k not in ("answers", "loop_example", "seconds")}})
+    return rows
 
 
 def print_table(results: dict) -> None:

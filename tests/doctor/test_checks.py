@@ -178,8 +178,11 @@ def test_doctor_extrapolates_the_steps_it_times_over_the_sources_of_every_step(t
     # A schedule: 3 steps of teacher samples (the first generates the window's 2 x 2 micro-batches), then the student.
     sources = [["teacher", "teacher"], [], ["teacher", "teacher"], ["student", "dataset"], ["student", "student"]]
     timed: dict[int, dict[str, float]] = {
-        0: {"generation_teacher": 8.0, "generated_micro_batches/teacher": 4, "teacher": 1.0, "student": 3.0, "optimizer": 0.5},
-        3: {"generation_student": 6.0, "generated_micro_batches/student": 1, "teacher": 1.0, "student": 3.0, "optimizer": 0.5}}
+        0: {"generation_teacher": 8.0, "generated_micro_batches/teacher": 4, "teacher": 1.0, "student": 3.0,
+            "optimizer": 0.5, "tokens_scored": 300.0},  # cold: the passes and AdamW allocate on their first call
+        1: {"teacher": 0.8, "student": 2.0, "optimizer": 0.2, "tokens_scored": 300.0},
+        3: {"generation_student": 6.0, "generated_micro_batches/student": 1, "teacher": 1.0, "student": 3.0,
+            "optimizer": 0.5, "tokens_scored": 300.0}}
     calls = []
 
     def time_step(step):
@@ -191,12 +194,13 @@ def test_doctor_extrapolates_the_steps_it_times_over_the_sources_of_every_step(t
     assert findings_of("step_time", ctx) == [] and calls == []  # not at the start of a run: it takes a while
     ctx.doctor = True
     [found] = findings_of("step_time", ctx)
-    assert calls == [0, 3]  # the first step, and the first that samples the student
-    # From the definition: teacher 8 s / 4 micro-batches x 4 of them, student 6 s x 3, passes (1 + 3) / 2 per micro-batch
-    # x 2 x 5 steps, optimizer 0.5 x 5.
-    total = 8.0 / 4 * 4 + 6.0 * 3 + (1.0 + 3.0) / 2 * 2 * 5 + 0.5 * 5
+    assert calls == [0, 1, 3]  # the first two steps, and the first that samples the student
+    # From the definition: teacher 8 s / 4 micro-batches x 4 of them, student 6 s x 3, the warm step's passes
+    # (0.8 + 2.0) / 2 per micro-batch x 2 x 5 steps, its optimizer 0.2 x 5.
+    total = 8.0 / 4 * 4 + 6.0 * 3 + (0.8 + 2.0) / 2 * 2 * 5 + 0.2 * 5
     assert found.severity == "info" and f"about {total / 60:.1f} minutes for 5 steps" in found.measured
-    assert "step 0 (teacher, teacher) 12.5 s; step 3 (student, dataset) 10.5 s" in found.measured
+    assert ("step 0 (teacher, teacher) 12.5 s; step 1 (a reused rollout) 3.0 s; step 3 (student, dataset) 10.5 s"
+            in found.measured)
 
 
 def test_the_time_estimate_is_left_to_a_run_for_an_engine_with_weights_of_its_own(tokenizer):

@@ -14,7 +14,7 @@ import torch
 
 from distill.doctor.context import DoctorContext
 from distill.doctor.findings import Finding, register_check
-from distill.doctor.timing import estimate, steps_to_time, unit_costs
+from distill.doctor.timing import estimate, step_seconds, steps_to_time, unit_costs
 from distill.generation import AUTO, get_engine
 from distill.models import eos_token_ids
 
@@ -298,7 +298,7 @@ def step_time(context: DoctorContext) -> list[Finding]:
     accumulation = config.gradient_accumulation_steps
     seconds = estimate(unit_costs(timed, accumulation), context.generated_sources, accumulation)
     measured = "; ".join(f"step {step} ({', '.join(context.generated_sources[step]) or 'a reused rollout'}) "
-                         f"{sum(v for k, v in t.items() if not k.startswith('generated_')):.1f} s"
+                         f"{step_seconds(t):.1f} s"
                          for step, t in zip(steps, timed))
     phases = ", ".join(f"{name.replace('/', ' by the ')} {value / 60:.1f}" for name, value in seconds.items()
                        if name != "total" and value)

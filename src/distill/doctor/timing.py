@@ -13,11 +13,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 GENERATED = ("student", "teacher")  # the sources that are sampled; "dataset" completions cost nothing to make
+PHASES = ("generation_student", "generation_teacher", "stage", "teacher", "student", "optimizer")  # seconds
+
+
+def step_seconds(timings: dict[str, float]) -> float:
+    """A timed step's seconds (its timings also count tokens and micro-batches)."""
+    return sum(timings.get(phase, 0.0) for phase in PHASES)
 
 
 def steps_to_time(generated_sources: list[list[str]]) -> list[int]:
-    """Step 0, and the first step that generates each sampled source step 0 does not."""
-    steps, covered = [0], set(generated_sources[0]) if generated_sources else set()
+    """Step 0, step 1 (the passes and the optimizer again, warm: the first of each allocates what it keeps), and the
+    first step that generates each sampled source steps 0 and 1 do not."""
+    steps = list(range(min(2, len(generated_sources))))
+    covered = {source for step in steps for source in generated_sources[step]}
     for step, sources in enumerate(generated_sources):
         missing = (set(sources) & set(GENERATED)) - covered
         if missing:
@@ -44,8 +52,9 @@ def unit_costs(timed: list[dict[str, float]], micro_batches_per_step: int) -> Un
 
     generation = {source: total(f"generation_{source}") / total(f"generated_micro_batches/{source}")
                   for source in GENERATED if total(f"generated_micro_batches/{source}")}
-    return UnitCosts(generation, (total("teacher") + total("student")) / (micro_batches_per_step * len(timed)),
-                     total("optimizer") / len(timed))
+    # The fastest timed step's: the first step's passes and optimizer step include their one-off allocations.
+    passes = min(t.get("stage", 0.0) + t.get("teacher", 0.0) + t.get("student", 0.0) for t in timed)
+    return UnitCosts(generation, passes / micro_batches_per_step, min(t.get("optimizer", 0.0) for t in timed))
 
 
 def estimate(costs: UnitCosts, generated_sources: list[list[str]], micro_batches_per_step: int) -> dict[str, float]:
