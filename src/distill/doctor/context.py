@@ -20,7 +20,8 @@ class DoctorContext:
     held here, or None (a server, a cache, the student itself); eos_ids: the run's end-of-turn ids; encoded: the rows in
     the student's ids; doctor: `distill doctor` (it also runs the checks that take a while); time_step: runs one
     optimizer step's phases as training does, timed (`Distiller.time_step`), without moving the weights;
-    generated_sources: per step, the sources of the micro-batches it generates (`Distiller.generated_sources`)."""
+    generated_sources: per step, the sources of the micro-batches it generates (`Distiller.generated_sources`; drawn
+    only when a check asks)."""
 
     config: DistillConfig
     method: Method
@@ -35,7 +36,7 @@ class DoctorContext:
     doctor: bool = False  # `distill doctor`, which also runs the checks that take a while (a measured step)
     teacher_head: Any = None  # a hidden-state teacher's head held here (`LogitHead`), or None
     time_step: Callable[[int], dict[str, float]] | None = None
-    generated_sources: list[list[str]] | None = None
+    generated_sources: Callable[[], list[list[str]]] | None = None
 
     @property
     def same_tokenizer(self) -> bool:

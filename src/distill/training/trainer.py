@@ -142,7 +142,7 @@ class Distiller:
         head = getattr(prepared.teachers.train, "head", None) if models.teacher is None else None  # a hidden-state payload's
         self.findings = run_checks(DoctorContext(config, self.method, self.train_examples, self.student_model, self.tokenizer,
                                                  models.teacher, models.teacher_tokenizer, student is not None, self.eos_ids,
-                                                 self.encoded, doctor, head, self.time_step, self.generated_sources()))
+                                                 self.encoded, doctor, head, self.time_step, self.generated_sources))
         act_on(self.findings, config.strict_checks, show=not doctor and self.runtime.is_main_process)
 
     @property
