@@ -33,7 +33,6 @@ benchmark that renames a field breaks the docs build rather than the numbers.
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from pathlib import Path
@@ -91,9 +90,9 @@ def fmt(value, spec: str | None) -> str:
     if spec == "min":
         return f"{value / 60:.1f}"
     if spec and spec.startswith("text:"):  # text in a table cell: one line, escaped, cut to N characters
-        text, limit = " ".join(str(value).split()), int(spec[5:])
-        text = text if len(text) <= limit else text[:limit].rstrip() + " ..."
-        return html.escape(text, quote=False).replace("|", "\\|")  # "<tool_call>" shown, not read as an element
+        from reference_pages import table_text
+
+        return table_text(value, int(spec[5:]))
     if spec and not isinstance(value, str):
         return format(value, spec)
     return f"{value:.4g}" if isinstance(value, float) else str(value)

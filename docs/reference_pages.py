@@ -94,9 +94,14 @@ def _cell(value) -> str:
         return f"{value:.4g}"
     if isinstance(value, list):  # a list of scalars
         return ", ".join(_cell(v) for v in value)
+    return table_text(value, CELL_CHARACTERS)
+
+
+def table_text(value, limit: int) -> str:
+    """`value` as one line of a Markdown table cell: whitespace collapsed, cut to `limit` characters, written as text
+    (an answer's "<tool_call>" would otherwise be read as an HTML element and vanish)."""
     text = " ".join(str(value).split())
-    text = text if len(text) <= CELL_CHARACTERS else text[: CELL_CHARACTERS - 1] + "…"
-    # Written as text, not markup: an answer's "<tool_call>" would otherwise be read as an HTML element and vanish.
+    text = text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
     return html.escape(text, quote=False).replace("|", "\\|")
 
 

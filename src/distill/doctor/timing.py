@@ -4,7 +4,7 @@ A step's time is the sum of its phases: generation (the student's samples, the t
 teacher, the student's forward and backward passes, the optimizer step. Generation depends on the step's sources,
 which a schedule changes (GKD's default samples the teacher for 54 steps, then mixes in the student), so one
 measured step does not stand for every step. The unit costs are measured per micro-batch of each source, on the
-first step and on the first step that generates each source the first does not, then summed over the sources every
+first two steps and on the first step that generates each source those do not, then summed over the sources every
 step of the run draws (drawing them generates nothing: `Distiller.generated_sources`).
 """
 
