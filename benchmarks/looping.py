@@ -61,6 +61,13 @@ ARMS = {  # name: (run directory, flags on top of the default)
         "constant_lr_reverse_t0.3", ["--lr_scheduler_type", "constant_with_warmup", "--sampling_temperature", "0.3",
                                      "--beta", "1"]),
     "96 new tokens": ("new_tokens_96", ["--max_new_tokens", "96"]),
+    # Greedy loops live on the student's own near-greedy paths, which neither the teacher's samples nor the student's
+    # samples at temperature 1 visit (those loop 0 of 40): on-policy micro-batches sampled near the greedy path.
+    "on-policy from step 18 at temperature 0.3": (
+        "lmbda_from_18_t0.3", ["--lmbda_schedule_steps", "18", "--sampling_temperature", "0.3"]),
+    "constant lr, on-policy from step 18 at temperature 0.3": (
+        "constant_lr_lmbda_from_18_t0.3", ["--lr_scheduler_type", "constant_with_warmup", "--lmbda_schedule_steps", "18",
+                                           "--sampling_temperature", "0.3"]),
 }
 
 

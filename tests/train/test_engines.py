@@ -232,3 +232,44 @@ def test_a_stop_set_apart_from_the_end_of_completion_cuts_the_turn_there(tokeniz
     stop = body[1]
     (turn, hit_max), = generate_completions(model, [[3, 4, 5]], greedy, eos, tokenizer.pad_token_id, CPU, stop_ids=[stop, *eos])
     assert turn == ids[: ids.index(stop) + 1] and not hit_max
+
+
+@pytest.mark.parametrize("engine", ["lean", "hf"])
+def test_seeded_rows_sample_each_row_from_its_own_seed_whatever_the_process_rng_and_the_batch(tokenizer, engine):
+    # The asynchronous producer samples in a thread beside training: a row's sample must depend on its seed only.
+    model = tiny_lm(len(tokenizer), seed=3)
+    prompts = [tokenizer.encode("a b c"), tokenizer.encode("d e"), tokenizer.encode("f g h i")]
+    sampling = SamplingParams(1.0, 1.0, 0, 12, engine=engine)
+
+    def sample(rows, rng_seed):
+        torch.manual_seed(rng_seed)
+        return generate_completions(model, [prompts[r] for r in rows], sampling, [1], 0, CPU, vocab_size=len(tokenizer),
+                                    with_log_probs=True, seeds=[100 + r for r in rows], seeded_rows=True)
+
+    whole = sample([0, 1, 2], rng_seed=0)
+    assert sample([0, 1, 2], rng_seed=1) == whole  # the process RNG plays no part
+    alone = sample([2], rng_seed=5)[0]
+    assert alone[0] == whole[2][0]  # nor the other rows of the batch
+    assert alone[2] == pytest.approx(whole[2][2], abs=1e-5)
+    assert len({tuple(ids) for ids, *_ in whole}) == 3
+    torch.manual_seed(0)  # and the process RNG is left as it was: the draws after sampling are the draws without it
+    before = torch.rand(2)
+    torch.manual_seed(0)
+    generate_completions(model, prompts, sampling, [1], 0, CPU, vocab_size=len(tokenizer), seeds=[1, 2, 3], seeded_rows=True)
+    assert torch.equal(torch.rand(2), before)
+
+
+def test_seeded_rows_draw_the_same_tokens_in_the_lean_loop_and_in_generate(tokenizer):
+    model = tiny_lm(len(tokenizer), seed=4)
+    prompts = [tokenizer.encode("a b c"), tokenizer.encode("d e f g")]
+    outputs = {engine: generate_completions(model, prompts, SamplingParams(0.7, 0.9, 20, 10, engine=engine), [1], 0, CPU,
+                                            vocab_size=len(tokenizer), with_log_probs=True, seeds=[7, 8], seeded_rows=True)
+               for engine in ("lean", "hf")}
+    for (lean_ids, lean_max, lean_lp), (hf_ids, hf_max, hf_lp) in zip(outputs["lean"], outputs["hf"]):
+        assert lean_ids == hf_ids and lean_max == hf_max
+        assert lean_lp == pytest.approx(hf_lp, abs=1e-4)
+
+
+def test_seeded_rows_without_seeds_is_an_error(tokenizer):
+    with pytest.raises(ValueError, match="seeded_rows needs one seed per prompt"):
+        generate_completions(tiny_lm(len(tokenizer)), [[3, 4]], SamplingParams(1.0, 1.0, 0, 4), [1], 0, CPU, seeded_rows=True)

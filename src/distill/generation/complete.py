@@ -82,6 +82,7 @@ def generate_completions(
     seeds: list[int] | None = None,
     stop_ids: list[int] | None = None,
     extras: list[RowExtras] | None = None,
+    seeded_rows: bool = False,
 ) -> list[tuple]:
     """Sample a completion for each prompt with the engine `sampling.engine` names (module docstring).
 
@@ -95,7 +96,10 @@ def generate_completions(
     `stop_ids`: where a row stops (kept), when that is not only at an EOS (the end of a turn); None: `eos_ids`.
     A completion is cut at its first stop and "ended" when that token is an EOS.
     `extras`: one `RowExtras` per prompt (the model kind's inputs beyond the ids), or None.
+    `seeded_rows`: every engine draws each row from its own seed, never from torch's process RNG (needs `seeds`).
     """
+    if seeded_rows and seeds is None:
+        raise ValueError("generate_completions: seeded_rows needs one seed per prompt; none were given")
     if seeds is not None and len(seeds) != len(prompts):
         raise ValueError(f"generate_completions: {len(seeds)} seeds for {len(prompts)} prompts; give one per prompt")
     if extras is not None and len(extras) != len(prompts):
@@ -119,7 +123,8 @@ def generate_completions(
             suppress = list(range(vocab_size, vocab_size + padded_rows)) if padded_rows > 0 else []
             request = DecodeRequest(input_ids, attention_mask, sampling, stops, list(eos_ids), pad_id, device, suppress,
                                     stopping_criteria, with_log_probs, None if seeds is None else seeds[start : start + batch_size],
-                                    collate_extras(extras[start : start + batch_size]) if extras is not None else {})
+                                    collate_extras(extras[start : start + batch_size]) if extras is not None else {},
+                                    seeded_rows)
             generated, log_probs = engine.decode(model, request)
             keep = first_eos_mask(generated, stops)
             for row in range(len(chunk)):

@@ -16,8 +16,9 @@ the weights before each decode, `distill.generation.vllm_engine`).
 Seeds. Every caller passes one seed per row (`distill.generation.seeds`: from the run's seed, the step, the
 process and the row). An engine with a sampler of its own (vLLM) must seed each row with it; the built-ins
 sample on torch's process RNG, which the run seeds and checkpoints, and so keep the numbers of every run
-made before seeds existed. Either way identical prompts get different samples and a resumed run draws the
-samples an uninterrupted one drew.
+made before seeds existed, unless a request asks for `seeded_rows` (the asynchronous producer samples in a thread
+beside training, so its samples must not touch the process RNG): then they too draw each row from its own seed.
+Either way identical prompts get different samples and a resumed run draws the samples an uninterrupted one drew.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ class DecodeRequest:
         that cannot run them refuse the request); with_log_probs: also return each sampled token's log-prob
         under the processed distribution; device: where the model runs; seeds: one per row, or None from a
         caller outside a run; extras: the model kind's named input tensors for the batch (`distill.batch`),
-        given to the model's forward with the ids.
+        given to the model's forward with the ids. seeded_rows: sample each row from a generator seeded by its
+        seed even in an engine that otherwise samples on torch's process RNG (the built-ins): what the asynchronous
+        producer asks for, since a thread sampling beside training must not share (or depend on) the process RNG.
     """
 
     input_ids: torch.Tensor
@@ -74,6 +77,15 @@ class DecodeRequest:
     with_log_probs: bool = False
     seeds: list[int] | None = None
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    seeded_rows: bool = False
+
+    def row_generators(self) -> list[torch.Generator] | None:
+        """With `seeded_rows`, one CPU generator per row seeded by its seed; None otherwise (the process RNG)."""
+        if not self.seeded_rows:
+            return None
+        if self.seeds is None:
+            raise ValueError("seeded_rows needs one seed per row; none were given")
+        return [torch.Generator().manual_seed(seed) for seed in self.seeds]
 
 
 class Engine(ABC):

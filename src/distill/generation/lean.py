@@ -18,13 +18,13 @@ class LeanDecode(Engine):
         return refusal(model, device)
 
     def decode(self, model, request: DecodeRequest) -> tuple[torch.Tensor, torch.Tensor | None]:
-        # `seeds` unused: this engine samples on torch's process RNG, which the run seeds and checkpoints (engine.py).
+        # Without `seeded_rows` this engine samples on torch's process RNG, which the run seeds and checkpoints (engine.py).
         sampling = request.sampling
         return lean_generate(model, request.input_ids, request.attention_mask, max_new_tokens=sampling.max_new_tokens,
                              do_sample=sampling.do_sample, temperature=sampling.temperature, top_k=sampling.top_k,
                              top_p=sampling.top_p, eos_ids=request.stop_ids, pad_id=request.pad_id,
                              suppress_tokens=request.suppress_ids, stopping_criteria=request.stopping_criteria,
-                             with_log_probs=request.with_log_probs)
+                             with_log_probs=request.with_log_probs, generators=request.row_generators())
 
 
 register_engine(LeanDecode())

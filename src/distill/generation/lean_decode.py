@@ -275,8 +275,9 @@ def logits_processors(do_sample: bool, temperature: float, top_k: int, top_p: fl
     return processors
 
 
-def sample_from_logits(scores: torch.Tensor) -> torch.Tensor:
-    """(B, V) processed logits -> (B,) tokens drawn from softmax(scores), one float64 uniform per row.
+def sample_from_logits(scores: torch.Tensor, generators: list[torch.Generator] | None = None) -> torch.Tensor:
+    """(B, V) processed logits -> (B,) tokens drawn from softmax(scores), one float64 uniform per row: from torch's
+    process RNG, or with `generators` (B) each row's from its own (`seeded_rows`: independent of the process RNG).
 
     Inverse CDF: token j is drawn when u * total falls in [cdf[j-1], cdf[j]), so a token of probability 0
     (an empty interval) is never drawn. The CDF is summed in float64 to keep the 49152-term sum exact enough.
@@ -287,16 +288,22 @@ def sample_from_logits(scores: torch.Tensor) -> torch.Tensor:
     if not bool(torch.isfinite(total).all() and (total > 0).all()):  # NaN or inf logits, or every token masked
         raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0 (the logits of a row are "
                            "not finite, or every token of a row is masked)")
-    draw = torch.rand(scores.shape[0], 1, dtype=torch.float64, device=scores.device) * total[:, None]
+    if generators is None:
+        uniforms = torch.rand(scores.shape[0], 1, dtype=torch.float64, device=scores.device)
+    else:
+        uniforms = torch.cat([torch.rand(1, 1, dtype=torch.float64, generator=g) for g in generators]).to(scores.device)
+    draw = uniforms * total[:, None]
     return torch.searchsorted(cdf, draw, right=True).clamp_(max=scores.shape[-1] - 1).squeeze(1)
 
 
 @torch.no_grad()
 def lean_generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
                   do_sample: bool, temperature: float, top_k: int, top_p: float, eos_ids: list[int], pad_id: int,
-                  suppress_tokens: list[int] | None = None, stopping_criteria=None, with_log_probs: bool = False):
+                  suppress_tokens: list[int] | None = None, stopping_criteria=None, with_log_probs: bool = False,
+                  generators: list[torch.Generator] | None = None):
     """`generate`'s loop on `LlamaDecoder`: (B, L) new tokens (finished rows padded with `pad_id`, L the steps run)
-    and, with `with_log_probs`, (B, L) float32 log-probs of each chosen token under the processed scores."""
+    and, with `with_log_probs`, (B, L) float32 log-probs of each chosen token under the processed scores.
+    `generators`: one per row to sample from (`sample_from_logits`), or None for torch's process RNG."""
     rows, width = input_ids.shape
     decoder = LlamaDecoder(model, rows, width + max_new_tokens)
     processors = logits_processors(do_sample, temperature, top_k, top_p, suppress_tokens or [])
@@ -309,7 +316,7 @@ def lean_generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
     steps = 0
     while steps < max_new_tokens:
         scores = processors(sequences[:, : width + steps], logits)
-        tokens = sample_from_logits(scores) if do_sample else scores.argmax(dim=-1)
+        tokens = sample_from_logits(scores, generators) if do_sample else scores.argmax(dim=-1)
         if eos_ids:
             tokens = torch.where(unfinished, tokens, pad_id)
         if with_log_probs:
