@@ -119,6 +119,24 @@ class RunFields:
                                       "'hf' (or a registered engine's name) forces one; 'vllm' samples with vLLM in the "
                                       "training process (the optional extra; docs/vllm.md).")
 
+    # --- asynchronous rollouts --------------------------------------------------------------------------
+    max_staleness: int = setting(0, "Optimizer steps the student's rollouts may lag the weights they train: the rollout "
+                                 "of step k is sampled by the weights of step k - max_staleness (a worker thread samples "
+                                 "it while the steps before k train, from a copy of those weights), so every sample's "
+                                 "staleness is exactly min(k, max_staleness) and runs are reproducible. 0: the "
+                                 "synchronous loop (docs/guides/async.md).")
+    staleness_correction: str = setting("tis", "With max_staleness > 0, how gkd's, on_policy's and gold's divergences "
+                                        "on stale student samples are corrected: 'tis' weighs each token's loss by the "
+                                        "importance ratio pi_theta / pi_behaviour truncated at staleness_ratio_cap; "
+                                        "'icepop' keeps the ratio inside [1 / cap, cap] and gives no loss outside it; "
+                                        "'none'. (iw_opd, sdft, sdpo: their PPO ratio against the recorded log-probs, "
+                                        "clipped by their own epsilons.)")
+    staleness_ratio: str = setting("prefix", "Which importance ratio weighs token t under staleness_correction: "
+                                   "'prefix' (the tokens before t: exact for a full-distribution loss), 'sequence' (the "
+                                   "whole sample), 'token' (token t's own, verl's TIS).")
+    staleness_ratio_cap: float = setting(2.0, "The bound c of staleness_correction: tis truncates the ratio at c, "
+                                         "icepop keeps [1 / c, c].")
+
     # --- optimisation ----------------------------------------------------------------------------------
     learning_rate: float = setting(3e-4, "AdamW peak learning rate (3e-4: the bundled default run, chosen by measurement).")
     weight_decay: float = setting(0.0, "AdamW weight decay.")

@@ -91,8 +91,38 @@ def validate(config: DistillConfig):
     if config.fsdp and config.use_peft:
         raise ValueError("fsdp: true with use_peft: true is not supported (LoRA's few trainable parameters gain "
                          "little from sharding); drop one of them")
+    _check_staleness(config, sources)
     check_fields_read(config, method, sources)
     return config
+
+
+def _check_staleness(config: DistillConfig, sources: frozenset[str]) -> None:
+    """Asynchronous rollouts' rules (`max_staleness`, `distill.training.ahead`)."""
+    from distill.methods.reuse_fields import RolloutReuseFields
+    from distill.objectives.staleness import CORRECTIONS, RATIO_LEVELS
+
+    if not isinstance(config.max_staleness, int) or config.max_staleness < 0:
+        raise ValueError(f"max_staleness must be an integer >= 0 (0: the synchronous loop), got {config.max_staleness!r}")
+    _one_of("staleness_correction", config.staleness_correction, CORRECTIONS)
+    _one_of("staleness_ratio", config.staleness_ratio, RATIO_LEVELS)
+    if not (config.staleness_ratio_cap > 1 and math.isfinite(config.staleness_ratio_cap)):
+        raise ValueError(f"staleness_ratio_cap must be a finite number > 1 (2 is usual), got {config.staleness_ratio_cap!r}")
+    if config.max_staleness == 0:
+        return
+    if "student" not in sources:
+        raise ValueError(f"max_staleness {config.max_staleness}: this run never samples from the student (method "
+                         f"{config.method}'s completions come from {sorted(sources)}), so nothing can be sampled ahead; "
+                         "set max_staleness: 0")
+    if RolloutReuseFields.of(config).num_iterations > 1:
+        raise ValueError("max_staleness > 0 with num_iterations > 1: a rollout is either reused or sampled ahead, not "
+                         "both; set num_iterations: 1 or max_staleness: 0")
+    if config.fsdp:
+        raise ValueError("max_staleness > 0 with fsdp: true is not supported (the sampler keeps a whole copy of the "
+                         "student beside the sharded one); set max_staleness: 0 or fsdp: false")
+    if config.generation_engine == "vllm":
+        raise ValueError("max_staleness > 0 with generation_engine: vllm is not supported: vLLM in the training process "
+                         "is driven from one thread, and it also samples the teacher there (docs/guides/async.md); "
+                         "use generation_engine: vllm_server (vLLM in a process of its own) or auto")
 
 
 def _one_of(name: str, value: Any, allowed: tuple) -> None:

@@ -32,7 +32,8 @@ def run_reads(sources: frozenset[str]) -> tuple[Reads, ...]:
     return (
         CORE,
         Reads("warmup_steps: 0 (warmup_steps > 0 overrides it)", ("warmup_ratio",), lambda c: c.warmup_steps == 0),
-        Reads("on-policy micro-batches (the student samples; lmbda > 0)", ("sampling_temperature", "top_p", "top_k"),
+        Reads("on-policy micro-batches (the student samples; lmbda > 0)", ("sampling_temperature", "top_p", "top_k",
+                                                                            "max_staleness"),
               lambda c: "student" in sources),
         *engine_reads(),
         Reads("tools or an environment (the tool-call loop)", ("max_turns", "tool_timeout", "fail_on_token_drift"),

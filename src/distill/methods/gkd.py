@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from distill.methods import mixing
 from distill.methods.mixing_fields import MixingFields
 from distill.methods.registry import Method, Paper, Reads, register
+from distill.methods.reuse_fields import STALENESS_CORRECTION, check_staleness_correction, staleness_correction
 from distill.objectives import DivergenceObjective
 from distill.signals import DENSE, SPARSE
 
@@ -25,7 +26,8 @@ GKD_PAPER = Paper(
 
 def divergence_objective(config: DistillConfig) -> DivergenceObjective:
     """Same-tokenizer teachers: a model (dense), a server or a cache (sparse)."""
-    return DivergenceObjective(mixing.beta_for(config), config.temperature, config.loss_chunk_size, frozenset({DENSE, SPARSE}))
+    return DivergenceObjective(mixing.beta_for(config), config.temperature, config.loss_chunk_size, frozenset({DENSE, SPARSE}),
+                               staleness_correction(config))
 
 
 def describe_jsd(record: dict) -> str:
@@ -38,7 +40,7 @@ class GKD(Method):
     fields = (MixingFields,)
     summary = "generalized JSD with on/off-policy mixing (lmbda, seq_kd; GKD, arXiv 2306.13649)"
     paper = GKD_PAPER
-    reads = (Reads("method gkd", ("beta", "temperature")), *mixing.READS, mixing.OFF_POLICY_BETA)
+    reads = (Reads("method gkd", ("beta", "temperature")), *mixing.READS, mixing.OFF_POLICY_BETA, STALENESS_CORRECTION)
     defaults = {"beta": 0.5}
 
     def sources(self, config: DistillConfig) -> mixing.MixedSources:
@@ -49,6 +51,10 @@ class GKD(Method):
 
     def validate(self, config: DistillConfig) -> None:
         mixing.validate(config)
+        check_staleness_correction(config, self.name)
+
+    def records_log_probs(self, config: DistillConfig) -> bool:
+        return staleness_correction(config) is not None  # pi_behaviour of every sampled token, for the ratio
 
     def describe_loss(self, record: dict) -> str:
         return f"{describe_jsd(record)}; {mixing.describe_mixing(record)}"

@@ -44,7 +44,9 @@ class GOLD(Method):
              Reads("uld_use_hybrid_loss: true (plain ULD has no beta)", ("beta", "uld_hybrid_matched_weight",
                                                                           "uld_hybrid_unmatched_weight"), hybrid),
              Reads("uld_use_hybrid_loss: true and off-policy micro-batches",
-                   mixing.OFF_POLICY_BETA.names, lambda c: hybrid(c) and mixing.off_policy(c)))
+                   mixing.OFF_POLICY_BETA.names, lambda c: hybrid(c) and mixing.off_policy(c)),
+             Reads("max_staleness > 0 (the student's samples drawn by older weights)", ("staleness_correction",),
+                   lambda c: c.max_staleness > 0))
     defaults = {"beta": 0.5}
 
     def sources(self, config: DistillConfig) -> mixing.MixedSources:
@@ -55,6 +57,10 @@ class GOLD(Method):
 
     def validate(self, config: DistillConfig) -> None:
         mixing.validate(config)
+        if config.max_staleness > 0 and config.staleness_correction != "none":
+            raise ValueError(f"staleness_correction {config.staleness_correction}: gold's ULD on byte-aligned groups takes "
+                             "no per-token importance weights; set staleness_correction: none (stale samples trained as "
+                             "fresh ones) or max_staleness: 0")
         own = GoldFields.of(config)
         if (own.uld_hybrid_matched_weight is None) != (own.uld_hybrid_unmatched_weight is None):
             raise ValueError("uld_hybrid_matched_weight and uld_hybrid_unmatched_weight: set both (fixed weights) or "

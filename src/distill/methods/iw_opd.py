@@ -19,7 +19,7 @@ from distill.losses.policy_gradient import ClipSettings
 from distill.methods.iw_opd_fields import IwOpdFields
 from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
 from distill.methods.registry import Method, Paper, Reads, register
-from distill.methods.reuse_fields import RolloutReuseFields, check_reuse
+from distill.methods.reuse_fields import RolloutReuseFields, check_reuse, stale_samples
 from distill.methods.sampling_rules import check_sampling_matches_loss
 from distill.objectives.iw_opd import (
     MAXIMA,
@@ -51,8 +51,8 @@ class IWOPD(Method):
     paper = IW_OPD_PAPER
     reads = (
         Reads("method iw_opd", ("temperature", "iw_opd_gamma", "iw_opd_epsilon", "num_iterations", "teacher_warmup_steps")),
-        Reads("num_iterations > 1 (with fresh rollouts the ratio is 1)", ("epsilon_low", "epsilon_high", "dual_clip"),
-              lambda c: RolloutReuseFields.of(c).num_iterations > 1),
+        Reads("num_iterations > 1 or max_staleness > 0 (with fresh rollouts the ratio is 1)",
+              ("epsilon_low", "epsilon_high", "dual_clip"), stale_samples),
         Reads("teacher_warmup_steps > 0 (teacher-sampled warm-up)",
               ("teacher_sampling_temperature", "teacher_top_p", "teacher_top_k", "seq_kd_generation_steps"),
               lambda c: IwOpdFields.of(c).teacher_warmup_steps > 0),
@@ -68,7 +68,7 @@ class IWOPD(Method):
 
     def objective(self, config: DistillConfig) -> IWOPDObjective:
         iw = IwOpdFields.of(config)
-        reused = RolloutReuseFields.of(config).num_iterations > 1
+        reused = stale_samples(config)
         return IWOPDObjective(IWOPDSettings(iw.iw_opd_gamma, iw.iw_opd_epsilon, clip_settings(config),
                                             config.temperature, config.loss_chunk_size, reused))
 

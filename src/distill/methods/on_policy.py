@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from distill.methods.gkd import GKD_PAPER, describe_jsd, divergence_objective
 from distill.methods.mixing import ALWAYS_ON_POLICY
 from distill.methods.registry import Method, Reads, register
+from distill.methods.reuse_fields import STALENESS_CORRECTION, check_staleness_correction, staleness_correction
 from distill.objectives import DivergenceObjective
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ class OnPolicy(Method):
     name = "on_policy"
     summary = "the student samples every completion (lmbda fixed to 1; the reference's DistillationTrainer)"
     paper = GKD_PAPER
-    reads = (Reads("method on_policy", ("beta", "temperature")),)
+    reads = (Reads("method on_policy", ("beta", "temperature")), STALENESS_CORRECTION)
     defaults = {"beta": 0.5}
 
     def sources(self, config: DistillConfig):
@@ -26,6 +27,12 @@ class OnPolicy(Method):
 
     def objective(self, config: DistillConfig) -> DivergenceObjective:
         return divergence_objective(config)
+
+    def validate(self, config: DistillConfig) -> None:
+        check_staleness_correction(config, self.name)
+
+    def records_log_probs(self, config: DistillConfig) -> bool:
+        return staleness_correction(config) is not None  # pi_behaviour of every sampled token, for the ratio
 
     def describe_loss(self, record: dict) -> str:
         return f"{describe_jsd(record).split(', off-policy')[0]}; every completion sampled by the student"

@@ -1,4 +1,5 @@
-"""Config fields of rollout reuse and its importance-ratio clips (methods iw_opd, sdft and sdpo)."""
+"""Config fields of rollout reuse and its importance-ratio clips (methods iw_opd, sdft and sdpo), and the rules of
+samples from older weights that every method shares (reused, or sampled ahead with `max_staleness`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from distill.config.io import PartFields, setting
+from distill.methods.registry import Reads
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
@@ -30,3 +32,36 @@ def check_reuse(config: DistillConfig) -> None:
     num_iterations = RolloutReuseFields.of(config).num_iterations
     if num_iterations <= 0:
         raise ValueError(f"num_iterations must be a positive integer, got {num_iterations!r}")
+
+
+def stale_samples(config: DistillConfig) -> bool:
+    """Whether the student's samples may be trained on by weights that moved since they were drawn: rollouts
+    reused (`num_iterations` > 1) or sampled ahead (`max_staleness` > 0). Then an importance ratio against the
+    log-probs recorded at sampling corrects them (each method's own, clipped)."""
+    return RolloutReuseFields.of(config).num_iterations > 1 or config.max_staleness > 0
+
+
+# gkd's, on_policy's and gold's divergences on stale student samples: `distill.objectives.staleness`.
+STALENESS_CORRECTION = Reads("max_staleness > 0 (the student's samples drawn by older weights)",
+                             ("staleness_correction", "staleness_ratio", "staleness_ratio_cap"),
+                             lambda c: c.max_staleness > 0)
+
+
+def staleness_correction(config: DistillConfig):
+    """The divergence objective's correction of stale student samples (`StalenessCorrection`), or None when nothing
+    is stale (max_staleness 0) or the run asks for none."""
+    from distill.objectives.staleness import StalenessCorrection
+
+    if config.max_staleness == 0 or config.staleness_correction == "none":
+        return None
+    return StalenessCorrection(config.staleness_correction, config.staleness_ratio, config.staleness_ratio_cap)
+
+
+def check_staleness_correction(config: DistillConfig, method: str) -> None:
+    """The divergence methods' rule: the ratio pi_theta / pi_behaviour is of the distribution the student sampled,
+    which must be the loss's (the sampling rule every estimator on the student's samples shares)."""
+    from distill.methods.sampling_rules import check_sampling_matches_loss
+
+    if staleness_correction(config) is not None:
+        check_sampling_matches_loss(config, [f"max_staleness > 0 with staleness_correction {config.staleness_correction} "
+                                             f"({method}: the importance ratio pi_theta / pi_behaviour)"])

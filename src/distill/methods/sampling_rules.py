@@ -35,6 +35,10 @@ def check_sampling_matches_loss(config: DistillConfig, estimators: list[str]) ->
 
 
 def reused_rollouts(config: DistillConfig, student_samples: bool = True) -> list[str]:
-    """The importance ratio's claim, when rollouts of the student's samples are reused."""
-    reused = RolloutReuseFields.of(config).num_iterations > 1
-    return ["num_iterations > 1 (the importance ratio pi_theta / pi_old)"] if reused and student_samples else []
+    """The importance ratio's claim, when the student's samples are reused or sampled ahead."""
+    claims = []
+    if RolloutReuseFields.of(config).num_iterations > 1:
+        claims.append("num_iterations > 1 (the importance ratio pi_theta / pi_old)")
+    if config.max_staleness > 0:
+        claims.append("max_staleness > 0 (the importance ratio pi_theta / pi_behaviour)")
+    return claims if student_samples else []

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
 from distill.methods.registry import Method, Paper, Reads, register
-from distill.methods.reuse_fields import RolloutReuseFields, check_reuse
+from distill.methods.reuse_fields import RolloutReuseFields, check_reuse, stale_samples
 from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
 from distill.methods.sdft_fields import SdftFields
 from distill.methods.self_teacher_fields import SelfTeacherFields
@@ -60,8 +60,8 @@ class SDFT(Method):
               lambda c: SelfTeacherFields.of(c).teacher_model_kind == "ema"),
         Reads("distillation_mode: topk_logits", ("distillation_topk",),
               lambda c: SelfTeacherFields.of(c).distillation_mode == "topk_logits"),
-        Reads("num_iterations > 1 on the student's samples (fresh rollouts have ratio 1)", ("distillation_is_clip",),
-              lambda c: RolloutReuseFields.of(c).num_iterations > 1 and not SdftFields.of(c).generate_from_teacher),
+        Reads("num_iterations > 1 or max_staleness > 0 on the student's samples (fresh rollouts have ratio 1)",
+              ("distillation_is_clip",), lambda c: stale_samples(c) and not SdftFields.of(c).generate_from_teacher),
         Reads("generate_from_teacher: true", ("teacher_sampling_temperature", "teacher_top_p", "teacher_top_k"),
               lambda c: SdftFields.of(c).generate_from_teacher),
         Reads("generate_from_teacher with teacher_model_kind base (a frozen teacher samples ahead)",
@@ -77,7 +77,7 @@ class SDFT(Method):
 
     def objective(self, config: DistillConfig) -> SelfDistillationObjective:
         self_teacher = SelfTeacherFields.of(config)
-        reused = RolloutReuseFields.of(config).num_iterations > 1 and not SdftFields.of(config).generate_from_teacher
+        reused = stale_samples(config) and not SdftFields.of(config).generate_from_teacher
         return SelfDistillationObjective(SelfDistillationSettings(
             self_teacher.distillation_mode, config.beta, config.temperature, config.loss_chunk_size,
             self_teacher.distillation_topk, self_teacher.distillation_is_clip, reused))
@@ -123,7 +123,7 @@ class SDFT(Method):
                          "train them without it (no loss; counted in self_teacher/rows_without_context)")
 
     def records_log_probs(self, config: DistillConfig) -> bool:
-        return RolloutReuseFields.of(config).num_iterations > 1 and not SdftFields.of(config).generate_from_teacher
+        return stale_samples(config) and not SdftFields.of(config).generate_from_teacher
 
     def trains_row(self, config: DistillConfig, example) -> bool:
         return example.privileged_context is not None

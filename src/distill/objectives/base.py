@@ -28,7 +28,9 @@ class StudentTokens:
     objective needs it);
     rollout_log_probs: (N,) float32, the log-prob each token had under the policy that sampled it
     (recorded at generation, `distill.training.rollout`), or None when the method does not ask for them;
-    advantages: (N,) float32, the advantage of each token's row (set by a method's step stage), or None.
+    advantages: (N,) float32, the advantage of each token's row (set by a method's step stage), or None;
+    loss_weights: (N,) float32 constants weighting each token's loss (a stale sample's importance weights,
+    `distill.objectives.staleness`), or None.
     """
 
     hidden: torch.Tensor
@@ -37,12 +39,13 @@ class StudentTokens:
     rows: torch.Tensor | None = None
     rollout_log_probs: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
+    loss_weights: torch.Tensor | None = None
 
     def select(self, index: torch.Tensor) -> "StudentTokens":
         """The positions `index` (M,) long, in that order (one teacher's share of a routed micro-batch)."""
         pick = lambda values: None if values is None else values.index_select(0, index)  # noqa: E731
         return StudentTokens(pick(self.hidden), self.head, pick(self.targets), pick(self.rows), pick(self.rollout_log_probs),
-                             pick(self.advantages))
+                             pick(self.advantages), pick(self.loss_weights))
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,15 @@ with beta interpolating forward KL (0) and reverse KL (1). The evaluation uses i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from distill.losses import DistillLoss, chunked_generalized_jsd, sparse_generalized_jsd
 from distill.losses.uld import chunked_uld
 from distill.objectives.base import StepContext, StudentTokens
+from distill.losses.token_log_probs import token_log_probs
 from distill.objectives.routing import per_teacher
+from distill.objectives.staleness import StalenessCorrection
 from distill.signals import (
     ALIGNED,
     DENSE,
@@ -50,7 +52,7 @@ def _one_teacher(tokens: StudentTokens, signal, settings: LossSettings) -> Disti
             student_bias=head.bias, teacher_bias=signal.head.bias,
             student_logit_scale=head.scale, teacher_logit_scale=signal.head.scale,
             student_softcap=head.softcap, teacher_softcap=signal.head.softcap,
-            return_stats=settings.return_stats,
+            return_stats=settings.return_stats, token_weights=tokens.loss_weights,
         )
     if isinstance(signal, SparseSignal):
         _same_temperature("log-probs", signal.temperature, settings.temperature)
@@ -60,9 +62,11 @@ def _one_teacher(tokens: StudentTokens, signal, settings: LossSettings) -> Disti
             sampled_ids=tokens.targets if sampled else None, teacher_sampled_log_probs=signal.sampled_log_probs,
             teacher_tail_log_probs=signal.tail_log_probs, beta=settings.beta, temperature=settings.temperature,
             chunk_size=settings.chunk_size, student_bias=head.bias, student_logit_scale=head.scale,
-            student_softcap=head.softcap, return_stats=settings.return_stats,
+            student_softcap=head.softcap, return_stats=settings.return_stats, token_weights=tokens.loss_weights,
         )
     if isinstance(signal, AlignedSignal):
+        if tokens.loss_weights is not None:
+            raise ValueError("ULD on byte-aligned groups takes no per-token weights (gold: staleness_correction none)")
         _same_temperature("group prefixes", signal.temperature, settings.temperature)
         return chunked_uld(tokens.hidden, head, tokens.targets, signal.alignment, signal.teacher_hidden, signal.head,
                            signal.teacher_log_prefix, signal.settings, beta=settings.beta, temperature=settings.temperature,
@@ -80,8 +84,10 @@ class DivergenceObjective:
     """Generalized JSD (ULD across tokenizers) with a beta per completion source (GKD, on-policy, GOLD)."""
 
     def __init__(self, beta_for: Callable[[str], float], temperature: float, chunk_size: int,
-                 signals: frozenset[str] = frozenset({DENSE, SPARSE, ALIGNED})):
+                 signals: frozenset[str] = frozenset({DENSE, SPARSE, ALIGNED}), staleness: StalenessCorrection | None = None):
+        """`staleness`: how student samples drawn by older weights are weighted (`max_staleness` > 0), or None."""
         self.beta_for, self.temperature, self.chunk_size, self.signals = beta_for, temperature, chunk_size, signals
+        self.staleness = staleness
 
     @classmethod
     def constant(cls, beta: float, temperature: float, chunk_size: int) -> "DivergenceObjective":
@@ -90,4 +96,11 @@ class DivergenceObjective:
 
     def __call__(self, tokens: StudentTokens, signal, context: StepContext) -> DistillLoss:
         settings = LossSettings(self.beta_for(context.source), self.temperature, self.chunk_size, context.return_stats)
-        return divergence(tokens, signal, settings)
+        if self.staleness is None or context.source != "student" or context.staleness == 0:
+            return divergence(tokens, signal, settings)
+        if tokens.rollout_log_probs is None or tokens.rows is None:
+            raise ValueError("a stale student micro-batch reached the loss without its sampling log-probs")
+        current = token_log_probs(tokens.hidden.detach(), tokens.head, tokens.targets, self.temperature, self.chunk_size)
+        weights, metrics, extrema = self.staleness.weights(current - tokens.rollout_log_probs, tokens.rows)
+        loss = divergence(replace(tokens, loss_weights=weights), signal, settings)
+        return loss._replace(metrics={**(loss.metrics or {}), **metrics}, extrema={**(loss.extrema or {}), **extrema})

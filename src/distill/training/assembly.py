@@ -46,7 +46,7 @@ from distill.models import (
 )
 from distill.models.kinds import model_kind_of
 from distill.teachers.build import load_model
-from distill.training.rollout import RolloutSettings
+from distill.training.rollout import RolloutSettings, StepRollout
 from distill.training.teacher_assembly import Comparison, assemble_teachers, comparison
 
 if TYPE_CHECKING:
@@ -212,3 +212,19 @@ def make_optimizer(config: DistillConfig, params: list[nn.Parameter]):
     warmup = config.warmup_steps or math.ceil(config.warmup_ratio * config.max_steps)
     return optimizer, get_scheduler(config.lr_scheduler_type, optimizer, num_warmup_steps=warmup,
                                     num_training_steps=config.max_steps)
+
+
+def rollout_producer(config: DistillConfig, plan, sampler, examples, encoded, settings: RolloutSettings, with_student,
+                     teacher, eos_ids: list[int], pad_id: int, vocab_size: int, device, process_index: int, stage):
+    """The run's rollout producer: synchronous (`StepRollout`), or with `max_staleness` > 0 sampling ahead in a worker
+    thread (`distill.training.ahead.AheadRollout`), which pushes the weights to an engine that keeps its own."""
+    args = (plan, sampler, examples, encoded, settings, with_student, teacher, eos_ids, pad_id, vocab_size, device,
+            process_index, stage)
+    if not config.max_staleness:
+        return StepRollout(*args)
+    from distill.generation.engine import AUTO, get_engine
+    from distill.training.ahead import AheadRollout
+
+    engine = None if config.generation_engine == AUTO else get_engine(config.generation_engine)
+    return AheadRollout(*args, max_staleness=config.max_staleness, first_row=sampler.first_row,
+                        engine=engine if engine is not None and engine.keeps_weights else None)

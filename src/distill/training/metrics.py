@@ -16,7 +16,8 @@ import torch
 import torch.distributed as dist
 
 from distill.losses import STAT_NAMES, all_reduce_sum
-from distill.training.rollout import SOURCES
+from distill.objectives.staleness import STALENESS_MAXIMA, STALENESS_METRICS, STALENESS_MINIMA
+from distill.training.rollout import ASYNC_TIMERS, SOURCES
 
 
 class MetricWindow:
@@ -113,17 +114,21 @@ def new_window(method=None, teacher_ids: list[str] = (), stage_metrics: list[str
              *getattr(method, "metrics", ()), *stage_metrics]
     means += [f"{kind}/{s}" for s in SOURCES for kind in ("loss", "completion_length")]
     means += [f"loss/teacher/{tid}" for tid in teacher_ids if tid]
+    # Asynchronous rollouts' (max_staleness > 0): logged only by such a run (a mean nothing added to is not logged).
+    means += ["staleness", *STALENESS_METRICS, *(f"time/{name}" for name in ASYNC_TIMERS)]
     window.register(means, ["prompts_truncated", *[f"micro_batches/{s}" for s in SOURCES], "tokens_per_second/generation",
                             "tokens_per_second/teacher", "tokens_per_second/student"],
                     ["completion_length_max", *[f"completion_length/{s}_max" for s in SOURCES]],
-                    minima=list(getattr(method, "minima", ())), signed_maxima=list(getattr(method, "maxima", ())))
+                    minima=[*getattr(method, "minima", ()), *STALENESS_MINIMA],
+                    signed_maxima=[*getattr(method, "maxima", ()), *STALENESS_MAXIMA, "staleness_max"])
     return window
 
 
-def record_micro_batch(window: MetricWindow, mb, out, log_step: bool, method=None) -> None:
+def record_micro_batch(window: MetricWindow, mb, out, log_step: bool, method=None, trained_version: int | None = None) -> None:
     """Add one micro-batch's loss sums, lengths and diagnostics (`out`: its DistillLoss) to `window`;
-    `method` declares the objective's own metric names."""
-    method_metrics = getattr(method, "metrics", ())
+    `method` declares the objective's own metric names. `trained_version`: with asynchronous rollouts, the weights
+    version the step trains, for each student sample's staleness (None: not logged)."""
+    method_metrics = (*getattr(method, "metrics", ()), *STALENESS_METRICS)
     tokens = int(out.num_tokens)
     loss_sum = float(out.loss_sum.detach())
     window.add_mean("loss", loss_sum, tokens)
@@ -141,10 +146,14 @@ def record_micro_batch(window: MetricWindow, mb, out, log_step: bool, method=Non
         if name not in method_metrics:  # an undeclared name would be reduced on some processes only
             raise ValueError(f"the objective reported metric {name!r}, which its method does not declare in Method.metrics")
         window.add_mean(name, float(numerator), float(denominator))
+    if trained_version is not None and mb.source == "student":
+        staleness = [trained_version - c.weights_version for c in mb.completions if c.weights_version is not None]
+        window.add_mean("staleness", sum(staleness), len(staleness))
+        window.add_max("staleness_max", max(staleness, default=0))
     for name, value in (out.extrema or {}).items():
-        if name in getattr(method, "maxima", ()):
+        if name in (*getattr(method, "maxima", ()), *STALENESS_MAXIMA):
             window.add_max(name, float(value))
-        elif name in getattr(method, "minima", ()):
+        elif name in (*getattr(method, "minima", ()), *STALENESS_MINIMA):
             window.add_min(name, float(value))
         else:
             raise ValueError(f"the objective reported extreme {name!r}, which its method does not declare in "

@@ -49,6 +49,10 @@ from distill.training.runtime import phase_clock
 logger = logging.getLogger(__name__)
 
 SOURCES = ("student", "dataset", "teacher")
+# An asynchronous producer's timers (logged as time/NAME, seconds per step): copying the weights of a new version and
+# loading (pushing) them where the student samples, the training thread waiting for a rollout, the worker sampling it,
+# the training thread from taking a rollout to its optimizer step.
+ASYNC_TIMERS = ("weight_push", "queue_wait", "generation", "training")
 
 
 class SourcePlan(Protocol):
@@ -102,6 +106,7 @@ class RolloutProducer(ABC):
     """
 
     name = "rollout"
+    seeded_rows = False  # the built-in engines sample on torch's process RNG (an asynchronous producer: per-row seeds)
 
     @abstractmethod
     def request(self, step: int) -> None:
@@ -127,6 +132,10 @@ class RolloutProducer(ABC):
         """The method's step-stage metrics (and the tool-call loop's) of the rollout made since the last call."""
         return {}
 
+    def take_timers(self) -> dict[str, tuple[float, float]]:
+        """An asynchronous producer's timers since the last call: "time/NAME" -> (seconds, steps timed)."""
+        return {}
+
     def metric_names(self) -> tuple[str, ...]:
         """The names `take_stage_metrics` may give (every process registers them)."""
         return ()
@@ -134,6 +143,16 @@ class RolloutProducer(ABC):
     def holds_state(self) -> bool:
         """Whether the producer holds something between steps that a checkpoint must keep."""
         return False
+
+    def start(self, step: int) -> None:
+        """Training starts (or resumes) at `step`, with the student's weights of that version."""
+
+    def close(self) -> None:
+        """Training ended (or failed): stop whatever runs beside it."""
+
+    def restore_point(self) -> dict:
+        """What `load_state_dict` needs to undo a step that failed (the trainer takes it before each step)."""
+        return self.state_dict()
 
     def after_optimizer_step(self, step: int) -> None:
         pass
@@ -202,6 +221,11 @@ class StepRollout(RolloutProducer):
             self._staged, self._restored = None, False
             if self.settings.num_iterations > 1:
                 self._reused = (first, micro_batches)
+        self._run_stage(first, micro_batches, timings)
+        return micro_batches
+
+    def _run_stage(self, first: int, micro_batches: list[MicroBatch], timings: dict[str, float]) -> None:
+        """The method's step stage on the rollout of step `first`, once per rollout."""
         if self.stage is not None and self._staged != first:
             start = phase_clock(self.device)
             metrics = self.stage(first, micro_batches)
@@ -210,7 +234,6 @@ class StepRollout(RolloutProducer):
             self.stage_metrics = {} if self._restored else metrics
             self._staged, self._restored = first, False
             _add(timings, "stage", phase_clock(self.device) - start)
-        return micro_batches
 
     def take_stage_metrics(self) -> dict[str, tuple[float, float]]:
         metrics, self.stage_metrics = {**self.stage_metrics, **self.loop_metrics}, {}
@@ -264,25 +287,49 @@ class StepRollout(RolloutProducer):
 
     # --------------------------------------------------------------------------------------- generation --
     def _generate(self, step: int, timings: dict[str, float]) -> list[MicroBatch]:
+        outputs = self._student_outputs(step, self.with_student, timings, self.loop_metrics)
+        return self._assemble(step, outputs, step, timings)
+
+    def _student_seeds(self, step: int, count: int, purpose: str) -> list[int]:
+        """One sampling seed per on-policy row of `step` (`purpose`: "student", or a later turn's)."""
+        return row_seeds(count, self.settings.seed, purpose, step, self.process_index)
+
+    def _student_outputs(self, step: int, with_student: Callable[[Callable], object], timings: dict[str, float],
+                         loop_metrics: dict[str, tuple[float, float]], clock: Callable[[torch.device], float] = phase_clock,
+                         ) -> dict[int, list[tuple]]:
+        """The student's samples of `step`'s on-policy micro-batches, by micro-batch index: per row (ids, hit max,
+        sampling log-probs or nothing, and a conversation's trained mask, prompt followed and layout), sampled by
+        the model `with_student` runs (the student as it is now, or the asynchronous producer's copy); `clock`
+        times it (a worker thread's must not wait for the training thread's kernels)."""
         sources = self.sources(step)
         groups = self.prompt_groups(step)
-        generated: dict[int, list[tuple]] = {}
         on_policy = [i for i, s in enumerate(sources) if s == "student"]
-        if on_policy:
-            prompts = [self.encoded[j].prompt_ids for i in on_policy for j in groups[i]]
-            extras = [self.encoded[j].extras for i in on_policy for j in groups[i]]
-            start = phase_clock(self.device)
-            seeds = row_seeds(len(prompts), self.settings.seed, "student", step, self.process_index)
-            if self.settings.tool_loop is not None:
-                rows = [self.examples[j] for i in on_policy for j in groups[i]]
-                outputs = iter(self._conversations(self.settings.tool_loop, step, prompts, rows, extras))
-            else:
-                outputs = iter(self.with_student(lambda student: generate_completions(
-                    student, prompts, self.settings.student_sampling, self.eos_ids, self.pad_id, self.device,
-                    vocab_size=self.vocab_size, with_log_probs=self.settings.record_log_probs, seeds=seeds, extras=extras)))
-            _add(timings, "generation_student", phase_clock(self.device) - start)
-            _add(timings, "generated_micro_batches/student", len(on_policy))
-            generated.update({i: [next(outputs) for _ in groups[i]] for i in on_policy})
+        if not on_policy:
+            return {}
+        prompts = [self.encoded[j].prompt_ids for i in on_policy for j in groups[i]]
+        extras = [self.encoded[j].extras for i in on_policy for j in groups[i]]
+        start = clock(self.device)
+        seeds = self._student_seeds(step, len(prompts), "student")
+        if self.settings.tool_loop is not None:
+            rows = [self.examples[j] for i in on_policy for j in groups[i]]
+            outputs = iter(self._conversations(self.settings.tool_loop, step, prompts, rows, extras, with_student,
+                                               loop_metrics))
+        else:
+            outputs = iter(with_student(lambda student: generate_completions(
+                student, prompts, self.settings.student_sampling, self.eos_ids, self.pad_id, self.device,
+                vocab_size=self.vocab_size, with_log_probs=self.settings.record_log_probs, seeds=seeds, extras=extras,
+                seeded_rows=self.seeded_rows)))
+        _add(timings, "generation_student", clock(self.device) - start)
+        _add(timings, "generated_micro_batches/student", len(on_policy))
+        return {i: [next(outputs) for _ in groups[i]] for i in on_policy}
+
+    def _assemble(self, step: int, generated: dict[int, list[tuple]], version: int,
+                  timings: dict[str, float]) -> list[MicroBatch]:
+        """`step`'s micro-batches: the student's samples `generated` (drawn by the weights of `version`), the teacher's
+        (sampled here, a window at a time) and the dataset's completions."""
+        sources = self.sources(step)
+        groups = self.prompt_groups(step)
+        generated = dict(generated)
         if "teacher" in sources:
             window = self._teacher_samples(step, timings)
             generated.update({i: window[(step, i)] for i, s in enumerate(sources) if s == "teacher"})
@@ -302,7 +349,7 @@ class StepRollout(RolloutProducer):
                     trained = rest[1] if len(rest) > 1 else None  # a conversation's: the environment's ids untrained
                     prompt = rest[2] if len(rest) > 2 else None  # with an environment's observation
                     layout = rest[3] if len(rest) > 3 else None  # a conversation's turns
-                completions.append(self._completion(j, source, ids, hit_max, log_probs, step if source == "student" else None,
+                completions.append(self._completion(j, source, ids, hit_max, log_probs, version if source == "student" else None,
                                                     trained, prompt, layout))
             micro_batches.append(collate(completions, source, self.pad_id))
         return micro_batches
@@ -327,24 +374,24 @@ class StepRollout(RolloutProducer):
         return Completion(prompt, ids, source, hit_max, self.encoded[j].prompt_truncated,
                           self.examples[j], log_probs, mask, weights_version, extras=self.encoded[j].extras, layout=layout)
 
-    def _conversations(self, loop: ToolLoop, step: int, prompts: list[list[int]], rows: list[Example],
-                       extras: list) -> list[tuple[list[int], bool, list[float] | None, tuple[bool, ...], list[int], Layout]]:
+    def _conversations(self, loop: ToolLoop, step: int, prompts: list[list[int]], rows: list[Example], extras: list,
+                       with_student: Callable[[Callable], object], loop_metrics: dict[str, tuple[float, float]],
+                       ) -> list[tuple[list[int], bool, list[float] | None, tuple[bool, ...], list[int], Layout]]:
         """The student's rollouts as conversations (the tool-call loop): per prompt (ids, hit max, sampling log-probs,
         trained mask, the prompt followed: with an environment's observation, the layout). Each turn samples with its own
         per-row seeds, so a row's conversation does not depend on which other rows are still going."""
         sampling = self.settings.student_sampling
 
         def generate(batch: list[list[int]], max_new_tokens: int, turn: int, rows: list[int]):
-            seeds = row_seeds(len(prompts), self.settings.seed, "student" if turn == 0 else f"student turn {turn}", step,
-                              self.process_index)
-            outputs = cast(list, self.with_student(lambda student: generate_completions(
+            seeds = self._student_seeds(step, len(prompts), "student" if turn == 0 else f"student turn {turn}")
+            outputs = cast(list, with_student(lambda student: generate_completions(
                 student, batch, replace(sampling, max_new_tokens=max_new_tokens), self.eos_ids, self.pad_id,
                 self.device, vocab_size=self.vocab_size, with_log_probs=self.settings.record_log_probs,
-                seeds=[seeds[r] for r in rows], extras=[extras[r] for r in rows])))
+                seeds=[seeds[r] for r in rows], extras=[extras[r] for r in rows], seeded_rows=self.seeded_rows)))
             return [(ids, hit_max, rest[0] if rest else None) for ids, hit_max, *rest in outputs]
 
         trajectories, followed = loop.run(generate, prompts, rows, self.eos_ids)
-        self._add_loop_metrics(trajectories)
+        _add_loop_metrics(loop_metrics, trajectories)
         return [(t.ids, t.hit_max, t.log_probs, tuple(t.trained), prompt, t.layout) for t, prompt in zip(trajectories, followed)]
 
     def _teacher_conversations(self, loop: ToolLoop, first: int, prompts: list[list[int]], examples: list[Example],
@@ -362,13 +409,8 @@ class StepRollout(RolloutProducer):
             return [(ids, hit_max, None) for ids, hit_max, *_ in outputs]
 
         trajectories, followed = loop.run(generate, prompts, examples, self.eos_ids)
-        self._add_loop_metrics(trajectories)
+        _add_loop_metrics(self.loop_metrics, trajectories)
         return [(t.ids, t.hit_max, None, tuple(t.trained), prompt, t.layout) for t, prompt in zip(trajectories, followed)]
-
-    def _add_loop_metrics(self, trajectories) -> None:
-        for name, (numerator, denominator) in loop_metrics(trajectories).items():
-            had = self.loop_metrics.get(name, (0.0, 0.0))
-            self.loop_metrics[name] = (had[0] + numerator, had[1] + denominator)
 
     def _teacher_samples(self, step: int, timings: dict[str, float]) -> dict[tuple[int, int], list[tuple]]:
         """Teacher (seq_kd) completions for every teacher micro-batch of the window of
@@ -407,3 +449,10 @@ class StepRollout(RolloutProducer):
 
 def _add(timings: dict[str, float], name: str, seconds: float) -> None:
     timings[name] = timings.get(name, 0.0) + seconds
+
+
+def _add_loop_metrics(into: dict[str, tuple[float, float]], trajectories) -> None:
+    """The tool-call loop's metrics of `trajectories` added to `into` (name -> (numerator, denominator))."""
+    for name, (numerator, denominator) in loop_metrics(trajectories).items():
+        had = into.get(name, (0.0, 0.0))
+        into[name] = (had[0] + numerator, had[1] + denominator)

@@ -60,6 +60,7 @@ from distill.training.assembly import (
     make_optimizer,
     make_sampler,
     prepare_models,
+    rollout_producer,
     rollout_settings,
     student_source,
 )
@@ -72,7 +73,7 @@ from distill.training.metrics import (
     record_micro_batch,
     show_on_progress_bar,
 )
-from distill.training.rollout import RolloutProducer, StepRollout
+from distill.training.rollout import RolloutProducer
 from distill.training.runtime import StopRequest, phase_clock, start_runtime
 from distill.training.student_access import StudentAccess
 
@@ -134,10 +135,10 @@ class Distiller:
         self.with_student = StudentAccess(self.student_model, config.fsdp, self.accelerator.unwrap_model)
         # The method's work on each rollout before any loss (sdpo's rewards), if it has one.
         self.stage = self.method.stage(config, StageParts(self.tokenizer, self.eos_ids, self.runtime, self.sampler.first_row))
-        self.rollout: RolloutProducer = StepRollout(
-            self.plan, self.sampler, self.train_examples, self.encoded, rollout_settings(config, self.method, self.teacher, self.encoder),
-            self.with_student, self.teacher, self.eos_ids, self.pad_id, self.vocab_size, self.device,
-            self.runtime.process_index, self.stage)
+        self.rollout: RolloutProducer = rollout_producer(
+            config, self.plan, self.sampler, self.train_examples, self.encoded,
+            rollout_settings(config, self.method, self.teacher, self.encoder), self.with_student, self.teacher, self.eos_ids,
+            self.pad_id, self.vocab_size, self.device, self.runtime.process_index, self.stage)
         # What users trip over (`distill.doctor`): errors (and warnings with strict_checks) stop here, before any file.
         head = getattr(prepared.teachers.train, "head", None) if models.teacher is None else None  # a hidden-state payload's
         self.findings = run_checks(DoctorContext(config, self.method, self.train_examples, self.student_model, self.tokenizer,
@@ -212,8 +213,9 @@ class Distiller:
         if self.rollout.holds_state():  # what the producer holds (a reused rollout) is checkpointed by it, as a hook
             self.hooks.append(self.rollout)
         configure_engine(config)  # an engine's own settings (vLLM's KV cache), before its first decode
-        sync = weight_sync(config.generation_engine, self.with_student,  # an engine with its own weights
-                           self.teachers.sampling_models)
+        # An engine with its own weights is synced after each step; an asynchronous producer pushes them itself.
+        sync = None if config.max_staleness else weight_sync(config.generation_engine, self.with_student,
+                                                             self.teachers.sampling_models)
         if sync is not None:
             self.hooks.append(sync)
         if self.run is not None:  # setup called again (train after a manual setup): this Distiller's own lock
@@ -227,6 +229,7 @@ class Distiller:
             start_step = self.run.resume(self.wrapped, self.student_for_generation(), self.optimizer, self.scheduler, self.hooks)
         if sync is not None:
             sync.start()  # the weights the first rollout samples from (a resumed run's: the checkpoint's)
+        self.rollout.start(start_step)  # an asynchronous producer's worker starts here
         if config.report_to != "none":
             accelerator.init_trackers(config.run_name or self.run_dir.name, config=self.config_record())
         return start_step
@@ -241,6 +244,7 @@ class Distiller:
             raise
         finally:
             try:
+                self.rollout.close()
                 self.location.close(self.teachers)
                 close_engine(self.config.generation_engine)
             finally:
@@ -296,7 +300,7 @@ class Distiller:
         """One step; when it fails for a reason outside distill (`StepFailure`: the teacher server, a reward
         function), checkpoint the state from before the step and stop."""
         log_step = (step + 1) % self.config.logging_steps == 0 or step + 1 == self.config.max_steps
-        rng, reused = ckpt.rng_state(), self.rollout.state_dict()
+        rng, reused = ckpt.rng_state(), self.rollout.restore_point()
         try:
             self.train_step(step, window, timings, log_step=log_step)
         except StepFailure as error:
@@ -359,7 +363,7 @@ class Distiller:
                 out = model(mb, signal, self.objective, context)
                 accelerator.backward(out.loss_sum * scale)
             timings["student"] = timings.get("student", 0.0) + phase_clock(self.device) - start
-            record_micro_batch(window, mb, out, log_step, self.method)
+            record_micro_batch(window, mb, out, log_step, self.method, step if config.max_staleness else None)
             timings["tokens_scored"] = timings.get("tokens_scored", 0.0) + mb.num_completion_tokens
         return step_tokens
 
@@ -376,6 +380,8 @@ class Distiller:
 
     def _log(self, step: int, window: MetricWindow, timings: dict[str, float], progress) -> dict[str, Any]:
         add_throughput(window, timings)
+        for name, (seconds, steps) in self.rollout.take_timers().items():
+            window.add_mean(name, seconds, steps)
         epoch = self.rollout.generations(step) * self.sampler.prompts_per_step / len(self.train_examples)
         record = log_record(step, epoch, window.reduce(self.device))
         record.update(self.plan.logged(self.rollout.generation_step(step - 1)))  # GKD's lmbda

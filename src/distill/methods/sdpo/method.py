@@ -13,7 +13,7 @@ from distill.data import PromptEncoder
 from distill.losses.policy_gradient import ClipSettings
 from distill.methods.mixing import ALWAYS_ON_POLICY
 from distill.methods.registry import Method, Paper, Reads, register
-from distill.methods.reuse_fields import RolloutReuseFields, check_reuse
+from distill.methods.reuse_fields import RolloutReuseFields, check_reuse, stale_samples
 from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
 from distill.methods.sdpo.fields import SdpoFields
 from distill.methods.sdpo.reprompts import Reprompts, check_reprompt_templates
@@ -98,8 +98,8 @@ class SDPO(Method):
               lambda c: "regex" in [str(f) for f in SdpoFields.of(c).reward_funcs]),
         Reads("distillation_weight < 1 (a policy loss)", ("loss_type", "advantage_scaling"),
               lambda c: SdpoFields.of(c).distillation_weight < 1),
-        Reads("distillation_weight < 1 with num_iterations > 1 (the PPO ratio clip)", ("epsilon_low", "epsilon_high"),
-              lambda c: SdpoFields.of(c).distillation_weight < 1 and RolloutReuseFields.of(c).num_iterations > 1),
+        Reads("distillation_weight < 1 with num_iterations > 1 or max_staleness > 0 (the PPO ratio clip)",
+              ("epsilon_low", "epsilon_high"), lambda c: SdpoFields.of(c).distillation_weight < 1 and stale_samples(c)),
         Reads("distillation_weight > 0 (a self-teacher)", ("teacher_model_kind", "beta", "distillation_mode",
                                                            "demonstration_from_self", "include_feedback", "reprompt_template",
                                                            "solution_template", "remove_thinking_from_demonstration",
@@ -110,8 +110,8 @@ class SDPO(Method):
               lambda c: distils(c) and SelfTeacherFields.of(c).teacher_model_kind == "ema"),
         Reads("distillation_weight > 0 with distillation_mode: topk_logits", ("distillation_topk",),
               lambda c: distils(c) and SelfTeacherFields.of(c).distillation_mode == "topk_logits"),
-        Reads("distillation_weight > 0 with num_iterations > 1", ("distillation_is_clip",),
-              lambda c: distils(c) and RolloutReuseFields.of(c).num_iterations > 1),
+        Reads("distillation_weight > 0 with num_iterations > 1 or max_staleness > 0", ("distillation_is_clip",),
+              lambda c: distils(c) and stale_samples(c)),
         # As for sdft and sft: the evaluation compares with the initial model, shown a row's privileged context if any.
         Reads("eval_before_after: true (the evaluation's teacher is the initial model shown the row's context)",
               ("teacher_prompt_template", "max_teacher_prompt_length"), lambda c: c.eval_before_after),
@@ -124,7 +124,7 @@ class SDPO(Method):
 
     def objective(self, config: DistillConfig) -> SDPOObjective:
         reuse, self_teacher, sdpo = RolloutReuseFields.of(config), SelfTeacherFields.of(config), SdpoFields.of(config)
-        reused = reuse.num_iterations > 1
+        reused = stale_samples(config)
         policy = PolicySettings(sdpo.loss_type, ClipSettings(reuse.epsilon_low, reuse.epsilon_high, dual_clip=None),
                                 config.temperature, config.loss_chunk_size, config.max_new_tokens, reused)
         distillation = SelfDistillationSettings(self_teacher.distillation_mode, config.beta, config.temperature,
@@ -181,7 +181,7 @@ class SDPO(Method):
                              "the self-teacher; add one or set include_feedback: false")
 
     def records_log_probs(self, config: DistillConfig) -> bool:
-        return RolloutReuseFields.of(config).num_iterations > 1
+        return stale_samples(config)
 
     def group_size(self, config: DistillConfig) -> int:
         return SdpoFields.of(config).num_generations

@@ -1,0 +1,289 @@
+"""The asynchronous producer (`max_staleness` s > 0): the student's samples of step k are drawn while steps k - s ..
+k - 1 train.
+
+Pacing. The rollout of step k is sampled by the weights of version max(0, k - s) (the weights after that many
+optimizer steps), never by whichever weights happen to be newest: the worker waits for that version rather than
+sampling from another. So a sample's staleness is exactly min(k, s), nothing is ever discarded, and with per-row
+seeds (`DecodeRequest.seeded_rows`, keyed by the row's place in the step over all processes) a run's samples do not
+depend on timing: two runs at the same s give the same metrics, and the samples do not depend on how the step's rows
+are split over processes.
+
+The worker. One thread per process samples from a copy of the student (made once at start). After each optimizer
+step the trainer copies the weights it trains (all of a full student; only the adapter of a LoRA one) into a
+snapshot of the new version, which is all the training thread waits for; the worker loads a snapshot into its copy
+when a rollout needs it (and, for an engine with weights of its own, a vLLM server, pushes them there) and samples.
+torch releases the GIL in its kernels, so the worker's decoding and the trainer's passes overlap; on a machine with
+few cores they share them. The teacher's samples and the dataset's completions, the method's step stage (sdpo's
+rewards) and every collective stay on the training thread, in `take`.
+
+Checkpoints. A checkpoint holds the rollouts sampled ahead (the worker's finished samples, plain values) and, for any
+the worker could not finish (it failed), the snapshot of the weights they need: on resume they are sampled again from
+those weights with the same seeds. So a run killed and resumed trains on exactly the samples an uninterrupted one does.
+
+Faults. An error in the worker (a server that died, an engine that raised) fails the step that takes that rollout as
+a `StepFailure`: the trainer checkpoints the state from before the step and prints the resume command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import threading
+import time
+import torch
+from torch import nn
+
+from distill.conversations.layout import Layout
+from distill.errors import StepFailure
+from distill.generation.seeds import row_seed
+from distill.training.rollout import StepRollout
+
+Snapshot = dict[str, torch.Tensor]
+
+
+class RolloutProducerError(StepFailure):
+    """The asynchronous rollout producer failed to sample a step's rollout."""
+
+    resume_hint = "once the cause is fixed (a generation server: when it is back)"
+
+
+class AheadRollout(StepRollout):
+    """`StepRollout` whose student samples are drawn ahead, in a worker thread, within `max_staleness` (module
+    docstring). `engine`: the generation engine when it keeps its own weights (pushed by the worker), else None."""
+
+    seeded_rows = True
+
+    def __init__(self, *args, max_staleness: int, first_row: int, engine=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if max_staleness < 1:
+            raise ValueError(f"AheadRollout needs max_staleness >= 1, got {max_staleness}")
+        self.lag, self.first_row, self.engine = max_staleness, first_row, engine
+        self._copy: nn.Module | None = None
+        self._loaded: int | None = None  # the version the copy holds
+        self._versions: dict[int, Snapshot] = {}  # published and still needed
+        self._jobs: list[int] = []  # steps submitted to the worker, in order
+        self._results: dict[int, tuple] = {}  # step -> ("done", outputs, timings, loop metrics) or ("failed", error)
+        self._condition = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closing = False
+        self._submitted_until = -1
+        self._taken_at: float | None = None  # when the training thread took the last rollout
+        self.timers: dict[str, tuple[float, float]] = {}  # name -> (seconds, steps timed)
+        self._halted = False  # the worker failed a rollout and takes no more
+
+    # ----------------------------------------------------------------------------------- the schedule --
+    def version_for(self, step: int) -> int:
+        """The weights version that samples `step`'s rollout."""
+        return max(0, step - self.lag)
+
+    def _samples(self, step: int) -> bool:
+        return 0 <= step < self.settings.max_steps and "student" in self.sources(step)
+
+    def _student_seeds(self, step: int, count: int, purpose: str) -> list[int]:
+        # Keyed by the row's place among the step's rows over all processes: the same sample however they are split.
+        sources, groups = self.sources(step), self.prompt_groups(step)
+        offsets, offset = [], self.first_row
+        for source, group in zip(sources, groups):
+            if source == "student":
+                offsets.extend(range(offset, offset + len(group)))
+            offset += len(group)
+        rows = offsets if len(offsets) == count else range(count)
+        return [row_seed(self.settings.seed, f"{purpose} ahead", step, row) for row in rows]
+
+    # ----------------------------------------------------------------------------------- the trainer side --
+    def start(self, step: int) -> None:
+        """Copy the student (its weights are version `step`) and start the worker."""
+        self._copy = self.with_student(lambda student: _frozen_copy(student))
+        with self._condition:
+            self._versions.setdefault(step, self._snapshot())
+            self._submitted_until = max(self._submitted_until, step - 1)
+        self._thread = threading.Thread(target=self._work, name="distill-rollout-ahead", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        with self._condition:
+            self._closing = True
+            self._condition.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def request(self, step: int) -> None:
+        with self._condition:
+            for later in range(max(step, self._submitted_until + 1), step + self.lag + 1):
+                if self._samples(later) and later not in self._results:
+                    self._jobs.append(later)
+            self._submitted_until = max(self._submitted_until, step + self.lag)
+            self._condition.notify_all()
+
+    def take(self, step: int, timings: dict[str, float]):
+        first = self.generation_step(step)
+        outputs, worker_timings, loop = {}, {}, {}
+        if self._samples(first):
+            waited = time.perf_counter()
+            with self._condition:
+                self._condition.wait_for(lambda: first in self._results)
+                result = self._results[first]
+            self._timer("queue_wait", time.perf_counter() - waited)
+            if result[0] == "failed":
+                error = result[1]
+                raise RolloutProducerError(f"the rollout producer failed sampling step {first}'s rollout: "
+                                           f"{type(error).__name__}: {error}") from error
+            _, outputs, worker_timings, loop = result
+            for name, value in worker_timings.items():
+                if name == "weight_push":
+                    self._timer("weight_push", value)
+                else:
+                    timings[name] = timings.get(name, 0.0) + value
+            self._timer("generation", worker_timings.get("generation_student", 0.0))
+        self.loop_metrics = {**loop}
+        micro_batches = self._assemble(first, outputs, self.version_for(first), timings)
+        self._run_stage(first, micro_batches, timings)
+        self._taken_at = time.perf_counter()
+        return micro_batches
+
+    def after_optimizer_step(self, step: int) -> None:
+        if self._taken_at is not None:
+            self._timer("training", time.perf_counter() - self._taken_at)
+            self._taken_at = None
+        version = step + 1
+        with self._condition:
+            self._results.pop(step, None)  # the step is done: its rollout is no longer needed for a retry
+        if self._samples(version + self.lag):  # a later rollout samples from these weights
+            start = time.perf_counter()
+            snapshot = self._snapshot()
+            with self._condition:
+                self._versions[version] = snapshot
+                self._condition.notify_all()
+            self._timer("weight_push", time.perf_counter() - start)
+
+    def take_timers(self) -> dict[str, tuple[float, float]]:
+        timers, self.timers = self.timers, {}
+        return {f"time/{name}": (seconds, count) for name, (seconds, count) in timers.items()}
+
+    def _timer(self, name: str, seconds: float) -> None:
+        had = self.timers.get(name, (0.0, 0.0))
+        self.timers[name] = (had[0] + seconds, had[1] + 1.0)
+
+    def _snapshot(self) -> Snapshot:
+        """The trainable weights as they are now, copied (the frozen ones the worker's copy holds already)."""
+        return self.with_student(lambda student: {name: p.detach().to("cpu", copy=True)
+                                                  for name, p in student.named_parameters() if p.requires_grad})
+
+    # ----------------------------------------------------------------------------------- the worker --
+    def _work(self) -> None:
+        stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None  # beside training's kernels
+        while True:
+            with self._condition:
+                self._condition.wait_for(lambda: self._closing or bool(self._jobs))
+                if self._closing:
+                    return
+                step = self._jobs[0]
+                version = self.version_for(step)
+                self._condition.wait_for(lambda: self._closing or version in self._versions)
+                if self._closing:
+                    return
+                snapshot = self._versions[version]
+            try:
+                with torch.cuda.stream(stream) if stream is not None else _nothing():
+                    result = self._sample(step, version, snapshot)
+                    if stream is not None:
+                        stream.synchronize()
+            except Exception as error:  # handed to the training thread, which fails the step that takes it
+                result = ("failed", error)
+            with self._condition:
+                self._jobs.pop(0)
+                self._results[step] = result
+                if result[0] == "failed":  # what is left waits for a resume (its weights go into the checkpoint)
+                    self._halted = True
+                else:  # later rollouts sample from this version or newer ones
+                    for old in [v for v in self._versions if v < version]:
+                        del self._versions[old]
+                self._condition.notify_all()
+                if self._halted:
+                    return
+
+    def _sample(self, step: int, version: int, snapshot: Snapshot) -> tuple:
+        timings: dict[str, float] = {}
+        if self._loaded != version:
+            start = time.perf_counter()
+            _load(self._copy, snapshot)
+            self._loaded = version
+            if self.engine is not None:  # an engine with its own copy (a vLLM server): these weights, pushed now
+                self.engine.sync_weights(self._copy)
+            timings["weight_push"] = time.perf_counter() - start
+        loop: dict[str, tuple[float, float]] = {}
+        outputs = self._student_outputs(step, lambda run: run(self._copy), timings, loop, clock=lambda device: time.perf_counter())
+        return ("done", outputs, timings, loop)
+
+    # ----------------------------------------------------------------------------------- checkpoints --
+    def holds_state(self) -> bool:
+        return True
+
+    def restore_point(self) -> dict:
+        return {}  # a failed step leaves the rollouts sampled ahead in place (they are dropped only after a step)
+
+    def load_state_dict(self, state: dict) -> None:
+        if not state:
+            return
+        if "ahead" not in state:
+            raise ValueError("resume: the checkpoint was written by a run without max_staleness; resume with the "
+                             "max_staleness it was started with")
+        if int(state["lag"]) != self.lag:
+            raise ValueError(f"resume: the checkpoint's rollouts were sampled {state['lag']} step(s) ahead, this run "
+                             f"asks for max_staleness {self.lag}; resume with max_staleness: {state['lag']}")
+        with self._condition:
+            for step, outputs in state["ahead"].items():
+                self._results[int(step)] = ("done", {int(i): [_from_plain(row) for row in rows] for i, rows in outputs.items()},
+                                            {}, {})
+            for version, snapshot in state["versions"].items():
+                self._versions[int(version)] = snapshot
+            self._submitted_until = int(state["submitted_until"])
+            self._jobs.extend(int(step) for step in state["pending"])
+
+    def state_dict(self) -> dict:
+        """The rollouts sampled ahead (waited for: the worker finishes what it was given) and, for any it could not
+        finish, the steps and the weights they need; the trainer saves this after an optimizer step."""
+        with self._condition:
+            self._condition.wait_for(lambda: not self._jobs or self._halted or self._thread is None)
+            done = {step: result[1] for step, result in self._results.items() if result[0] == "done"}
+            pending = sorted([step for step, result in self._results.items() if result[0] == "failed"] + self._jobs)
+            versions = {v: s for v, s in self._versions.items() if any(self.version_for(p) == v for p in pending)}
+            return {"lag": self.lag, "submitted_until": self._submitted_until, "pending": pending, "versions": versions,
+                    "ahead": {step: {i: [list(_plain(row)) for row in rows] for i, rows in outputs.items()}
+                              for step, outputs in done.items()}}
+
+
+def _frozen_copy(student: nn.Module) -> nn.Module:
+    """A copy of the student for sampling only: no gradients, eval mode."""
+    duplicate = copy.deepcopy(student)
+    duplicate.eval()
+    duplicate.requires_grad_(False)
+    return duplicate
+
+
+def _nothing():
+    return contextlib.nullcontext()
+
+
+def _load(model: nn.Module, snapshot: Snapshot) -> None:
+    parameters = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in snapshot.items():
+            parameters[name].copy_(value)
+
+
+def _from_plain(row: list) -> tuple:
+    """A sampled row from its checkpointed form (`_plain`)."""
+    row = list(row)
+    if len(row) > 3 and row[3] is not None:
+        row[3] = tuple(bool(flag) for flag in row[3])  # a conversation's trained mask
+    if len(row) > 5 and isinstance(row[5], dict):
+        row[5] = Layout.from_plain(row[5])
+    return tuple(row)
+
+
+def _plain(row: tuple) -> tuple:
+    """A sampled row as plain values (a conversation's layout as its plain form)."""
+    return tuple(item.to_plain() if hasattr(item, "to_plain") else item for item in row)
+
