@@ -4,6 +4,8 @@ change, and the server's log-probs of the sampled tokens equal the student's own
 
 from __future__ import annotations
 
+import json
+
 import datasets
 import pytest
 
@@ -62,3 +64,47 @@ def test_a_teacher_sample_is_refused_with_the_engines_that_can(student_server, t
     distiller = _run(tmp_path, url, dirs, tokenizer, method="gkd", lmbda=0.0, seq_kd=True, max_steps=1)
     with pytest.raises(ValueError, match="samples the student only"):
         distiller.train()
+
+
+def test_max_staleness_1_samples_each_step_on_the_server_from_the_weights_of_the_step_before(student_server, tokenizer,
+                                                                                             tmp_path):
+    """The worker pushes each version to the server just before the rollout that needs it, off the training thread:
+    the server's log-probs of step k's samples are those of the weights after step k - 1, not of step k's."""
+    import copy
+
+    import torch
+
+    from tests.vllm.test_vllm_engine import _forward_log_probs
+
+    url, dirs = student_server
+    distiller = _run(tmp_path, url, dirs, tokenizer, max_steps=4, max_staleness=1, learning_rate=1e-2)
+    versions, rollouts = {}, {}
+    publish, assemble = distiller.rollout.after_optimizer_step, distiller.rollout._assemble
+
+    def remember_version(step):
+        versions[step + 1] = copy.deepcopy(distiller.student_for_generation().state_dict())
+        publish(step)
+
+    def remember_rollout(step, outputs, version, timings):
+        rollouts[step] = (version, assemble(step, outputs, version, timings))
+        if step == 0:
+            versions[0] = copy.deepcopy(distiller.student_for_generation().state_dict())
+        return rollouts[step][1]
+
+    distiller.rollout.after_optimizer_step, distiller.rollout._assemble = remember_version, remember_rollout
+    distiller.train()
+    assert [rollouts[step][0] for step in range(4)] == [0, 0, 1, 2]
+    model = copy.deepcopy(distiller.student_for_generation())
+
+    def gap(version, micro_batches):
+        model.load_state_dict(versions[version])
+        return max((torch.tensor(c.rollout_log_probs) - _forward_log_probs(model, c)).abs().max().item()
+                   for mb in micro_batches for c in mb.completions)
+
+    for step in (2, 3):
+        version, micro_batches = rollouts[step]
+        assert gap(version, micro_batches) < TOLERANCE  # the weights that sampled it
+        assert gap(step, micro_batches) > 100 * TOLERANCE  # not the weights it trains
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["staleness"] for r in records] == [0.0, 1.0, 1.0, 1.0]
+    assert not list((tmp_path / "run").glob("vllm-weights-*"))

@@ -92,8 +92,11 @@ class AheadRollout(StepRollout):
 
     # ----------------------------------------------------------------------------------- the trainer side --
     def start(self, step: int) -> None:
-        """Copy the student (its weights are version `step`) and start the worker."""
+        """Copy the student (its weights are version `step`) and start the worker. An engine with its own weights
+        serves the student itself until the worker's first rollout (the evaluation before training samples it)."""
         self._copy = self.with_student(lambda student: _frozen_copy(student))
+        if self.engine is not None:
+            self.with_student(self.engine.sync_weights)
         with self._condition:
             self._versions.setdefault(step, self._snapshot())
             self._submitted_until = max(self._submitted_until, step - 1)
@@ -107,6 +110,8 @@ class AheadRollout(StepRollout):
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+            if self.engine is not None:  # the evaluation after training samples the student itself
+                self.with_student(self.engine.sync_weights)
 
     def request(self, step: int) -> None:
         with self._condition:
