@@ -108,3 +108,31 @@ def test_max_staleness_1_samples_each_step_on_the_server_from_the_weights_of_the
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["staleness"] for r in records] == [0.0, 1.0, 1.0, 1.0]
     assert not list((tmp_path / "run").glob("vllm-weights-*"))
+
+
+@pytest.fixture(scope="module")
+def lora_server(tmp_path_factory, tokenizer):
+    root = tmp_path_factory.mktemp("vllm_server_lora")
+    dirs = save_models(root, tokenizer)
+    server, url = start_server(dirs["student"], root / "server.log", "--logprobs-mode", "processed_logprobs",
+                               "--enable-lora", "--max-lora-rank", "16",
+                               env={"VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"})
+    yield url, dirs
+    stop_server(server)
+
+
+@pytest.mark.parametrize("max_staleness", [0, 1])
+def test_a_lora_student_pushes_only_its_adapters_and_the_server_samples_with_them(lora_server, tokenizer, tmp_path,
+                                                                                  max_staleness):
+    url, dirs = lora_server
+    distiller = _run(tmp_path, url, dirs, tokenizer, max_steps=3, use_peft=True, learning_rate=1e-2,
+                     max_staleness=max_staleness)
+    if max_staleness == 0:
+        gaps = _gap_after_steps(distiller, {1, 2})
+        assert max(gaps.values()) < TOLERANCE, gaps
+    else:
+        distiller.train()
+    assert vllm_server.ENGINE.pushes == 0  # never the merged weights
+    # each version that sampled: 0, 1, 2 in step; 0 (steps 0 and 1) and 1 (step 2) one step behind
+    assert vllm_server.ENGINE.adapter_pushes == (3 if max_staleness == 0 else 2)
+    assert not list((tmp_path / "run").glob("vllm-weights-*"))

@@ -11,8 +11,14 @@ The protocol, all of it stock vLLM (0.32), with the server started in developmen
   `POST /reset_prefix_cache` (cached prefixes hold the old weights' keys and values). A file on shared storage
   is the one transport stock vLLM offers that works on every device, CPUs included; its other weight-transfer
   engines (NCCL, CUDA IPC) need GPUs on both sides.
+- a LoRA student: only its adapters travel, where the server takes them (started with `--enable-lora` and
+  `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`, from the student's base model): peft's adapter files are written into the
+  directory, then `POST /v1/load_lora_adapter {"lora_name": "distill-student", "lora_path": DIR, "load_inplace":
+  true}`, and rows are sampled with `"model": "distill-student"`. A server without that endpoint gets the merged
+  weights as above (logged once).
 - when: before a decode, when the student's weights differ from the last pushed (`weights_fingerprint`): after
-  every optimizer step that a rollout follows (after each `num_iterations` window when rollouts are reused).
+  every optimizer step that a rollout follows (after each `num_iterations` window when rollouts are reused; with
+  `max_staleness`, the asynchronous producer's copy of each version, pushed from its worker).
 - sampling: one `POST /v1/completions` per row (each row has its own `seed`; a request's seed is shared by
   all its prompts), sent concurrently: the prompt as token ids, `return_token_ids`, `logprobs: 0` when
   log-probs are recorded, the run's EOS ids as `stop_token_ids` (and `ignore_eos`), padded vocabulary rows
@@ -67,6 +73,8 @@ class VllmServerFields(PartFields):
 logger = logging.getLogger("distill.rollout")
 
 WEIGHTS_FILE = "model.safetensors"
+ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
+ADAPTER_NAME = "distill-student"  # the name the student's adapters are loaded under on the server
 
 
 class VllmServerError(RuntimeError):
@@ -88,13 +96,16 @@ class VllmServerEngine(Engine):
         self._pushed: tuple | None = None
         self._directory: Path | None = None
         self._served_name: str | None = None
+        self._adapters_taken: bool | None = None  # whether the server loads LoRA adapters (None: not asked yet)
         self.pushes = 0
+        self.adapter_pushes = 0
 
     def configure(self, config: DistillConfig) -> None:
         own = VllmServerFields.of(config)
         self.url = (own.vllm_server_url or "").rstrip("/")
         self.weights_root = Path(own.vllm_weights_dir or config.output_dir)
         self._student, self._pushed, self._directory, self._served_name, self.pushes = None, None, None, None, 0
+        self._adapters_taken, self.adapter_pushes = None, 0
 
     def check_config(self, config: DistillConfig) -> None:
         url = VllmServerFields.of(config).vllm_server_url
@@ -126,7 +137,7 @@ class VllmServerEngine(Engine):
 
         def ask(row_and_seed):
             prompt, seed = row_and_seed
-            payload = {"model": self._model_name(), "prompt": prompt, "max_tokens": sampling.max_new_tokens, "seed": seed,
+            payload = {"model": ADAPTER_NAME if self._serving_adapters(model) else self._model_name(), "prompt": prompt, "max_tokens": sampling.max_new_tokens, "seed": seed,
                        "temperature": sampling.temperature if sampling.do_sample else 0.0,
                        "top_p": sampling.top_p if sampling.do_sample else 1.0,
                        "top_k": sampling.top_k if sampling.do_sample else 0, "stop_token_ids": list(request.stop_ids),
@@ -150,6 +161,10 @@ class VllmServerEngine(Engine):
             self.weights_root.mkdir(parents=True, exist_ok=True)
             self._directory = Path(tempfile.mkdtemp(prefix="vllm-weights-", dir=self.weights_root))
             config_of(model).save_pretrained(self._directory)
+        if _is_lora(model) and self._push_adapters(model):
+            self._pushed, self.adapter_pushes = fingerprint, self.adapter_pushes + 1
+            logger.debug("pushed the student's adapters to %s in %.2f s", self.url, time.perf_counter() - start)
+            return
         weights = {name: tensor.detach().contiguous().cpu() for name, tensor in checkpoint_weights(model)}
         partial = self._directory / (WEIGHTS_FILE + ".partial")
         save_file(_untied(weights), str(partial))
@@ -159,10 +174,39 @@ class VllmServerEngine(Engine):
         self._pushed, self.pushes = fingerprint, self.pushes + 1
         logger.debug("pushed the student's weights to %s in %.2f s", self.url, time.perf_counter() - start)
 
+    def _push_adapters(self, model: nn.Module) -> bool:
+        """Write the LoRA adapters and have the server load them in place; False when the server does not take
+        adapters (no `/v1/load_lora_adapter`: not started with runtime LoRA updating), then the merged weights go."""
+        if self._adapters_taken is False:
+            return False
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        adapters = {name: tensor.detach().contiguous().cpu() for name, tensor in get_peft_model_state_dict(model).items()}
+        partial = self._directory / (ADAPTER_FILES[0] + ".partial")
+        save_file(adapters, str(partial))
+        partial.replace(self._directory / ADAPTER_FILES[0])
+        model.peft_config[model.active_adapter].save_pretrained(str(self._directory))  # adapter_config.json
+        try:
+            self._post("/v1/load_lora_adapter", {"lora_name": ADAPTER_NAME, "lora_path": str(self._directory),
+                                                 "load_inplace": True})
+        except VllmServerError as error:
+            if self._adapters_taken is None and " answered 404" in str(error):
+                self._adapters_taken = False
+                logger.info("the vLLM server at %s takes no LoRA adapters (start it with --enable-lora and "
+                            "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 to push only them): pushing the merged weights", self.url)
+                return False
+            raise
+        self._adapters_taken = True
+        return True
+
+    def _serving_adapters(self, model: nn.Module) -> bool:
+        return bool(self._adapters_taken) and _is_lora(model)
+
     def close(self) -> None:
         """Remove the weights directory this engine wrote (its own files only)."""
         if self._directory is not None:
-            for name in (WEIGHTS_FILE, WEIGHTS_FILE + ".partial", "config.json"):
+            for name in (WEIGHTS_FILE, WEIGHTS_FILE + ".partial", "config.json", *ADAPTER_FILES, ADAPTER_FILES[0] + ".partial"):
                 (self._directory / name).unlink(missing_ok=True)
             if not any(self._directory.iterdir()):  # anything else in it is not ours: left where it is
                 self._directory.rmdir()
@@ -197,7 +241,16 @@ class VllmServerEngine(Engine):
             raise VllmServerError(f"vllm_server_url {self.url}: {path} answered {error.code}: {detail}{hint}") from None
         except OSError as error:
             raise VllmServerError(f"vllm_server_url {self.url}: {path} failed: {error}") from None
-        return json.loads(body) if body.strip() else None
+        if not body.strip():
+            return None
+        try:
+            return json.loads(body)
+        except json.JSONDecodeError:  # vLLM's LoRA endpoints answer in plain text
+            return body.decode(errors="replace")
+
+
+def _is_lora(model: nn.Module) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
 
 
 def _untied(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
