@@ -112,7 +112,7 @@ def start_vllm_server(python: str, model_dir: Path, log: Path) -> tuple[subproce
         except OSError:
             if server.poll() is not None or time.time() > deadline:
                 server.kill()
-                raise RuntimeError(f"the vLLM server did not start:\n{log.read_text()[-3000:]}")
+                raise RuntimeError(f"the vLLM server did not start:\n{log.read_text()[-3000:]}") from None
             time.sleep(2)
 
 

@@ -201,3 +201,29 @@ def test_bad_asynchronous_settings_fail_before_any_model_loads(tmp_path, overrid
 
     with pytest.raises(ValueError, match=message):
         DistillConfig(**{**FAST, "output_dir": str(tmp_path / "run"), **overrides}).validate()
+
+
+def test_pacing_drop_discards_rollouts_staler_than_the_bound_and_samples_them_again(tokenizer, tmp_path):
+    distiller = make_distiller(tokenizer, tmp_path / "run", **{**ON_POLICY, "max_steps": 6}, max_staleness=1,
+                               staleness_pacing="drop")
+    publish = distiller.rollout.after_optimizer_step
+
+    def slow_training(step):  # the worker samples two steps ahead from the old weights before the new ones come
+        import time
+
+        time.sleep(0.5)
+        publish(step)
+
+    distiller.rollout.after_optimizer_step = slow_training
+    distiller.train()
+    records = read_metrics(distiller.run_dir / "metrics.jsonl")
+    assert distiller.rollout.dropped >= 1
+    assert sum(r["staleness/dropped"] for r in records) == distiller.rollout.dropped
+    assert all(r["staleness_max"] <= 1 for r in records)  # the bound holds whatever the timing
+
+
+def test_pacing_wait_never_drops(tokenizer, tmp_path):
+    distiller = make_distiller(tokenizer, tmp_path / "run", **ON_POLICY, max_staleness=2)
+    distiller.train()
+    assert distiller.rollout.dropped == 0
+    assert all(r["staleness/dropped"] == 0 for r in read_metrics(distiller.run_dir / "metrics.jsonl"))

@@ -125,6 +125,11 @@ class RunFields:
                                  "it while the steps before k train, from a copy of those weights), so every sample's "
                                  "staleness is exactly min(k, max_staleness) and runs are reproducible. 0: the "
                                  "synchronous loop (docs/guides/async.md).")
+    staleness_pacing: str = setting("wait", "With max_staleness > 0: 'wait' (step k's rollout is sampled by the weights of "
+                                    "step k - max_staleness, exactly: reproducible, nothing discarded) or 'drop' (the "
+                                    "worker samples up to 2 x max_staleness steps ahead from the newest weights it has, "
+                                    "without waiting; a rollout staler than max_staleness when its step comes is "
+                                    "discarded and sampled again; its samples depend on timing).")
     staleness_correction: str = setting("tis", "With max_staleness > 0, how gkd's, on_policy's and gold's divergences "
                                         "on stale student samples are corrected: 'tis' weighs each token's loss by the "
                                         "importance ratio pi_theta / pi_behaviour truncated at staleness_ratio_cap; "

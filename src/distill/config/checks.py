@@ -100,9 +100,11 @@ def _check_staleness(config: DistillConfig, sources: frozenset[str]) -> None:
     """Asynchronous rollouts' rules (`max_staleness`, `distill.training.ahead`)."""
     from distill.methods.reuse_fields import RolloutReuseFields
     from distill.objectives.staleness import CORRECTIONS, RATIO_LEVELS
+    from distill.training.ahead import PACINGS
 
     if not isinstance(config.max_staleness, int) or config.max_staleness < 0:
         raise ValueError(f"max_staleness must be an integer >= 0 (0: the synchronous loop), got {config.max_staleness!r}")
+    _one_of("staleness_pacing", config.staleness_pacing, PACINGS)
     _one_of("staleness_correction", config.staleness_correction, CORRECTIONS)
     _one_of("staleness_ratio", config.staleness_ratio, RATIO_LEVELS)
     if not (config.staleness_ratio_cap > 1 and math.isfinite(config.staleness_ratio_cap)):

@@ -36,6 +36,7 @@ def run_reads(sources: frozenset[str]) -> tuple[Reads, ...]:
                                                                             "max_staleness"),
               lambda c: "student" in sources),
         *engine_reads(),
+        Reads("max_staleness > 0 (asynchronous rollouts)", ("staleness_pacing",), lambda c: c.max_staleness > 0),
         Reads("tools or an environment (the tool-call loop)", ("max_turns", "tool_timeout", "fail_on_token_drift"),
               lambda c: bool(c.tools) or c.environment is not None),
         Reads("use_peft: true", ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"), lambda c: c.use_peft),

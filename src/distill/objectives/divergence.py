@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from distill.losses import DistillLoss, chunked_generalized_jsd, sparse_generalized_jsd
+from distill.losses.token_log_probs import token_log_probs
 from distill.losses.uld import chunked_uld
 from distill.objectives.base import StepContext, StudentTokens
-from distill.losses.token_log_probs import token_log_probs
 from distill.objectives.routing import per_teacher
 from distill.objectives.staleness import StalenessCorrection
 from distill.signals import (

@@ -30,6 +30,8 @@ import contextlib
 import copy
 import threading
 import time
+from typing import cast
+
 import torch
 from torch import nn
 
@@ -39,6 +41,7 @@ from distill.generation.seeds import row_seed
 from distill.training.rollout import StepRollout
 
 Snapshot = dict[str, torch.Tensor]
+PACINGS = ("wait", "drop")
 
 
 class RolloutProducerError(StepFailure):
@@ -53,28 +56,39 @@ class AheadRollout(StepRollout):
 
     seeded_rows = True
 
-    def __init__(self, *args, max_staleness: int, first_row: int, engine=None, **kwargs):
+    def __init__(self, *args, max_staleness: int, first_row: int, engine=None, pacing: str = "wait", **kwargs):
         super().__init__(*args, **kwargs)
-        if max_staleness < 1:
-            raise ValueError(f"AheadRollout needs max_staleness >= 1, got {max_staleness}")
-        self.lag, self.first_row, self.engine = max_staleness, first_row, engine
+        if max_staleness < 1 or pacing not in PACINGS:
+            raise ValueError(f"AheadRollout needs max_staleness >= 1 and a pacing in {PACINGS}, got {max_staleness}, {pacing!r}")
+        self.lag, self.first_row, self.engine, self.pacing = max_staleness, first_row, engine, pacing
+        # How far ahead rollouts are asked for: within the bound when waiting; beyond it when dropping what is too old.
+        self.depth = max_staleness if pacing == "wait" else 2 * max_staleness
+        self.dropped = 0  # rollouts sampled ahead and dropped as too stale (pacing drop)
         self._copy: nn.Module | None = None
         self._loaded: int | None = None  # the version the copy holds
         self._versions: dict[int, Snapshot] = {}  # published and still needed
         self._jobs: list[int] = []  # steps submitted to the worker, in order
-        self._results: dict[int, tuple] = {}  # step -> ("done", outputs, timings, loop metrics) or ("failed", error)
+        # step -> ("done", outputs, timings, loop metrics, version) or ("failed", error)
+        self._results: dict[int, tuple] = {}
         self._condition = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closing = False
         self._submitted_until = -1
         self._taken_at: float | None = None  # when the training thread took the last rollout
-        self.timers: dict[str, tuple[float, float]] = {}  # name -> (seconds, steps timed)
+        self.metrics: dict[str, tuple[float, float]] = {}  # name -> (sum, steps counted): timers, drops
         self._halted = False  # the worker failed a rollout and takes no more
 
     # ----------------------------------------------------------------------------------- the schedule --
     def version_for(self, step: int) -> int:
-        """The weights version that samples `step`'s rollout."""
+        """The weights version that samples `step`'s rollout (pacing wait; dropping, the newest the worker has)."""
         return max(0, step - self.lag)
+
+    def _sampling_version(self, step: int) -> int | None:
+        """The version the worker samples `step` from now, or None while it must wait for it (under the lock)."""
+        if self.pacing == "drop":
+            return max(self._versions) if self._versions else None
+        version = self.version_for(step)
+        return version if version in self._versions else None
 
     def _samples(self, step: int) -> bool:
         return 0 <= step < self.settings.max_steps and "student" in self.sources(step)
@@ -82,7 +96,8 @@ class AheadRollout(StepRollout):
     def _student_seeds(self, step: int, count: int, purpose: str) -> list[int]:
         # Keyed by the row's place among the step's rows over all processes: the same sample however they are split.
         sources, groups = self.sources(step), self.prompt_groups(step)
-        offsets, offset = [], self.first_row
+        offsets: list[int] = []
+        offset = self.first_row
         for source, group in zip(sources, groups):
             if source == "student":
                 offsets.extend(range(offset, offset + len(group)))
@@ -115,10 +130,10 @@ class AheadRollout(StepRollout):
 
     def request(self, step: int) -> None:
         with self._condition:
-            for later in range(max(step, self._submitted_until + 1), step + self.lag + 1):
+            for later in range(max(step, self._submitted_until + 1), step + self.depth + 1):
                 if self._samples(later) and later not in self._results:
                     self._jobs.append(later)
-            self._submitted_until = max(self._submitted_until, step + self.lag)
+            self._submitted_until = max(self._submitted_until, step + self.depth)
             self._condition.notify_all()
 
     def take(self, step: int, timings: dict[str, float]):
@@ -134,15 +149,23 @@ class AheadRollout(StepRollout):
                 error = result[1]
                 raise RolloutProducerError(f"the rollout producer failed sampling step {first}'s rollout: "
                                            f"{type(error).__name__}: {error}") from error
-            _, outputs, worker_timings, loop = result
+            _, outputs, worker_timings, loop, version = result
             for name, value in worker_timings.items():
                 if name == "weight_push":
                     self._timer("weight_push", value)
                 else:
                     timings[name] = timings.get(name, 0.0) + value
             self._timer("generation", worker_timings.get("generation_student", 0.0))
+            too_old = first - version > self.lag
+            self._count("staleness/dropped", float(too_old))
+            if too_old:  # pacing drop: too old by now; sampled again from the weights it trains
+                self.dropped += 1
+                loop = {}
+                outputs, version = self._student_outputs(first, self.with_student, timings, loop), first
+        else:
+            version = self.version_for(first)
         self.loop_metrics = {**loop}
-        micro_batches = self._assemble(first, outputs, self.version_for(first), timings)
+        micro_batches = self._assemble(first, outputs, version, timings)
         self._run_stage(first, micro_batches, timings)
         self._taken_at = time.perf_counter()
         return micro_batches
@@ -154,7 +177,9 @@ class AheadRollout(StepRollout):
         version = step + 1
         with self._condition:
             self._results.pop(step, None)  # the step is done: its rollout is no longer needed for a retry
-        if self._samples(version + self.lag):  # a later rollout samples from these weights
+        later = (self._samples(version + self.lag) if self.pacing == "wait"  # the one rollout that samples from them
+                 else any(self._samples(s) for s in range(version, version + self.depth + 1)))
+        if later:
             start = time.perf_counter()
             snapshot = self._snapshot()
             with self._condition:
@@ -162,18 +187,21 @@ class AheadRollout(StepRollout):
                 self._condition.notify_all()
             self._timer("weight_push", time.perf_counter() - start)
 
-    def take_timers(self) -> dict[str, tuple[float, float]]:
-        timers, self.timers = self.timers, {}
-        return {f"time/{name}": (seconds, count) for name, (seconds, count) in timers.items()}
+    def take_producer_metrics(self) -> dict[str, tuple[float, float]]:
+        metrics, self.metrics = self.metrics, {}
+        return metrics
 
     def _timer(self, name: str, seconds: float) -> None:
-        had = self.timers.get(name, (0.0, 0.0))
-        self.timers[name] = (had[0] + seconds, had[1] + 1.0)
+        self._count(f"time/{name}", seconds)
+
+    def _count(self, name: str, value: float) -> None:
+        had = self.metrics.get(name, (0.0, 0.0))
+        self.metrics[name] = (had[0] + value, had[1] + 1.0)
 
     def _snapshot(self) -> Snapshot:
         """The trainable weights as they are now, copied (the frozen ones the worker's copy holds already)."""
-        return self.with_student(lambda student: {name: p.detach().to("cpu", copy=True)
-                                                  for name, p in student.named_parameters() if p.requires_grad})
+        return cast(Snapshot, self.with_student(lambda student: {name: p.detach().to("cpu", copy=True)
+                                                                 for name, p in student.named_parameters() if p.requires_grad}))
 
     # ----------------------------------------------------------------------------------- the worker --
     def _work(self) -> None:
@@ -184,9 +212,9 @@ class AheadRollout(StepRollout):
                 if self._closing:
                     return
                 step = self._jobs[0]
-                version = self.version_for(step)
-                self._condition.wait_for(lambda: self._closing or version in self._versions)
-                if self._closing:
+                ready = self._condition.wait_for(lambda: self._closing or self._sampling_version(step) is not None)  # noqa: B023
+                version = self._sampling_version(step)
+                if self._closing or not ready or version is None:
                     return
                 snapshot = self._versions[version]
             try:
@@ -219,7 +247,7 @@ class AheadRollout(StepRollout):
             timings["weight_push"] = time.perf_counter() - start
         loop: dict[str, tuple[float, float]] = {}
         outputs = self._student_outputs(step, lambda run: run(self._copy), timings, loop, clock=lambda device: time.perf_counter())
-        return ("done", outputs, timings, loop)
+        return ("done", outputs, timings, loop, version)
 
     # ----------------------------------------------------------------------------------- checkpoints --
     def holds_state(self) -> bool:
@@ -234,13 +262,14 @@ class AheadRollout(StepRollout):
         if "ahead" not in state:
             raise ValueError("resume: the checkpoint was written by a run without max_staleness; resume with the "
                              "max_staleness it was started with")
-        if int(state["lag"]) != self.lag:
-            raise ValueError(f"resume: the checkpoint's rollouts were sampled {state['lag']} step(s) ahead, this run "
-                             f"asks for max_staleness {self.lag}; resume with max_staleness: {state['lag']}")
+        if int(state["lag"]) != self.lag or state.get("pacing", "wait") != self.pacing:
+            raise ValueError(f"resume: the checkpoint's rollouts were sampled with max_staleness {state['lag']} and "
+                             f"staleness_pacing {state.get('pacing', 'wait')}, this run asks for {self.lag} and "
+                             f"{self.pacing}; resume with the settings the run was started with")
         with self._condition:
-            for step, outputs in state["ahead"].items():
-                self._results[int(step)] = ("done", {int(i): [_from_plain(row) for row in rows] for i, rows in outputs.items()},
-                                            {}, {})
+            for step, saved in state["ahead"].items():
+                self._results[int(step)] = ("done", {int(i): [_from_plain(row) for row in rows]
+                                                     for i, rows in saved["outputs"].items()}, {}, {}, int(saved["version"]))
             for version, snapshot in state["versions"].items():
                 self._versions[int(version)] = snapshot
             self._submitted_until = int(state["submitted_until"])
@@ -251,12 +280,16 @@ class AheadRollout(StepRollout):
         finish, the steps and the weights they need; the trainer saves this after an optimizer step."""
         with self._condition:
             self._condition.wait_for(lambda: not self._jobs or self._halted or self._thread is None)
-            done = {step: result[1] for step, result in self._results.items() if result[0] == "done"}
+            done = {step: result for step, result in self._results.items() if result[0] == "done"}
             pending = sorted([step for step, result in self._results.items() if result[0] == "failed"] + self._jobs)
-            versions = {v: s for v, s in self._versions.items() if any(self.version_for(p) == v for p in pending)}
-            return {"lag": self.lag, "submitted_until": self._submitted_until, "pending": pending, "versions": versions,
-                    "ahead": {step: {i: [list(_plain(row)) for row in rows] for i, rows in outputs.items()}
-                              for step, outputs in done.items()}}
+            # Dropping, a pending rollout samples from the newest weights at resume: the checkpoint's own.
+            versions = {v: s for v, s in self._versions.items()
+                        if self.pacing == "wait" and any(self.version_for(p) == v for p in pending)}
+            return {"lag": self.lag, "pacing": self.pacing, "submitted_until": self._submitted_until, "pending": pending,
+                    "versions": versions,
+                    "ahead": {step: {"version": result[4],
+                                     "outputs": {i: [list(_plain(row)) for row in rows] for i, rows in result[1].items()}}
+                              for step, result in done.items()}}
 
 
 def _frozen_copy(student: nn.Module) -> nn.Module:

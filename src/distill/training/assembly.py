@@ -227,4 +227,5 @@ def rollout_producer(config: DistillConfig, plan, sampler, examples, encoded, se
 
     engine = None if config.generation_engine == AUTO else get_engine(config.generation_engine)
     return AheadRollout(*args, max_staleness=config.max_staleness, first_row=sampler.first_row,
-                        engine=engine if engine is not None and engine.keeps_weights else None)
+                        engine=engine if engine is not None and engine.keeps_weights else None,
+                        pacing=config.staleness_pacing)

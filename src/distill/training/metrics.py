@@ -115,7 +115,7 @@ def new_window(method=None, teacher_ids: list[str] = (), stage_metrics: list[str
     means += [f"{kind}/{s}" for s in SOURCES for kind in ("loss", "completion_length")]
     means += [f"loss/teacher/{tid}" for tid in teacher_ids if tid]
     # Asynchronous rollouts' (max_staleness > 0): logged only by such a run (a mean nothing added to is not logged).
-    means += ["staleness", *STALENESS_METRICS, *(f"time/{name}" for name in ASYNC_TIMERS)]
+    means += ["staleness", "staleness/dropped", *STALENESS_METRICS, *(f"time/{name}" for name in ASYNC_TIMERS)]
     window.register(means, ["prompts_truncated", *[f"micro_batches/{s}" for s in SOURCES], "tokens_per_second/generation",
                             "tokens_per_second/teacher", "tokens_per_second/student"],
                     ["completion_length_max", *[f"completion_length/{s}_max" for s in SOURCES]],

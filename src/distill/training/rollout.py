@@ -132,8 +132,9 @@ class RolloutProducer(ABC):
         """The method's step-stage metrics (and the tool-call loop's) of the rollout made since the last call."""
         return {}
 
-    def take_timers(self) -> dict[str, tuple[float, float]]:
-        """An asynchronous producer's timers since the last call: "time/NAME" -> (seconds, steps timed)."""
+    def take_producer_metrics(self) -> dict[str, tuple[float, float]]:
+        """An asynchronous producer's timers ("time/NAME") and drops ("staleness/dropped") since the last call: name ->
+        (sum, steps counted)."""
         return {}
 
     def metric_names(self) -> tuple[str, ...]:

@@ -380,8 +380,8 @@ class Distiller:
 
     def _log(self, step: int, window: MetricWindow, timings: dict[str, float], progress) -> dict[str, Any]:
         add_throughput(window, timings)
-        for name, (seconds, steps) in self.rollout.take_timers().items():
-            window.add_mean(name, seconds, steps)
+        for name, (total, steps) in self.rollout.take_producer_metrics().items():
+            window.add_mean(name, total, steps)
         epoch = self.rollout.generations(step) * self.sampler.prompts_per_step / len(self.train_examples)
         record = log_record(step, epoch, window.reduce(self.device))
         record.update(self.plan.logged(self.rollout.generation_step(step - 1)))  # GKD's lmbda
