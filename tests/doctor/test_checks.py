@@ -228,3 +228,10 @@ def test_a_checks_title_and_source_show_tags_as_code_on_the_troubleshooting_page
         for text in (check.title, check.source):
             outside = re.sub(r"`[^`]*`", "", text)
             assert not re.search(r"<[a-z/]", outside), (check.name, text)
+
+
+def test_the_memory_estimate_counts_the_asynchronous_samplers_copy(tokenizer):
+    assert "sampler copy" not in memory_estimate(context(tokenizer, lmbda=1.0))
+    parts = memory_estimate(context(tokenizer, lmbda=1.0, max_staleness=2))
+    params = sum(p.numel() for p in context(tokenizer).student.parameters())
+    assert parts["sampler copy"] == params * 4 * (1 + 3)  # the copy, and up to 3 versions of its weights

@@ -198,6 +198,9 @@ def memory_estimate(context: DoctorContext) -> dict[str, float]:
         held = engine.resident_bytes(student, config)
         if held:
             parts[f"{engine.label}"] = held
+    if config.max_staleness:  # the asynchronous producer's copy of the student, and the versions waiting for it
+        trainable_bytes = sum(p.numel() * p.element_size() for p in student.parameters() if p.requires_grad)
+        parts["sampler copy"] = float(weights + trainable_bytes * (config.max_staleness + 1))
     head = getattr(context.teacher_head, "weight", None)
     if head is not None:  # the hidden-state payload's teacher head, held here
         parts["teacher head"] = float(head.numel() * head.element_size())
@@ -210,7 +213,8 @@ def memory(context: DoctorContext) -> list[Finding]:
     """Student weights in their dtype, fp32 gradients and AdamW's two fp32 moments per trainable parameter, the
     teacher's weights, activations at the configured batch and lengths (about 16 fp32 values per token, layer and
     hidden unit; none kept with gradient checkpointing), the chunked loss's logits (4 x chunk x vocabulary fp32), a
-    colocated vLLM replica (weights and `vllm_kv_cache_gib`) and a hidden-state teacher's head; against the
+    colocated vLLM replica (weights and `vllm_kv_cache_gib`), with `max_staleness` s the sampler's copy of the student
+    and up to s + 1 snapshots of its trainable weights, and a hidden-state teacher's head; against the
     machine's memory, or a GPU's (`torch.cuda.mem_get_info`) when the models are there."""
     device = next(context.student.parameters()).device
     parts = memory_estimate(context)
