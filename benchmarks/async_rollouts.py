@@ -41,7 +41,7 @@ def run_arm(args) -> dict:
 
     fields = dict(method="on_policy", max_staleness=args.staleness, max_steps=args.steps, logging_steps=1, save_steps=0,
                   output_dir=args.run_dir, overwrite_output_dir=True, progress_bar=False, eval_before_after=False,
-                  device=args.device, dtype=args.dtype, eval_max_prompts=args.eval_prompts)
+                  device=args.device, dtype=args.dtype)
     if args.teacher:
         fields["teacher"] = args.teacher
     if args.server_url:
@@ -61,7 +61,11 @@ def run_arm(args) -> dict:
     distiller.train()
     seconds = time.perf_counter() - start
     records = [json.loads(line) for line in Path(args.run_dir, "metrics.jsonl").read_text().splitlines()]
-    evaluator = distiller.evaluator()
+    # The run's evaluation, built as a run with one builds it (the trained run had none, to keep its steps alone).
+    judge = {k: v for k, v in fields.items() if k not in ("eval_before_after", "max_staleness", "generation_engine")}
+    judge.pop("vllm_server_url", None)
+    evaluator = Distiller(DistillConfig(**{**judge, "output_dir": f"{args.run_dir}-eval",
+                                           "eval_max_prompts": args.eval_prompts})).evaluator()
     with torch.no_grad():
         evaluation = evaluator.evaluate(distiller.student_for_generation())["on_teacher_completions"]
     measured = records[args.warmup:]  # the first steps load kernels and fill the producer's queue
