@@ -325,3 +325,59 @@ def test_each_training_process_samples_from_its_own_replica_synced_after_every_s
     assert all(set(g) == {1, 2} and max(g.values()) < TOLERANCE for g in gaps), gaps
     report = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
     assert set(report["metrics"]) == {"before", "after"}
+
+
+def stale_sampling_gaps(distiller, steps) -> dict[int, tuple[int, float, float]]:
+    """Train `distiller` (max_staleness > 0) and return, for each of `steps`, (the weights version that sampled its
+    rollout, max |recorded log-prob - that version's own log-prob|, the same against the weights the step trains)."""
+    import copy
+
+    versions, rollouts = {}, {}
+    publish, assemble = distiller.rollout.after_optimizer_step, distiller.rollout._assemble
+
+    def remember_version(step):
+        versions[step + 1] = copy.deepcopy(distiller.student_for_generation().state_dict())
+        publish(step)
+
+    def remember_rollout(step, outputs, version, timings):
+        if not versions:
+            versions[0] = copy.deepcopy(distiller.student_for_generation().state_dict())
+        rollouts[step] = (version, assemble(step, outputs, version, timings))
+        return rollouts[step][1]
+
+    distiller.rollout.after_optimizer_step, distiller.rollout._assemble = remember_version, remember_rollout
+    distiller.train()
+    model = copy.deepcopy(distiller.student_for_generation())
+
+    def gap(version, micro_batches):
+        model.load_state_dict(versions[version])
+        return max((torch.tensor(c.rollout_log_probs) - _forward_log_probs(model, c)).abs().max().item()
+                   for mb in micro_batches for c in mb.completions if mb.source == "student")
+
+    return {step: (rollouts[step][0], gap(*rollouts[step]), gap(step, rollouts[step][1])) for step in steps}
+
+
+def test_max_staleness_1_samples_from_a_replica_of_the_weights_of_the_step_before_in_a_worker_thread(tokenizer, tmp_path):
+    """Colocated vLLM under the asynchronous producer: the worker thread samples the student's copy through a replica
+    of its own (built at start), while the training thread samples nothing else here; step k's samples are the
+    weights of step k - 1's, to the tolerance, and not step k's."""
+    distiller = _run(tokenizer, tmp_path, max_steps=4, max_staleness=1, learning_rate=1e-2)
+    gaps = stale_sampling_gaps(distiller, (1, 2, 3))
+    assert [version for version, _, _ in gaps.values()] == [0, 1, 2]
+    for step, (version, sampled_by, trained) in gaps.items():
+        assert sampled_by < TOLERANCE and trained > 100 * TOLERANCE, (step, sampled_by, trained)
+
+
+def test_max_staleness_with_teacher_samples_on_the_training_thread_and_the_students_in_the_worker(tokenizer, tmp_path):
+    """gkd's mix: the teacher's seq_kd samples from its replica on the training thread while the worker samples the
+    student's copy from another replica."""
+    values = {**FAST, "output_dir": str(tmp_path / "run"), "generation_engine": "vllm", "vllm_kv_cache_gib": 0.25,
+              "max_steps": 6, "max_staleness": 2, "lmbda": 0.5, "seq_kd": True, "learning_rate": 1e-2}
+    distiller = Distiller(DistillConfig(**values), student=model(tokenizer), teacher=model(tokenizer, layers=3, seed=1),
+                          tokenizer=tokenizer, train_dataset=datasets.Dataset.from_list(chat_rows(32)))
+    sources = [distiller.rollout.sources(step) for step in range(6)]
+    assert any("teacher" in s and "student" in s for s in sources)
+    stale = [step for step in range(2, 6) if "student" in sources[step]]
+    gaps = stale_sampling_gaps(distiller, stale)
+    for step, (version, sampled_by, _) in gaps.items():
+        assert version == step - 2 and sampled_by < TOLERANCE, (step, version, sampled_by)

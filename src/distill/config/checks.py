@@ -121,10 +121,7 @@ def _check_staleness(config: DistillConfig, sources: frozenset[str]) -> None:
     if config.fsdp:
         raise ValueError("max_staleness > 0 with fsdp: true is not supported (the sampler keeps a whole copy of the "
                          "student beside the sharded one); set max_staleness: 0 or fsdp: false")
-    if config.generation_engine == "vllm":
-        raise ValueError("max_staleness > 0 with generation_engine: vllm is not supported: vLLM in the training process "
-                         "is driven from one thread, and it also samples the teacher there (docs/guides/async.md); "
-                         "use generation_engine: vllm_server (vLLM in a process of its own) or auto")
+
 
 
 def _one_of(name: str, value: Any, allowed: tuple) -> None:

@@ -14,7 +14,9 @@ snapshot of the new version, which is all the training thread waits for; the wor
 when a rollout needs it (and, for an engine with weights of its own, a vLLM server, pushes them there) and samples.
 torch releases the GIL in its kernels, so the worker's decoding and the trainer's passes overlap; on a machine with
 few cores they share them. The teacher's samples and the dataset's completions, the method's step stage (sdpo's
-rewards) and every collective stay on the training thread, in `take`.
+rewards) and every collective stay on the training thread, in `take`. An engine that keeps its own weights learns
+of the copy at start, on every process (colocated vLLM builds a replica for it then, collectively, and samples it
+from the worker thread; a vLLM server takes each version pushed from the worker).
 
 Checkpoints. A checkpoint holds the rollouts sampled ahead (the worker's finished samples, plain values) and, for any
 the worker could not finish (it failed), the snapshot of the weights they need: on resume they are sampled again from
@@ -110,7 +112,8 @@ class AheadRollout(StepRollout):
         """Copy the student (its weights are version `step`) and start the worker. An engine with its own weights
         serves the student itself until the worker's first rollout (the evaluation before training samples it)."""
         self._copy = self.with_student(lambda student: _frozen_copy(student))
-        if self.engine is not None:
+        if self.engine is not None:  # both known to it now, on every process (vLLM builds its replicas collectively)
+            self.engine.sync_weights(self._copy)
             self.with_student(self.engine.sync_weights)
         with self._condition:
             self._versions.setdefault(step, self._snapshot())
