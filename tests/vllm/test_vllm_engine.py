@@ -364,7 +364,7 @@ def test_max_staleness_1_samples_from_a_replica_of_the_weights_of_the_step_befor
     distiller = _run(tokenizer, tmp_path, max_steps=4, max_staleness=1, learning_rate=1e-2)
     gaps = stale_sampling_gaps(distiller, (1, 2, 3))
     assert [version for version, _, _ in gaps.values()] == [0, 1, 2]
-    for step, (version, sampled_by, trained) in gaps.items():
+    for step, (_, sampled_by, trained) in gaps.items():
         assert sampled_by < TOLERANCE and trained > 100 * TOLERANCE, (step, sampled_by, trained)
 
 

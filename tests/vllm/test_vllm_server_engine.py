@@ -74,7 +74,7 @@ def test_max_staleness_1_samples_each_step_on_the_server_from_the_weights_of_the
     distiller = _run(tmp_path, url, dirs, tokenizer, max_steps=4, max_staleness=1, learning_rate=1e-2)
     gaps = stale_sampling_gaps(distiller, (1, 2, 3))
     assert [version for version, _, _ in gaps.values()] == [0, 1, 2]
-    for step, (version, sampled_by, trained) in gaps.items():
+    for step, (_, sampled_by, trained) in gaps.items():
         assert sampled_by < TOLERANCE and trained > 100 * TOLERANCE, (step, sampled_by, trained)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["staleness"] for r in records] == [0.0, 1.0, 1.0, 1.0]
