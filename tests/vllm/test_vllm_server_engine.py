@@ -107,3 +107,59 @@ def test_a_lora_student_pushes_only_its_adapters_and_the_server_samples_with_the
     # each version that sampled: 0, 1, 2 in step; 0 (steps 0 and 1) and 1 (step 2) one step behind
     assert vllm_server.ENGINE.adapter_pushes == (3 if max_staleness == 0 else 2)
     assert not list((tmp_path / "run").glob("vllm-weights-*"))
+
+
+def test_a_server_that_dies_fails_the_step_and_a_resume_on_a_new_server_ends_with_the_same_weights(tokenizer, tmp_path):
+    """max_staleness 1: the server is stopped after step 1's optimizer step, so the worker's push for step 2's rollout
+    fails; the step fails as a teacher server's does (checkpoint from before it, the resume command), and resuming
+    against a fresh server samples the same rows from the checkpointed weights of their version."""
+    import torch
+
+    from distill.training.ahead import RolloutProducerError
+
+    dirs = save_models(tmp_path, tokenizer)
+
+    def server(name):
+        return start_server(dirs["student"], tmp_path / f"{name}.log", "--logprobs-mode", "processed_logprobs",
+                            env={"VLLM_SERVER_DEV_MODE": "1"})
+
+    settings = dict(max_steps=4, max_staleness=1, learning_rate=1e-2)
+    first, url = server("straight")
+    try:
+        straight = _run(tmp_path / "straight", url, dirs, tokenizer, **settings)
+        straight.train()
+    finally:
+        stop_server(first)
+
+    dying, url = server("dying")
+    failed = _run(tmp_path / "failed", url, dirs, tokenizer, **settings)
+    publish = failed.rollout.after_optimizer_step
+
+    def stop_after_step_1(step):
+        publish(step)
+        if step == 1:
+            stop_server(dying)
+
+    failed.rollout.after_optimizer_step = stop_after_step_1
+    with pytest.raises(RolloutProducerError, match=r"(?s)sampling step \d.*vllm_server_url.*checkpointed at step \d.*--resume"):
+        failed.train()
+    stop_server(dying)
+    assert not (tmp_path / "failed" / "run" / "model").exists()
+
+    fresh, url = server("fresh")
+    try:
+        from transformers import AutoModelForCausalLM
+
+        values = {**FAST, "output_dir": str(tmp_path / "failed" / "run"), "method": "iw_opd",
+                  "generation_engine": "vllm_server", "vllm_server_url": url, **settings}
+        for name in ("seq_kd", "lmbda_schedule"):
+            values.pop(name)
+        resumed = Distiller(DistillConfig(**values), student=AutoModelForCausalLM.from_pretrained(dirs["student"]),
+                            teacher=AutoModelForCausalLM.from_pretrained(dirs["teacher"]), tokenizer=tokenizer,
+                            train_dataset=datasets.Dataset.from_list(chat_rows(32)), resume=True)
+        resumed.train()
+    finally:
+        stop_server(fresh)
+    expected = straight.student_for_generation().state_dict()
+    for name, value in resumed.student_for_generation().state_dict().items():
+        assert torch.equal(value, expected[name]), name
