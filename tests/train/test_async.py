@@ -227,3 +227,12 @@ def test_pacing_wait_never_drops(tokenizer, tmp_path):
     distiller.train()
     assert distiller.rollout.dropped == 0
     assert all(r["staleness/dropped"] == 0 for r in read_metrics(distiller.run_dir / "metrics.jsonl"))
+
+
+def test_doctor_times_a_step_of_an_asynchronous_run_without_its_worker(tokenizer, tmp_path):
+    distiller = make_distiller(tokenizer, tmp_path / "run", **ON_POLICY, max_staleness=1)
+    before = _weights(distiller)
+    timings = distiller.time_step(1)  # no worker yet: the step samples in place
+    assert timings["generation_student"] > 0 and timings["optimizer"] >= 0
+    for name, value in _weights(distiller).items():
+        assert torch.equal(value, before[name]), name

@@ -104,8 +104,9 @@ class AheadRollout(StepRollout):
             if source == "student":
                 offsets.extend(range(offset, offset + len(group)))
             offset += len(group)
-        rows = offsets if len(offsets) == count else range(count)
-        return [row_seed(self.settings.seed, f"{purpose} ahead", step, row) for row in rows]
+        if len(offsets) != count:
+            raise RuntimeError(f"step {step}: {count} rows to sample, {len(offsets)} on-policy rows in its micro-batches")
+        return [row_seed(self.settings.seed, f"{purpose} ahead", step, row) for row in offsets]
 
     # ----------------------------------------------------------------------------------- the trainer side --
     def start(self, step: int) -> None:
@@ -140,6 +141,8 @@ class AheadRollout(StepRollout):
             self._condition.notify_all()
 
     def take(self, step: int, timings: dict[str, float]):
+        if self._thread is None:  # no worker (`distill doctor` timing a step before training): sampled here, in step
+            return super().take(step, timings)
         first = self.generation_step(step)
         outputs, worker_timings, loop = {}, {}, {}
         if self._samples(first):
