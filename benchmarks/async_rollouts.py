@@ -73,11 +73,11 @@ def run_arm(args) -> dict:
     with torch.no_grad():
         evaluation = evaluator.evaluate(distiller.student_for_generation())["on_teacher_completions"]
     measured = records[args.warmup:]  # the first steps load kernels and fill the producer's queue
-    per_step = {name: statistics.mean(r.get(name, 0.0) for r in measured) for name in TIMERS}
+    per_step = {name.removeprefix("time/"): statistics.mean(r.get(name, 0.0) for r in measured) for name in TIMERS}
     if not args.staleness:  # the synchronous loop: the step waits for its whole generation
-        per_step["time/queue_wait"] = per_step["time/generation"] = statistics.mean(generation_seconds[args.warmup:])
-        per_step["time/training"] = statistics.mean(s - g for s, g in zip(step_seconds[args.warmup:],
-                                                                           generation_seconds[args.warmup:]))
+        per_step["queue_wait"] = per_step["generation"] = statistics.mean(generation_seconds[args.warmup:])
+        per_step["training"] = statistics.mean(s - g for s, g in zip(step_seconds[args.warmup:],
+                                                                     generation_seconds[args.warmup:]))
     return {"seconds": seconds, "seconds_per_step": statistics.mean(step_seconds[args.warmup:]),
             **per_step, "staleness": statistics.mean(r.get("staleness", 0.0) for r in measured),
             "ratio_max": max((r.get("staleness/ratio_max", 1.0) for r in measured), default=1.0),
@@ -181,7 +181,8 @@ def main() -> None:
         save_student(scratch, args)
         server, url = start_vllm_server(args.vllm_python, scratch / "student", scratch / "server.log")
         engines["vllm_server"] = url
-    results: dict = {"steps": args.steps, "warmup": args.warmup, "threads": torch.get_num_threads(), "arms": {}}
+    results: dict = {"steps": args.steps, "warmup": args.warmup, "threads": torch.get_num_threads(),
+                     "learning_rate": args.learning_rate, "student": args.student, "arms": {}}
     try:
         for round_ in range(args.rounds):
             for engine, url in engines.items():
@@ -189,8 +190,8 @@ def main() -> None:
                     row = fresh_process(args, staleness, url, scratch / f"{engine}-{staleness}")
                     results["arms"].setdefault(f"{engine}, max_staleness {staleness}", []).append(row)
                     print(f"{engine:>11} s={staleness} round {round_}: {row['seconds_per_step']:.2f} s/step, "
-                          f"wait {row['time/queue_wait']:.2f}, generation {row['time/generation']:.2f}, "
-                          f"training {row['time/training']:.2f}, fKL {row['forward_kl']:.3f}", flush=True)
+                          f"wait {row['queue_wait']:.2f}, generation {row['generation']:.2f}, "
+                          f"training {row['training']:.2f}, fKL {row['forward_kl']:.3f}", flush=True)
     finally:
         if server is not None:
             server.terminate()
@@ -218,8 +219,8 @@ def print_table(rows: list[dict]) -> None:
     print(f"{'arm':34} {'s/step':>7} {'speed-up':>8} {'wait':>6} {'gen':>6} {'train':>6} {'push':>6} {'fKL':>7}")
     for r in rows:
         print(f"{r['arm']:34} {r['seconds_per_step']:7.2f} {r.get('speedup_vs_synchronous', float('nan')):8.2f} "
-              f"{r['time/queue_wait']:6.2f} {r['time/generation']:6.2f} {r['time/training']:6.2f} "
-              f"{r['time/weight_push']:6.2f} {r['forward_kl']:7.3f}")
+              f"{r['queue_wait']:6.2f} {r['generation']:6.2f} {r['training']:6.2f} "
+              f"{r['weight_push']:6.2f} {r['forward_kl']:7.3f}")
 
 
 if __name__ == "__main__":

@@ -235,3 +235,14 @@ def test_the_memory_estimate_counts_the_asynchronous_samplers_copy(tokenizer):
     parts = memory_estimate(context(tokenizer, lmbda=1.0, max_staleness=2))
     params = sum(p.numel() for p in context(tokenizer).student.parameters())
     assert parts["sampler copy"] == params * 4 * (1 + 3)  # the copy, and up to 3 versions of its weights
+
+
+def test_asynchronous_rollouts_on_few_cores_are_a_warning(tokenizer, monkeypatch):
+    import distill.doctor.checks
+
+    monkeypatch.setattr(distill.doctor.checks.os, "sched_getaffinity", lambda pid: {0, 1})
+    [found] = findings_of("async_cores", context(tokenizer, lmbda=1.0, max_staleness=1))
+    assert found.severity == "warning" and "2 CPU core(s)" in found.measured and "vllm_server" in found.fix
+    assert findings_of("async_cores", context(tokenizer, lmbda=1.0)) == []  # synchronous
+    monkeypatch.setattr(distill.doctor.checks.os, "sched_getaffinity", lambda pid: set(range(32)))
+    assert findings_of("async_cores", context(tokenizer, lmbda=1.0, max_staleness=1)) == []
