@@ -13,8 +13,8 @@ micro-batches at once): the student generates once, the teacher once, and only f
 use their output (`StepRollout`).
 
 The rollout producer. The trainer asks for the rollout of step k (`RolloutProducer.request`) and takes it when
-step k trains (`take`); between the two a producer may generate ahead (an asynchronous one, within a staleness
-bound) or not at all (`StepRollout`, synchronous: it generates in `take`). Every student-sampled completion
+step k trains (`take`); between the two a producer may generate ahead (`distill.training.ahead.AheadRollout`, with
+`max_staleness`: a worker thread, within the bound) or not at all (`StepRollout`, synchronous: it generates in `take`). Every student-sampled completion
 records the weights version that sampled it (`Completion.weights_version`: the optimizer steps applied to the
 student when it sampled), and a micro-batch's staleness is the trained version minus the oldest of its rows'
 (`MicroBatch.staleness`). Objectives read that integer: 0 means the sampling policy is the one being trained.
