@@ -33,6 +33,9 @@ NOT_RUN = {  # (page, the block's first line) -> why the test suite does not run
         "the README's two commands: they install packages (CI runs the second itself)",
     ("guides/sdft.md", "python benchmarks/sdft.py --minutes 8      # about 50 minutes on 2 CPU cores; writes benchmarks/results/sdft.json"):
         "a benchmark of 50 minutes with the real model",
+    ("guides/async.md", "distill train on_policy --max_staleness 2 --generation_engine vllm_server --vllm_server_url "
+                        "http://127.0.0.1:8000"):
+        "needs a running vLLM server (tests/vllm runs the engine against one)",
     ("guides/sdpo.md", "python benchmarks/sdpo.py --steps 40       # about 35 to 40 minutes on 2 CPU cores; writes benchmarks/results/sdpo.json and sdpo_rewards.png"):
         "a benchmark of 40 minutes with the real model",
 }

@@ -134,8 +134,8 @@ class RunFields:
                                         "on stale student samples are corrected: 'tis' weighs each token's loss by the "
                                         "importance ratio pi_theta / pi_behaviour truncated at staleness_ratio_cap; "
                                         "'icepop' keeps the ratio inside [1 / cap, cap] and gives no loss outside it; "
-                                        "'none'. (iw_opd, sdft, sdpo: their PPO ratio against the recorded log-probs, "
-                                        "clipped by their own epsilons.)")
+                                        "'none'. (A sampled-token loss uses its own PPO ratio against the recorded "
+                                        "log-probs, clipped by its own epsilons.)")
     staleness_ratio: str = setting("prefix", "Which importance ratio weighs token t under staleness_correction: "
                                    "'prefix' (the tokens before t: exact for a full-distribution loss), 'sequence' (the "
                                    "whole sample), 'token' (token t's own, verl's TIS).")

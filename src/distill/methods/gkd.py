@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 from distill.methods import mixing
 from distill.methods.mixing_fields import MixingFields
 from distill.methods.registry import Method, Paper, Reads, register
-from distill.methods.reuse_fields import STALENESS_CORRECTION, check_staleness_correction, staleness_correction
+from distill.methods.reuse_fields import STALENESS_CORRECTION, staleness_correction
+from distill.methods.sampling_rules import check_staleness_correction
 from distill.objectives import DivergenceObjective
 from distill.signals import DENSE, SPARSE
 

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from distill.methods.gkd import GKD_PAPER, describe_jsd, divergence_objective
 from distill.methods.mixing import ALWAYS_ON_POLICY
 from distill.methods.registry import Method, Reads, register
-from distill.methods.reuse_fields import STALENESS_CORRECTION, check_staleness_correction, staleness_correction
+from distill.methods.reuse_fields import STALENESS_CORRECTION, staleness_correction
+from distill.methods.sampling_rules import check_staleness_correction
 from distill.objectives import DivergenceObjective
 
 if TYPE_CHECKING:

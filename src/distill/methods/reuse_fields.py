@@ -55,13 +55,3 @@ def staleness_correction(config: DistillConfig):
     if config.max_staleness == 0 or config.staleness_correction == "none":
         return None
     return StalenessCorrection(config.staleness_correction, config.staleness_ratio, config.staleness_ratio_cap)
-
-
-def check_staleness_correction(config: DistillConfig, method: str) -> None:
-    """The divergence methods' rule: the ratio pi_theta / pi_behaviour is of the distribution the student sampled,
-    which must be the loss's (the sampling rule every estimator on the student's samples shares)."""
-    from distill.methods.sampling_rules import check_sampling_matches_loss
-
-    if staleness_correction(config) is not None:
-        check_sampling_matches_loss(config, [f"max_staleness > 0 with staleness_correction {config.staleness_correction} "
-                                             f"({method}: the importance ratio pi_theta / pi_behaviour)"])
