@@ -109,13 +109,18 @@ def test_a_lora_student_pushes_only_its_adapters_and_the_server_samples_with_the
     assert not list((tmp_path / "run").glob("vllm-weights-*"))
 
 
-def test_a_server_that_dies_fails_the_step_and_a_resume_on_a_new_server_ends_with_the_same_weights(tokenizer, tmp_path):
+def test_a_server_that_dies_fails_the_step_and_a_resume_on_a_new_server_ends_with_the_same_weights(tokenizer, tmp_path,
+                                                                                                   monkeypatch):
     """max_staleness 1: the server is stopped after step 1's optimizer step, so the worker's push for step 2's rollout
     fails; the step fails as a teacher server's does (checkpoint from before it, the resume command), and resuming
-    against a fresh server samples the same rows from the checkpointed weights of their version."""
+    against a fresh server samples the same rows from the checkpointed weights of their version. vLLM is not batch
+    invariant (a row's logits move with what it is batched with, so a seeded sample can flip between two servers), so
+    rows are sent one at a time here: then two servers draw the same tokens, and the weights compare exactly."""
     import torch
 
     from distill.training.ahead import RolloutProducerError
+
+    monkeypatch.setattr(vllm_server.ENGINE, "concurrency", 1)
 
     dirs = save_models(tmp_path, tokenizer)
 
