@@ -246,3 +246,12 @@ def test_asynchronous_rollouts_on_few_cores_are_a_warning(tokenizer, monkeypatch
     assert findings_of("async_cores", context(tokenizer, lmbda=1.0)) == []  # synchronous
     monkeypatch.setattr(distill.doctor.checks.os, "sched_getaffinity", lambda pid: set(range(32)))
     assert findings_of("async_cores", context(tokenizer, lmbda=1.0, max_staleness=1)) == []
+
+
+def test_asynchronous_rollouts_sampled_elsewhere_are_not_warned_about(tokenizer, monkeypatch):
+    import distill.doctor.checks
+
+    monkeypatch.setattr(distill.doctor.checks.os, "sched_getaffinity", lambda pid: {0, 1})
+    ctx = context(tokenizer, lmbda=1.0, max_staleness=1, generation_engine="vllm_server",
+                  vllm_server_url="http://127.0.0.1:8000")
+    assert findings_of("async_cores", ctx) == []

@@ -295,7 +295,7 @@ ASYNC_FEW_CORES = 4  # at most this many cores shared by the worker and training
                 "slowed from 4.5 to 8.0 s by sharing the cores")
 def async_cores(context: DoctorContext) -> list[Finding]:
     config = context.config
-    if not config.max_staleness or config.generation_engine == "vllm_server":
+    if not config.max_staleness or (config.generation_engine != AUTO and get_engine(config.generation_engine).elsewhere):
         return []
     if next(context.student.parameters()).device.type != "cpu":
         return []

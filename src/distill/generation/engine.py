@@ -99,6 +99,8 @@ class Engine(ABC):
     fields: its own settings (`distill.config.io.PartFields` dataclasses, one or a tuple): registering composes
         them into `DistillConfig` (flat); they are read when a run names it.
     keeps_weights: it decodes its own copy of the student's weights, kept current by `sync_weights`.
+    elsewhere: it decodes outside the training process (a server, on hardware of its own), so sampling ahead
+        (`max_staleness`) does not share the training process's cores.
     takes_extras: it gives a model kind's extra inputs (`DecodeRequest.extras`) to the model; an engine that
         decodes token ids only is not chosen for a batch that carries extras.
     """
@@ -109,6 +111,7 @@ class Engine(ABC):
     reads: tuple[str, ...] = ()
     fields: type | tuple[type, ...] = ()
     keeps_weights: bool = False
+    elsewhere: bool = False
     takes_extras: bool = False
 
     @abstractmethod

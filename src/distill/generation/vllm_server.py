@@ -86,6 +86,7 @@ class VllmServerEngine(Engine):
     label = "a vLLM server"
     auto_order = None
     keeps_weights = True
+    elsewhere = True
     fields = (VllmServerFields,)
 
     def __init__(self):
