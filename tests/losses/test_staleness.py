@@ -130,3 +130,11 @@ def test_correction_none_weighs_every_token_one_and_still_logs_the_ratio():
     assert torch.equal(weights, torch.ones(sum(LENGTHS)))
     assert float(metrics["staleness/ratio"][0]) == pytest.approx(float(raw_ratios(log_ratios.double(), p["rows"], "prefix").sum()))
     assert float(extrema["staleness/ratio_max"]) > 1 > float(extrema["staleness/ratio_min"])
+
+
+def test_a_ratio_past_floating_point_range_stays_finite_and_bounded():
+    rows = torch.zeros(400, dtype=torch.long)  # one long sample whose policy moved a lot
+    log_ratios = torch.full((400,), 3.0, dtype=torch.float64)
+    weights, metrics, extrema = StalenessCorrection("tis", "prefix", 2.0).weights(log_ratios, rows)
+    assert torch.isfinite(weights).all() and float(weights.max()) == 2.0
+    assert math.isfinite(float(metrics["staleness/ratio"][0])) and math.isfinite(float(extrema["staleness/ratio_max"]))

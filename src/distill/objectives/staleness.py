@@ -70,17 +70,25 @@ class StalenessCorrection:
         return weights.float(), metrics, extrema
 
 
+MAX_LOG_RATIO = 50.0  # a product over a long sample can leave float64's range; e^50 is far past any bound
+
+
 def raw_ratios(log_ratios: torch.Tensor, rows: torch.Tensor, level: str) -> torch.Tensor:
-    """(N,) float64 pi_theta / pi_b per token at `level` (module docstring) from (N,) float64 log-ratios."""
+    """(N,) float64 pi_theta / pi_b per token at `level` (module docstring) from (N,) float64 log-ratios, each
+    log-ratio of the result clamped to [-50, 50] so that the logged means stay finite."""
+    return _summed_log_ratios(log_ratios, rows, level).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).exp()
+
+
+def _summed_log_ratios(log_ratios: torch.Tensor, rows: torch.Tensor, level: str) -> torch.Tensor:
     if level == "token":
-        return log_ratios.exp()
+        return log_ratios
     if log_ratios.numel() == 0:
         return log_ratios.clone()
     number = int(rows.max()) + 1
     totals = torch.zeros(number, dtype=torch.float64, device=log_ratios.device).index_add_(0, rows, log_ratios)
     if level == "sequence":
-        return totals[rows].exp()
+        return totals[rows]
     if level == "prefix":
         before_row = totals.cumsum(0) - totals  # the log-ratios of every earlier sample
-        return (log_ratios.cumsum(0) - log_ratios - before_row[rows]).exp()
+        return log_ratios.cumsum(0) - log_ratios - before_row[rows]
     raise ValueError(f"staleness_ratio must be one of {RATIO_LEVELS}, got {level!r}")
