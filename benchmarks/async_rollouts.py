@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -196,6 +197,7 @@ def main() -> None:
         if server is not None:
             server.terminate()
             server.wait(timeout=60)
+        shutil.rmtree(scratch)  # its own folder: each arm's checkpoints and the server's weights (gigabytes)
     results["summary"] = summary(results["arms"])
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print_table(results["summary"])

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -65,6 +66,7 @@ def main() -> None:
     parser.add_argument("--skip-default", action="store_true", help="only the recipes' first two steps")
     parser.add_argument("--recipes", nargs="*", default=None, help="default: every bundled recipe")
     parser.add_argument("--out", type=Path, default=Path("runs/refactor_parity.json"))
+    parser.add_argument("--keep", action="store_true", help="keep the runs' folders (checkpoints: gigabytes) to inspect")
     args = parser.parse_args()
     recipes = args.recipes if args.recipes is not None else sorted(p.stem for p in (ROOT / "src/distill/recipes").glob("*.yaml"))
     work = Path(tempfile.mkdtemp(prefix="parity-"))
@@ -94,6 +96,10 @@ def main() -> None:
     finally:
         for tree in trees.values():
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+        if args.keep:
+            print(f"the runs are kept in {work}")
+        else:
+            shutil.rmtree(work)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"base": args.base, "head": args.head, "verdicts": verdicts}, indent=2))
     sys.exit(0 if all(v["identical"] for v in verdicts) else 1)
