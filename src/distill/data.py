@@ -9,7 +9,9 @@ the conversation's assistant may call; `privileged_context` (text: a demonstrati
 a hint) is context a self-teacher sees and the student does not; `answer` (text or a number) is a short
 checkable answer (the evaluation reports how often a greedy answer contains it; reward functions check
 it); `feedback` (text) is environment feedback an SDPO self-teacher may be re-prompted with; `teacher_id`
-routes the row to one of several teachers. Every problem is reported when the run is set up, before any model is loaded, with the
+routes the row to one of several teachers; `images` (a list) are the images its chat messages show through
+`{"type": "image"}` content blocks (`distill.images`: paths, bytes or PIL images, decoded only when a
+micro-batch needs them). Every problem is reported when the run is set up, before any model is loaded, with the
 column or row at fault. Loading files and splits is `distill.data_files`. The step sampler (which prompts
 each optimizer step trains on) is here too.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,6 +29,7 @@ from distill.conversations.layout import Layout
 from distill.conversations.render import ConversationRenderer
 from distill.conversations.tool_calls import check_tools, tool_calls_of, tool_names
 from distill.data_files import check_columns
+from distill.images import ImageRef, is_block_list, row_images
 from distill.models.inputs import RowExtras
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -44,6 +48,7 @@ class Example:
     feedback: str | None = None  # environment feedback on an earlier attempt (SDPO's reprompt), when given
     turns: list[dict[str, Any]] | None = None  # a conversation's turns from its first assistant turn on, when not one answer
     tools: list[dict[str, Any]] | None = None  # the tools' JSON schemas, when the row offers tools
+    images: tuple[ImageRef, ...] = ()  # the images the prompt's messages show, in order (not decoded)
     # The dataset row as loaded, every column (user reward functions read their own columns).
     row: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -71,15 +76,40 @@ class EncodedExample:
     completion_layout: Layout | None = None  # a conversation's model and environment segments
 
 
-def examples_from_dataset(dataset, field: str) -> list[Example]:
-    """Validate every row and turn it into an Example; raises ValueError naming the column or row."""
+def examples_from_dataset(dataset, field: str, image_root: Path | None = None) -> list[Example]:
+    """Validate every row and turn it into an Example; raises ValueError naming the column or row.
+
+    `image_root`: where relative image paths start (the dataset file's folder). Images are checked (they exist,
+    their headers read) and not decoded: an image column of `datasets.Image` is read with `decode=False`."""
     check_columns(dataset.column_names, field)
     if len(dataset) == 0:
         raise ValueError(f"{field}: the dataset is empty")
+    dataset = _undecoded_images(dataset)
     examples = []
     for index, row in enumerate(dataset):
-        examples.append(_example(index, row, field))
+        example = _example(index, row, field, image_root)
+        for image in example.images:
+            try:
+                image.check()
+            except ValueError as error:
+                raise ValueError(f"{field} row {index}: {error}") from None
+        examples.append(example)
     return examples
+
+
+def _undecoded_images(dataset):
+    """The dataset with its `datasets.Image` features (the `images` column, or one nested in it) not decoded."""
+    import datasets
+
+    feature = dataset.features.get("images") if hasattr(dataset, "features") and dataset.features else None
+    inner = getattr(feature, "feature", None) if feature is not None else None
+    if isinstance(feature, list) and feature:  # datasets 3+: a list feature is `[Image()]`
+        inner = feature[0]
+    if isinstance(inner, datasets.Image) and inner.decode:
+        return dataset.cast_column("images", datasets.Sequence(datasets.Image(decode=False)))
+    if isinstance(feature, datasets.Image) and feature.decode:
+        return dataset.cast_column("images", datasets.Image(decode=False))
+    return dataset
 
 
 def _without_nulls(value: Any, keep: tuple[str, ...] = ()) -> Any:
@@ -99,9 +129,24 @@ def _messages(value: Any) -> Any:
     return [_without_nulls(m, keep=("content",)) if isinstance(m, dict) else m for m in value] if isinstance(value, list) else value
 
 
-def _example(index: int, row: dict[str, Any], field: str) -> Example:
+def _example(index: int, row: dict[str, Any], field: str, image_root: Path | None = None) -> Example:
     where = f"{field} row {index}"
     row = {**row, **{name: _messages(row[name]) for name in ("prompt", "messages", "completion") if name in row}}
+    column = row.get("images")
+    if column is not None and not isinstance(column, (list, tuple)):
+        column = [column]  # one image (a datasets.Image column)
+    images: tuple[ImageRef, ...] = ()
+    for name in ("prompt", "messages"):
+        if isinstance(row.get(name), list):
+            row[name], images = row_images(row[name], column, image_root, where)
+            break
+    else:
+        if column:
+            raise ValueError(f"{where}: has images but a text prompt; give the prompt as chat messages with an "
+                             "{'type': 'image'} content block where each image goes")
+    if isinstance(row.get("completion"), list):
+        row["completion"], shown = row_images(row["completion"], None, image_root, f"{where} completion")
+        assert not shown  # an image in an assistant turn was refused
     if row.get("tools") is not None and not isinstance(row["tools"], str):
         row["tools"] = _without_nulls(row["tools"])
     completion = row.get("completion")
@@ -157,8 +202,11 @@ def _example(index: int, row: dict[str, Any], field: str) -> Example:
     feedback = row.get("feedback")
     if feedback is not None and not isinstance(feedback, str):
         raise ValueError(f"{where}: 'feedback' must be text, got {type(feedback).__name__}")
+    if images and (turns is not None or tools is not None):
+        raise ValueError(f"{where}: images in a conversation with tools or several turns are not supported yet; give "
+                         "images with a prompt and one answer")
     return Example(index, prompt, completion, None if teacher_id is None else str(teacher_id), context,
-                   None if answer is None else str(answer), feedback, turns, tools, dict(row))
+                   None if answer is None else str(answer), feedback, turns, tools, images, dict(row))
 
 
 def _check_messages(messages: Any, where: str, column: str) -> None:
@@ -166,10 +214,12 @@ def _check_messages(messages: Any, where: str, column: str) -> None:
         raise ValueError(f"{where}: '{column}' must be a non-empty list of {{'role', 'content'}} messages")
     for turn in messages:
         calls = isinstance(turn, dict) and turn.get("role") == "assistant" and turn.get("tool_calls")
-        content_ok = isinstance(turn, dict) and (isinstance(turn.get("content"), str) or (calls and turn.get("content") is None))
+        content = turn.get("content") if isinstance(turn, dict) else None
+        content_ok = isinstance(content, str) or (calls and content is None) or is_block_list(content)
         if not isinstance(turn, dict) or not isinstance(turn.get("role"), str) or not content_ok:
             raise ValueError(f"{where}: '{column}' has a malformed message {turn!r}; each needs string 'role' and 'content' "
-                             "(an assistant turn with 'tool_calls' may have no content)")
+                             "(an assistant turn with 'tool_calls' may have no content; a prompt's content may be a list "
+                             "of text and image blocks)")
         if turn["role"] not in ROLES:
             raise ValueError(f"{where}: '{column}' has an unknown role {turn['role']!r} (expected one of {ROLES})")
 

@@ -78,6 +78,19 @@ def load_dataset_spec(spec: Any, split: str, field: str):
                          f"failed ({_first_line(error)}); check the path or the hub id") from error
 
 
+def data_root(spec: Any) -> Path | None:
+    """Where a dataset's relative image paths start: the folder of a dataset file, a dataset folder itself, or
+    the working directory for a dataset object (None for the bundled sets and hub ids)."""
+    if not isinstance(spec, (str, Path)):
+        return Path.cwd()
+    if str(spec) in BUNDLED_SETS:
+        return BUNDLED_SETS[str(spec)].parent
+    path = Path(spec).expanduser()
+    if not path.exists():
+        return None
+    return (path if path.is_dir() else path.parent).resolve()
+
+
 def _split_setting(field: str) -> str:
     return "eval_split" if field == "eval_dataset" else "dataset_split (or --split)"
 

@@ -20,7 +20,7 @@ import torch
 
 from distill.batch import Completion, collate
 from distill.data import PromptEncoder, examples_from_dataset
-from distill.data_files import load_dataset_spec
+from distill.data_files import data_root, load_dataset_spec
 from distill.generation import SamplingParams
 from distill.generation.seeds import row_seeds
 from distill.losses import DEFAULT_CHUNK_SIZE
@@ -148,7 +148,7 @@ def run_cache_teacher(job: CacheJob) -> dict:
         raise ValueError("--shard-size and --batch-size must be >= 1")
     out = Path(job.out)
     _check_out(out, job.overwrite)
-    examples = examples_from_dataset(load_dataset_spec(job.dataset, job.split, "dataset"), "dataset")
+    examples = examples_from_dataset(load_dataset_spec(job.dataset, job.split, "dataset"), "dataset", data_root(job.dataset))
     if not job.generate:
         missing = [e.index for e in examples if not e.has_completion]
         if missing:
@@ -158,7 +158,8 @@ def run_cache_teacher(job: CacheJob) -> dict:
     opened = _open_teacher(job, device)
     teacher, tokenizer, teacher_name = opened.teacher, opened.tokenizer, opened.name
     eos_ids, vocab = opened.against.eos_ids, opened.against.vocab_size
-    encoder = model_kind_of(opened.model).encoder(tokenizer, job.max_prompt_length, job.max_new_tokens, eos_ids)
+    encoder = model_kind_of(opened.model).encoder(tokenizer, job.max_prompt_length, job.max_new_tokens, eos_ids,
+                                                  opened.model)
     head = teacher.head if job.payload == "hidden" else None
     settings = {"teacher": teacher_name, "tokenizer_hash": tokenizer_hash(tokenizer), "vocab_size": vocab, "top_k": job.top_k,
                 "temperature": job.temperature, "max_prompt_length": job.max_prompt_length, "max_new_tokens": job.max_new_tokens,

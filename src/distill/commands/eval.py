@@ -22,7 +22,7 @@ import yaml
 from distill.config import DistillConfig
 from distill.conversations.setup import offering_tools, tool_loop
 from distill.data import examples_from_dataset
-from distill.data_files import BUNDLED_DATASET, load_dataset_spec
+from distill.data_files import BUNDLED_DATASET, data_root, load_dataset_spec
 from distill.evaluation.evaluator import (
     EvalSettings,
     Evaluator,
@@ -49,8 +49,9 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
     config = collect(problems, lambda: eval_config(record, args)) if target_ok else DistillConfig()
     config = DistillConfig() if config is FAILED else config
     method = get_method(config.method)
+    spec = args.dataset or config.eval_dataset or BUNDLED_DATASET
     examples = collect(problems, lambda: examples_from_dataset(load_dataset_spec(
-        args.dataset or config.eval_dataset or BUNDLED_DATASET, args.split or config.eval_split, "dataset"), "dataset"))
+        spec, args.split or config.eval_split, "dataset"), "dataset", data_root(spec)))
     collect(problems, lambda: check_device(args.device))
     if problems:
         raise ValueError(problems[0] if len(problems) == 1 else "\n  - ".join(["several problems:", *problems]))
@@ -70,7 +71,7 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
         check_context(teacher_model, "teacher", budget)
     against = comparison(method, tokenizer, student, teacher_model, teacher_tokenizer)
     encoder = offering_tools(config, model_kind_of(student).encoder(tokenizer, config.max_prompt_length,
-                                                                     settings.max_new_tokens, against.eos_ids))
+                                                                     settings.max_new_tokens, against.eos_ids, student))
     settings = dataclasses.replace(settings, tool_loop=tool_loop(config, encoder, settings.max_new_tokens))
     teachers = assemble_teachers(location, EVAL, config, method, tokenizer, against, device,
                                  probe_ids=encoder.prompt_ids(examples[0].prompt)[0], teacher_model=teacher_model,

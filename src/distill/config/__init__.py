@@ -160,6 +160,8 @@ class RunFields:
     gradient_accumulation_steps: int = setting(2, "Micro-batches per optimizer step on each process.")
     seed: int = setting(42, "Seed of every random choice (prompt order, lmbda draws, sampling, init).")
     gradient_checkpointing: bool = setting(False, "Recompute student activations in backward to save memory.")
+    train_vision_tower: bool = setting(False, "A vision-language student: train its vision tower and projector too "
+                                       "(frozen by default: the loss is on text, and the teacher sees the same pixels).")
     use_peft: bool = setting(False, "Train LoRA adapters instead of the full student (needs `peft`).")
     lora_r: int = setting(16, "LoRA rank.")
     lora_alpha: int = setting(32, "LoRA alpha.")

@@ -22,7 +22,7 @@ CORE = Reads("every run", (
     "method", "dataset", "dataset_split", "output_dir", "overwrite_output_dir", "student", "student_init",
     "max_new_tokens", "max_prompt_length", "generation_engine", "loss_chunk_size", "learning_rate", "weight_decay", "adam_beta1",
     "adam_beta2", "adam_epsilon", "max_grad_norm", "lr_scheduler_type", "warmup_steps", "max_steps", "max_time_minutes",
-    "per_device_train_batch_size", "gradient_accumulation_steps", "seed", "gradient_checkpointing", "use_peft", "fsdp", "device",
+    "per_device_train_batch_size", "gradient_accumulation_steps", "seed", "gradient_checkpointing", "train_vision_tower", "use_peft", "fsdp", "device",
     "dtype", "logging_steps", "save_steps", "save_total_limit", "report_to", "progress_bar", "eval_before_after", "tools",
     "environment", "strict_checks"))
 

@@ -20,6 +20,7 @@ from distill.generation.engine import (
     get_engine,
 )
 from distill.models.inputs import RowExtras, collate_extras
+from distill.models.kinds import model_kind_of
 
 logger = logging.getLogger("distill.rollout")  # the name users saw for the decode-loop line before engines
 
@@ -108,6 +109,7 @@ def generate_completions(
     results: list[tuple] = []
     batch_size = batch_size or max(len(prompts), 1)
     engine = choose_engine(sampling.engine, model, device, tuple(sorted(extras[0])) if extras else ())
+    kind = model_kind_of(model)
     was_training = model.training
     model.eval()
     try:
@@ -121,10 +123,11 @@ def generate_completions(
                 attention_mask[row, width - len(ids) :] = 1
             padded_rows = _output_rows(model) - vocab_size if vocab_size is not None else 0
             suppress = list(range(vocab_size, vocab_size + padded_rows)) if padded_rows > 0 else []
+            suppress += kind.never_generated(model)
+            batch_extras = collate_extras(extras[start : start + batch_size]) if extras is not None else {}
             request = DecodeRequest(input_ids, attention_mask, sampling, stops, list(eos_ids), pad_id, device, suppress,
                                     stopping_criteria, with_log_probs, None if seeds is None else seeds[start : start + batch_size],
-                                    collate_extras(extras[start : start + batch_size]) if extras is not None else {},
-                                    seeded_rows)
+                                    kind.forward_inputs(model, input_ids, batch_extras), seeded_rows)
             generated, log_probs = engine.decode(model, request)
             keep = first_eos_mask(generated, stops)
             for row in range(len(chunk)):

@@ -24,6 +24,7 @@ from distill.models.loading import (
     check_safetensors,
     context_length,
     load_causal_lm,
+    load_processor,
     load_tokenizer,
     resolve_model_source,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "eos_token_ids",
     "layers_of",
     "load_causal_lm",
+    "load_processor",
     "load_tokenizer",
     "logit_head",
     "make_student",

@@ -7,6 +7,7 @@ engines' requests (`distill.generation`) all hold extras. What a row's extras ar
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -31,11 +32,46 @@ class Extra:
 
 
 LAYOUTS = ("row", "flat")
-RowExtras = dict[str, Extra]  # one row's extras, by the model's forward argument name
+
+
+class DeferredExtras(Mapping):
+    """A row's extras computed when a batch needs them (an image row's pixel values: decoding every image of a
+    dataset at start would hold them all in memory). Its names are known without computing anything;
+    `load()` computes all of them (`collate_extras` calls it once per row and batch, and keeps nothing)."""
+
+    def __init__(self, names: tuple[str, ...], loader: Callable[[], dict[str, Extra]]):
+        self.names, self._loader = tuple(names), loader
+
+    def load(self) -> dict[str, Extra]:
+        loaded = self._loader()
+        if set(loaded) != set(self.names):
+            raise ValueError(f"a row's deferred model inputs gave {sorted(loaded)}, announced as {sorted(self.names)}")
+        return loaded
+
+    def __getitem__(self, name: str) -> Extra:
+        return self.load()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __repr__(self) -> str:
+        return f"DeferredExtras({list(self.names)})"
+
+
+RowExtras = Mapping[str, Extra]  # one row's extras, by the model's forward argument name (a dict, or DeferredExtras)
+
+
+def materialized(row: RowExtras) -> dict[str, Extra]:
+    """A row's extras as a dict of tensors (a `DeferredExtras` computed now)."""
+    return row.load() if isinstance(row, DeferredExtras) else dict(row)
 
 
 def collate_extras(rows: list[RowExtras]) -> dict[str, torch.Tensor]:
     """The batch's extras (module docstring of `Extra`) from each row's; every row names the same inputs."""
+    rows = [materialized(row) for row in rows]
     names = set(rows[0]) if rows else set()
     if any(set(row) != names for row in rows):
         raise ValueError(f"rows of one batch carry different model inputs: {sorted({n for row in rows for n in row})}; "

@@ -6,18 +6,21 @@ features, later a vision-language model's pixel values), and runs the model's ow
 states (B, T, H), with those extras, for the student, the teacher and the server alike. Generation passes the
 same extras to the engine (`distill.generation.DecodeRequest.extras`).
 
-The built-in kind, `causal_lm`, applies to every model not claimed by another kind: token ids only, hidden
-states from the decoder (`get_decoder()`, which computes no logits). A kind registered later is asked first.
+The built-in kinds: `causal_lm` applies to every model not claimed by another kind: token ids only, hidden
+states from the decoder (`get_decoder()`, which computes no logits); `vision_language`
+(`distill.models.vision`) to image-text-to-text models. A kind registered later is asked first.
 """
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 
 import torch
 from torch import nn
 
 from distill.data import PromptEncoder
+from distill.models.vision import ImagePromptEncoder, image_token_ids, is_vision_language, placeholder_id, processor_of, unwrapped
 
 
 class ModelKind(ABC):
@@ -29,9 +32,20 @@ class ModelKind(ABC):
     def applies(self, model: nn.Module) -> bool:
         """Whether `model` is of this kind."""
 
-    def encoder(self, tokenizer, max_prompt_length: int, max_new_tokens: int, eos_ids: list[int]) -> PromptEncoder:
-        """The row encoder of this kind (its `extras(example)` gives a row's inputs beyond the ids)."""
+    def encoder(self, tokenizer, max_prompt_length: int, max_new_tokens: int, eos_ids: list[int],
+                model: nn.Module | None = None) -> PromptEncoder:
+        """The row encoder of this kind for `model` (its `extras(example)` gives a row's inputs beyond the ids)."""
         return PromptEncoder(tokenizer, max_prompt_length, max_new_tokens, eos_ids)
+
+    def forward_inputs(self, model: nn.Module, input_ids: torch.Tensor,
+                       extras: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The keyword inputs of `model`'s forward (and `generate`) beyond the ids and the attention mask, for this
+        batch of ids (B, T) as padded: the collated row extras, plus what a kind derives from the ids."""
+        return dict(extras)
+
+    def never_generated(self, model: nn.Module) -> list[int]:
+        """Token ids the model must never sample (a vision-language model's image placeholders)."""
+        return []
 
     @abstractmethod
     def hidden(self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -51,6 +65,43 @@ class CausalLM(ModelKind):
                              "kind of this model (distill.models.kinds.register_model_kind)")
         decoder = model.get_decoder()
         return decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+
+
+class VisionLanguage(ModelKind):
+    name = "vision_language"
+
+    def applies(self, model: nn.Module) -> bool:
+        return is_vision_language(unwrapped(model))
+
+    def encoder(self, tokenizer, max_prompt_length, max_new_tokens, eos_ids, model=None) -> PromptEncoder:
+        if model is None:
+            raise ValueError("the vision_language kind builds its encoder from the model's processor; pass the model")
+        return ImagePromptEncoder(tokenizer, processor_of(model), max_prompt_length, max_new_tokens, eos_ids)
+
+    def forward_inputs(self, model, input_ids, extras):
+        """The batch's image inputs, none when the batch shows no image (a vision tower run on no image fails in
+        some families), and `mm_token_type_ids` (B, T: 1 at image placeholders) where the forward takes it."""
+        placeholders = input_ids == placeholder_id(model)
+        inputs = dict(extras) if bool(placeholders.any()) else {}
+        backbone = self._backbone(model)
+        if "mm_token_type_ids" in inspect.signature(backbone.forward).parameters:
+            inputs["mm_token_type_ids"] = placeholders.to(torch.long)
+        return inputs
+
+    def never_generated(self, model):
+        return image_token_ids(model)
+
+    @staticmethod
+    def _backbone(model: nn.Module) -> nn.Module:
+        inner = unwrapped(model)
+        return getattr(inner, inner.base_model_prefix)
+
+    def hidden(self, model, input_ids, attention_mask, extras):
+        inputs = self.forward_inputs(model, input_ids, extras)
+        return self._backbone(model)(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+                                     **inputs).last_hidden_state
+
+
 
 
 _KINDS: list[ModelKind] = []
@@ -77,3 +128,6 @@ def model_kind_of(model: nn.Module | None) -> ModelKind:
     if model is None:
         return _FALLBACK
     return next((kind for kind in _KINDS if kind.applies(model)), _FALLBACK)
+
+
+register_model_kind(VisionLanguage())

@@ -151,8 +151,11 @@ def load_causal_lm(source: ModelSource, dtype: torch.dtype = torch.float32, fiel
     if is_byte_student(source.name):
         return byte_llama(source.name, byte_tokenizer()).to(dtype)
     kwargs = {"gguf_file": source.gguf_file} if source.gguf_file else {}
+    auto = AutoModelForCausalLM
+    if not source.gguf_file and _is_vision_language_dir(source.path):
+        from transformers import AutoModelForImageTextToText as auto  # type: ignore[no-redef]
     try:
-        model = AutoModelForCausalLM.from_pretrained(source.path, dtype=dtype, **kwargs)
+        model = auto.from_pretrained(source.path, dtype=dtype, **kwargs)
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         raise ValueError(f"{field}: cannot load a causal LM from {source.name} ({type(error).__name__}: "
                          f"{str(error).splitlines()[0] if str(error) else ''}); check that it is a complete model") from error
@@ -166,9 +169,55 @@ def load_causal_lm(source: ModelSource, dtype: torch.dtype = torch.float32, fiel
     return model
 
 
+def _is_vision_language_dir(path: str) -> bool:
+    """Whether a model directory (or a cached hub id) holds a vision-language model: its config has a vision_config."""
+    from transformers import AutoConfig
+
+    try:
+        return getattr(AutoConfig.from_pretrained(path), "vision_config", None) is not None
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def _text_tokenizer(source: ModelSource):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(source.path)
+
+
+def load_processor(source: ModelSource, model: nn.Module, field: str):
+    """A vision-language model's processor (image processor + tokenizer + chat template), attached to `model`
+    (`distill.models.vision`); returns its tokenizer (pad = EOS where it has no pad token)."""
+    from transformers import AutoImageProcessor, AutoProcessor
+
+    from distill.models.vision import ImageTextProcessor, attach_processor, placeholder_id
+
+    try:
+        processor = AutoProcessor.from_pretrained(source.path)
+        if getattr(processor, "image_processor", None) is None or getattr(processor, "tokenizer", None) is None:
+            raise ValueError("it has no image processor and tokenizer")
+    except Exception as error:  # transformers' processor class: a missing torchvision fails it in several ways
+        try:
+            tokenizer = _text_tokenizer(source)
+            processor = ImageTextProcessor(tokenizer, AutoImageProcessor.from_pretrained(source.path),
+                                           tokenizer.convert_ids_to_tokens(placeholder_id(model)))
+        except (OSError, ValueError, KeyError, ImportError) as second:
+            raise ValueError(f"{field}: {source.name} is a vision-language model and its processor does not load "
+                             f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}; then "
+                             f"{type(second).__name__}: {str(second).splitlines()[0] if str(second) else ''}); save "
+                             "the processor (or its tokenizer and image processor) with the model") from second
+    attach_processor(model, processor)
+    tokenizer = processor.tokenizer
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 def context_length(model: nn.Module) -> int | None:
     """The positions a model was trained on (`max_position_embeddings`, GPT-2's `n_positions`); None if unknown."""
     config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()  # a vision-language model's context is its language model's
     for name in ("max_position_embeddings", "n_positions"):
         value = getattr(config, name, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:

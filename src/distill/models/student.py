@@ -67,7 +67,10 @@ def select_layer_indices(num_layers: int, spec: str) -> list[int]:
 
 def make_student(base: nn.Module, spec: str) -> nn.Module:
     """A copy of `base` keeping the layers `spec` selects, with config and layer indices made consistent."""
+    from distill.models.vision import copy_processor
+
     student = copy.deepcopy(base)
+    copy_processor(base, student)
     layers = layers_of(student)
     keep = select_layer_indices(len(layers), spec)
     if len(keep) == len(layers):
@@ -79,10 +82,12 @@ def make_student(base: nn.Module, spec: str) -> nn.Module:
         for module in layer.modules():
             if hasattr(module, "layer_idx"):
                 module.layer_idx = new_index
-    student.config.num_hidden_layers = len(keep)
-    layer_types = getattr(student.config, "layer_types", None)
+    # A vision-language model's layers are its language model's (`text_config`); a causal LM's config is its own.
+    config = student.config.get_text_config() if hasattr(student.config, "get_text_config") else student.config
+    config.num_hidden_layers = len(keep)
+    layer_types = getattr(config, "layer_types", None)
     if isinstance(layer_types, list) and len(layer_types) == len(layers):
-        student.config.layer_types = [layer_types[i] for i in keep]
+        config.layer_types = [layer_types[i] for i in keep]
     logger.info("student_init %s: kept %d of %d layers %s", spec, len(keep), len(layers), keep)
     return student
 
@@ -91,10 +96,26 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def prepare_student(model: nn.Module, gradient_checkpointing: bool, lora: dict | None) -> nn.Module:
+def prepare_student(model: nn.Module, gradient_checkpointing: bool, lora: dict | None,
+                    train_vision_tower: bool = False) -> nn.Module:
     """The student as it trains: float32 master weights, activation checkpointing, LoRA adapters (`lora`:
-    r, lora_alpha, lora_dropout, target_modules; None = full fine-tuning)."""
+    r, lora_alpha, lora_dropout, target_modules; None = full fine-tuning). A vision-language student trains its
+    language model (and output layer) only, its vision tower and projector frozen, unless `train_vision_tower`;
+    its LoRA adapters go on the language model's modules only."""
+    from distill.models.vision import is_vision_language, language_module_names, language_parameters
+
+    vision = is_vision_language(model)
+    if train_vision_tower and not vision:
+        raise ValueError("train_vision_tower: the student is not a vision-language model (it has no vision tower); "
+                         "drop the field")
     model = model.float()
+    if vision and not train_vision_tower:
+        language = language_parameters(model)
+        for parameter in model.parameters():
+            if id(parameter) not in language:
+                parameter.requires_grad_(False)
+    if vision and lora is not None:
+        lora = {**lora, "target_modules": language_module_names(model, list(lora["target_modules"]))}
     if gradient_checkpointing:
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         enable()

@@ -20,11 +20,13 @@ from torch import nn
 from distill.conversations.setup import offered_schemas
 from distill.models import (
     load_causal_lm,
+    load_processor,
     load_tokenizer,
     resolve_model_source,
     shared_vocab_size,
     student_vocab_size,
 )
+from distill.models.vision import is_vision_language
 from distill.teachers.cache import prompt_crc
 from distill.teachers.cross_tokenizer import CrossTokenizerTeacher, uld_settings
 from distill.teachers.hidden_server import HiddenStateServerTeacher
@@ -40,6 +42,8 @@ def load_model(spec: str, field: str = "teacher", device: torch.device | None = 
     """(model, tokenizer) for a model spec; the model in eval mode on `device` (CPU when None)."""
     source = resolve_model_source(spec, field)
     model = load_causal_lm(source, torch.float32, field).to(device or torch.device("cpu"), dtype)
+    if is_vision_language(model):  # its tokenizer is its processor's; the processor is attached to the model
+        return model.eval(), load_processor(source, model, field)
     return model.eval(), load_tokenizer(source)  # load_tokenizer sets pad = EOS when there is no pad token
 
 

@@ -32,7 +32,7 @@ from distill.data import (
     StepSampler,
     examples_from_dataset,
 )
-from distill.data_files import BUNDLED_DATASET, load_dataset_spec
+from distill.data_files import BUNDLED_DATASET, data_root, load_dataset_spec
 from distill.generation import SamplingParams
 from distill.locations import TRAIN, TeacherLocation, Teachers
 from distill.methods.registry import Method
@@ -45,6 +45,7 @@ from distill.models import (
     resolve_model_source,
 )
 from distill.models.kinds import model_kind_of
+from distill.models.vision import image_token_ids, is_vision_language, split_processor
 from distill.teachers.build import load_model
 from distill.training.rollout import RolloutSettings, StepRollout
 from distill.training.teacher_assembly import Comparison, assemble_teachers, comparison
@@ -65,15 +66,17 @@ def check_arguments(config: DistillConfig, location: TeacherLocation, teacher, t
 def load_examples(config: DistillConfig, method: Method, train_dataset, eval_dataset) -> tuple[list[Example], list[Example]]:
     """(training rows, held-out rows); the held-out ones are the bundled set's when training on it, none
     when evaluation is off."""
-    train = examples_from_dataset(
-        load_dataset_spec(train_dataset if train_dataset is not None else config.dataset, config.dataset_split, "dataset"), "dataset")
+    train_spec = train_dataset if train_dataset is not None else config.dataset
+    train = examples_from_dataset(load_dataset_spec(train_spec, config.dataset_split, "dataset"), "dataset",
+                                  data_root(train_spec))
     method.check_examples(config, train, "dataset")
     spec = eval_dataset if eval_dataset is not None else config.eval_dataset
     if spec is None and config.dataset == BUNDLED_DATASET and train_dataset is None:
         spec = BUNDLED_DATASET
     if spec is None or not config.eval_before_after:
         return train, []
-    held_out = examples_from_dataset(load_dataset_spec(spec, config.eval_split, "eval_dataset"), "eval_dataset")
+    held_out = examples_from_dataset(load_dataset_spec(spec, config.eval_split, "eval_dataset"), "eval_dataset",
+                                     data_root(spec))
     return train, held_out[: config.eval_max_prompts] if config.eval_max_prompts else held_out
 
 
@@ -99,6 +102,12 @@ def load_models(location: TeacherLocation, method: Method, student, teacher, tok
     """The student (`student`: a module, a spec, or None for the teacher's weights) and the location's
     teacher model (`teacher`: from `location.model_source`). A teacher module passed without its tokenizer
     is taken to share the student's, which holds only if both output layers have the same rows."""
+    # A vision-language model object comes with its processor, passed as its tokenizer: attached to the model.
+    if isinstance(teacher, nn.Module):
+        teacher_tokenizer = split_processor(teacher_tokenizer if teacher_tokenizer is not None else tokenizer, teacher) \
+            if teacher_tokenizer is not None or is_vision_language(teacher) else None
+    if isinstance(student, nn.Module):
+        tokenizer = split_processor(tokenizer, student)
     tokenizer_assumed = isinstance(teacher, nn.Module) and teacher_tokenizer is None
     loaded = location.load_model(teacher, None, method, teacher_tokenizer, tokenizer) if teacher is not None else None
     teacher_model, teacher_tokenizer = loaded if loaded is not None else (None, None)
@@ -132,6 +141,8 @@ def prepare_models(config: DistillConfig, method: Method, location: TeacherLocat
                    train_examples: list[Example], eval_examples: list[Example]) -> PreparedModels:
     """The student as it trains, the vocabulary both models are compared over, the encoded training rows,
     and the teachers the location builds against them (`TeacherLocation.build`, purpose TRAIN)."""
+    check_images(train_examples + eval_examples, method, models.student, models.teacher,
+                 bool(method.objective(config).signals))
     student = make_student(models.student, config.resolved_student_init(student_given))
     check_contexts(config, location, method, bool(method.objective(config).signals), student, models.teacher,
                    bool(eval_examples))
@@ -144,8 +155,8 @@ def prepare_models(config: DistillConfig, method: Method, location: TeacherLocat
         logger.info("end of turn (appended to dataset and teacher completions): %s", describe_stop_tokens(tokenizer, eos_ids))
     lora = dict(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                 target_modules=list(config.lora_target_modules)) if config.use_peft else None
-    student = prepare_student(student, config.gradient_checkpointing, lora)
-    encoder = model_kind_of(student).encoder(tokenizer, config.max_prompt_length, config.max_new_tokens, eos_ids)
+    student = prepare_student(student, config.gradient_checkpointing, lora, config.train_vision_tower)
+    encoder = model_kind_of(student).encoder(tokenizer, config.max_prompt_length, config.max_new_tokens, eos_ids, student)
     encoder = offering_tools(config, encoder)
     encoded = [encoder.encode(e) for e in train_examples]
     teachers = assemble_teachers(
@@ -156,6 +167,34 @@ def prepare_models(config: DistillConfig, method: Method, location: TeacherLocat
         evaluating=bool(eval_examples), examples=train_examples, encoded=encoded, eval_examples=eval_examples,
         autocast=runtime.accelerator.autocast)
     return PreparedModels(student, tokenizer, against, encoder, encoded, teachers)
+
+
+def check_images(examples: list[Example], method: Method, student: nn.Module, teacher: nn.Module | None,
+                 takes_signal: bool) -> None:
+    """Rows with images need a vision-language student and, where a teacher scores them, a vision-language teacher
+    of the same family here (it gets the student's ids and pixel values); raises naming the first such row."""
+    shown = next((e for e in examples if e.images), None)
+    if shown is None:
+        return
+    where = f"row {shown.index} shows {len(shown.images)} image(s)"
+    if not is_vision_language(student):
+        raise ValueError(f"{where}, and the student ({type(student).__name__}) is a text-only model; give a "
+                         "vision-language student (an image-text-to-text model) or drop the images")
+    if not takes_signal:
+        return
+    if method.cross_tokenizer:
+        raise ValueError(f"{where}: {method.name} (a teacher with its own tokenizer) does not take images yet; use a "
+                         "teacher of the student's family with gkd or on_policy")
+    if teacher is None:
+        raise ValueError(f"{where}: a teacher outside this process (a server, a cache) or the student as its own teacher "
+                         "does not take images yet; give a vision-language teacher of the student's family")
+    if not is_vision_language(teacher):
+        raise ValueError(f"{where}, and the teacher ({type(teacher).__name__}) is a text-only model; give a vision-language "
+                         "teacher of the student's family (it sees the student's pixel values)")
+    if image_token_ids(teacher) != image_token_ids(student) or type(teacher) is not type(student):
+        raise ValueError(f"{where}: the teacher ({type(teacher).__name__}, image tokens {image_token_ids(teacher)}) and "
+                         f"the student ({type(student).__name__}, image tokens {image_token_ids(student)}) are not of one "
+                         "family, so the teacher cannot read the student's image inputs")
 
 
 def check_contexts(config: DistillConfig, location: TeacherLocation, method: Method, takes_signal: bool, student: nn.Module,

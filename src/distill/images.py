@@ -1,0 +1,169 @@
+"""Images in dataset rows: where each one is (`ImageRef`), checking it without decoding it, and the chat messages
+that show it (content blocks).
+
+A row shows images through content blocks in its chat messages, as transformers' chat templates take them:
+`{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What colour is it?"}]}`. A bare
+`{"type": "image"}` block takes the row's next image from its `images` column (in order); a block may name its
+own instead (`{"type": "image", "image": ...}`, or `"path"`). An image is a file path (relative paths start at the
+folder of the dataset file, or the dataset folder), raw bytes, a `{"bytes", "path"}` mapping (a `datasets.Image`
+column read without decoding) or a PIL image.
+
+Nothing is decoded when the rows are read: `ImageRef.check` opens a file's header (its size, and that PIL knows
+the format), so a missing or unreadable image fails before any model loads, and `ImageRef.load` decodes it when a
+micro-batch needs its pixels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+IMAGE_BLOCK = "image"
+TEXT_BLOCK = "text"
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """One image of a row, not decoded: a file (`path`), encoded bytes (`data`) or a PIL image held in memory."""
+
+    path: str | None = None
+    data: bytes | None = field(default=None, repr=False)
+    image: Any = field(default=None, repr=False, compare=False)  # a PIL image given in the dataset
+
+    def describe(self) -> str:
+        if self.path is not None:
+            return self.path
+        return "an image given as bytes" if self.data is not None else "an image given as a PIL image"
+
+    def _open(self):
+        from PIL import Image
+
+        if self.image is not None:
+            return self.image
+        if self.data is not None:
+            return Image.open(io.BytesIO(self.data))
+        assert self.path is not None
+        return Image.open(self.path)
+
+    def check(self) -> tuple[int, int]:
+        """(width, height) from the header, without decoding the pixels; raises ValueError when the image is
+        missing or not an image PIL reads."""
+        try:
+            opened = self._open()
+            return int(opened.size[0]), int(opened.size[1])
+        except FileNotFoundError:
+            raise ValueError(f"image {self.describe()} does not exist") from None
+        except Exception as error:  # PIL.UnidentifiedImageError, a truncated header, a directory
+            raise ValueError(f"image {self.describe()} cannot be read as an image ({type(error).__name__}: {error})") from None
+
+    def load(self):
+        """The decoded image, in RGB (what image processors take)."""
+        try:
+            opened = self._open()
+            opened.load()
+            return opened.convert("RGB")
+        except Exception as error:
+            raise ValueError(f"image {self.describe()} cannot be decoded ({type(error).__name__}: {error})") from error
+
+    def digest(self) -> str:
+        """A digest of the decoded pixels (size and RGB bytes): the same picture gives the same digest whatever
+        file or format holds it (caches key on it)."""
+        image = self.load()
+        hasher = hashlib.sha256(f"{image.size[0]}x{image.size[1]}".encode())
+        hasher.update(image.tobytes())
+        return hasher.hexdigest()
+
+
+def image_ref(value: Any, root: Path | None, where: str) -> ImageRef:
+    """The `ImageRef` of one image as a dataset row gives it (module docstring); raises ValueError naming `where`."""
+    if isinstance(value, ImageRef):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return ImageRef(data=bytes(value))
+    if isinstance(value, dict) and ("bytes" in value or "path" in value):
+        if value.get("bytes") is not None:
+            return ImageRef(path=value.get("path"), data=bytes(value["bytes"]))
+        value = value.get("path")
+    if isinstance(value, (str, Path)) and str(value).strip():
+        text = str(value)
+        if text.startswith(("http://", "https://")):
+            raise ValueError(f"{where}: image {text} is a URL; distill reads local files only (download it and give its path)")
+        path = Path(text).expanduser()
+        if not path.is_absolute() and root is not None:
+            path = root / path
+        return ImageRef(path=str(path))
+    if hasattr(value, "size") and hasattr(value, "convert"):  # a PIL image
+        return ImageRef(image=value)
+    raise ValueError(f"{where}: an image must be a file path, bytes, a {{'bytes', 'path'}} mapping or a PIL image, "
+                     f"got {type(value).__name__}")
+
+
+def is_block_list(content: Any) -> bool:
+    """Whether a message's content is a list of content blocks (rather than text)."""
+    return isinstance(content, list)
+
+
+def check_blocks(content: list, where: str) -> int:
+    """Validate a message's content blocks; the number of image blocks."""
+    if not content:
+        raise ValueError(f"{where}: a message's content blocks are empty; give at least one text or image block")
+    images = 0
+    for block in content:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == TEXT_BLOCK:
+            if not isinstance(block.get("text"), str):
+                raise ValueError(f"{where}: a text block needs 'text' (a string), got {block!r}")
+        elif kind == IMAGE_BLOCK:
+            images += 1
+        else:
+            raise ValueError(f"{where}: a content block must be {{'type': 'text', 'text': ...}} or {{'type': 'image'}}, "
+                             f"got {block!r}")
+    return images
+
+
+def text_of_blocks(content: list) -> str:
+    """The text of content blocks with no image (what chat templates render for them: the texts, in order)."""
+    return "".join(block["text"] for block in content)
+
+
+def row_images(messages: list[dict], column: list | None, root: Path | None, where: str) -> tuple[list[dict], tuple[ImageRef, ...]]:
+    """(messages with each image block bare, the row's images in the order the blocks show them).
+
+    A bare image block takes the next image of the `images` column; every image of the column must be shown by
+    one block. Messages whose blocks hold no image become plain text."""
+    pending = list(column or [])
+    used = 0
+    refs: list[ImageRef] = []
+    out = []
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not is_block_list(content):
+            out.append(message)  # text, or malformed (reported by the row's message checks)
+            continue
+        if check_blocks(content, f"{where} message {i}") == 0:
+            out.append({**message, "content": text_of_blocks(content)})
+            continue
+        if message.get("role") != "user" and message.get("role") != "system":
+            raise ValueError(f"{where} message {i}: a {message.get('role')!r} turn shows an image; images go in user "
+                             "(or system) turns of the prompt")
+        blocks = []
+        for block in content:
+            if block["type"] != IMAGE_BLOCK:
+                blocks.append({"type": TEXT_BLOCK, "text": block["text"]})
+                continue
+            own = next((block[key] for key in ("image", "path") if block.get(key) is not None), None)
+            if own is None:
+                if used >= len(pending):
+                    raise ValueError(f"{where}: its messages show {used + 1} or more images from the 'images' column, which "
+                                     f"holds {len(pending)}; give one image per {{'type': 'image'}} block")
+                own, used = pending[used], used + 1
+            refs.append(image_ref(own, root, f"{where} message {i}"))
+            blocks.append({"type": IMAGE_BLOCK})
+        out.append({**message, "content": blocks})
+    if used < len(pending):
+        raise ValueError(f"{where}: the 'images' column holds {len(pending)} images and its messages show {used}; "
+                         "add an {'type': 'image'} content block where each image goes")
+    return out, tuple(refs)
