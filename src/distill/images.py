@@ -147,7 +147,7 @@ def row_images(messages: list[dict], column: list | None, root: Path | None, whe
             out.append({**message, "content": text_of_blocks(content)})
             continue
         if message.get("role") != "user" and message.get("role") != "system":
-            raise ValueError(f"{where} message {i}: a {message.get('role')!r} turn shows an image; images go in user "
+            raise ValueError(f"{where} message {i}: the {message.get('role')!r} turn shows an image; images go in user "
                              "(or system) turns of the prompt")
         blocks = []
         for block in content:

@@ -63,7 +63,7 @@ class FeatureKind(ModelKind):
     def applies(self, model):
         return isinstance(model, FeatureLlama)
 
-    def encoder(self, tokenizer, max_prompt_length, max_new_tokens, eos_ids):
+    def encoder(self, tokenizer, max_prompt_length, max_new_tokens, eos_ids, model=None):
         return FeatureEncoder(tokenizer, max_prompt_length, max_new_tokens, eos_ids)
 
     def hidden(self, model, input_ids, attention_mask, extras):
