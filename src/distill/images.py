@@ -19,7 +19,7 @@ import hashlib
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 IMAGE_BLOCK = "image"
 TEXT_BLOCK = "text"
@@ -101,7 +101,7 @@ def image_ref(value: Any, root: Path | None, where: str) -> ImageRef:
                      f"got {type(value).__name__}")
 
 
-def is_block_list(content: Any) -> bool:
+def is_block_list(content: Any) -> TypeGuard[list]:
     """Whether a message's content is a list of content blocks (rather than text)."""
     return isinstance(content, list)
 
@@ -129,7 +129,7 @@ def text_of_blocks(content: list) -> str:
     return "".join(block["text"] for block in content)
 
 
-def row_images(messages: list[dict], column: list | None, root: Path | None, where: str) -> tuple[list[dict], tuple[ImageRef, ...]]:
+def row_images(messages: list[dict], column: list | tuple | None, root: Path | None, where: str) -> tuple[list[dict], tuple[ImageRef, ...]]:
     """(messages with each image block bare, the row's images in the order the blocks show them).
 
     A bare image block takes the next image of the `images` column; every image of the column must be shown by

@@ -65,7 +65,8 @@ def _language(model):
 
 
 @pytest.mark.parametrize("overrides", [dict(method="gkd", lmbda=0.5, seq_kd=True), dict(method="on_policy"),
-                                       dict(method="sft")], ids=["gkd-seq_kd", "on_policy", "sft"])
+                                       dict(method="iw_opd"), dict(method="sft")],
+                         ids=["gkd-seq_kd", "on_policy", "iw_opd", "sft"])
 def test_a_vision_language_pair_trains_on_rows_with_images(tmp_path, vl_dirs, overrides):
     run = Distiller(_config(tmp_path, vl_dirs, **overrides))
     run.setup()

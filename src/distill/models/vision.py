@@ -163,12 +163,14 @@ class ImageTextProcessor:
         return {"input_ids": torch.tensor([ids], dtype=torch.long), **pixels}
 
     def _image_tokens(self, pixels: dict, count: int) -> list[int]:
+        if not count:
+            return []
         grids, merge = pixels.get("image_grid_thw"), getattr(self.image_processor, "merge_size", None)
-        if count and (grids is None or merge is None):
+        if grids is None or merge is None:
             raise ValueError(f"{type(self.image_processor).__name__}: distill expands image tokens itself for Qwen-VL "
                              "image processors only; for this family install torchvision, so that transformers' own "
                              "processor loads")
-        return [int(grid.prod()) // merge**2 for grid in grids] if count else []
+        return [int(grid.prod()) // merge**2 for grid in grids]
 
 
 class ImagePromptEncoder(PromptEncoder):
