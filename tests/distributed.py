@@ -70,7 +70,8 @@ def first_step_gradient(distiller) -> dict:
         from torch.distributed.tensor import DTensor
 
         captured.update({n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).detach().clone()
-                         for n, p in distiller.student_model.named_parameters()})  # under FSDP: the full gradient
+                         for n, p in distiller.student_model.named_parameters()
+                         if p.grad is not None})  # under FSDP: the full gradient; frozen parameters have none
 
     capture_at_optimizer_step(distiller, capture)
     window = distiller._new_window()

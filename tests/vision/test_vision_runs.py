@@ -99,3 +99,59 @@ def test_rows_with_images_and_a_text_only_model_fail_naming_the_row(tmp_path, vl
         Distiller(_config(tmp_path, vl_dirs, student=str(model_dirs["student"]), teacher=str(model_dirs["teacher"]))).setup()
     with pytest.raises(ValueError, match="the teacher .* is a text-only model"):
         Distiller(_config(tmp_path / "b", vl_dirs, teacher=str(model_dirs["teacher"]), method="on_policy")).setup()
+
+
+def _vl_step_gradient(rank, world_size, tmp, batch, accumulation):
+    """Step 0's gradient of gkd on dataset completions (lmbda 0) over the shapes rows (0, 1 or 2 images each)."""
+    from pathlib import Path
+
+    from tests.distributed import first_step_gradient
+
+    torch.manual_seed(0)
+    dirs = json.loads((Path(tmp).parent / "dirs.json").read_text())
+    config = _config(Path(tmp) / f"rank{rank}", dirs, lmbda=0.0, max_grad_norm=0.0, per_device_train_batch_size=batch,
+                     gradient_accumulation_steps=accumulation)
+    return first_step_gradient(Distiller(config))
+
+
+def test_the_gradient_with_images_is_split_invariant_across_processes(tmp_path, vl_dirs):
+    from tests.distributed import check_split_invariance
+
+    (tmp_path / "dirs.json").write_text(json.dumps(vl_dirs))
+    check_split_invariance(_vl_step_gradient, tmp_path, ("loss", "forward_kl", "completion_length", "grad_norm"))
+
+
+def test_a_run_with_images_killed_and_resumed_matches_an_uninterrupted_one(tmp_path, vl_dirs):
+    import sys
+
+    from safetensors.torch import load_file
+
+    from tests.train.helpers import kill_resume_and_compare
+
+    def command(run_dir):
+        return [sys.executable, "-m", "distill", "train", "gkd", "--teacher", vl_dirs["teacher"], "--student", vl_dirs["student"],
+                "--dataset", vl_dirs["data"], "--output_dir", str(run_dir), "--max_steps", "6", "--save_steps", "1",
+                "--logging_steps", "1", "--lmbda", "0.5", "--seq_kd", "true", "--lmbda_schedule", "constant",
+                "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2", "--max_prompt_length", "64",
+                "--max_new_tokens", "6", "--eval_before_after", "false", "--progress_bar", "false", "--learning_rate", "1e-3"]
+
+    straight, _ = kill_resume_and_compare(command, tmp_path, 3)
+    # The final model is a vision-language model with its processor: it loads back and reads images.
+    from distill.models.kinds import model_kind_of
+    from distill.teachers.build import load_model
+
+    model, tokenizer = load_model(str(straight / "model"), "student")
+    assert model_kind_of(model).name == "vision_language" and tokenizer.eos_token == "<|im_end|>"
+    weights = load_file(str(straight / "model" / "model.safetensors"))
+    assert any("visual" in name for name in weights)
+
+
+def test_lora_adapters_go_on_the_language_model_only_and_layer_dropping_applies_to_it(tmp_path, vl_dirs):
+    run = Distiller(_config(tmp_path, vl_dirs, method="on_policy", use_peft=True, lora_target_modules=["q_proj", "v_proj", "proj"]))
+    adapted = [n for n, _ in run.student_model.named_modules() if n.endswith("lora_A")]
+    assert adapted and all("language_model" in n for n in adapted)  # the vision blocks' `proj` is left alone
+    assert run.train()["steps"] == 2
+    dropped = Distiller(_config(tmp_path / "b", vl_dirs, method="on_policy", student=None, student_init="drop_every:3"))
+    text = dropped.student_model.config.get_text_config()
+    assert text.num_hidden_layers == 2 and len(dropped.student_model.model.language_model.layers) == 2  # 3 layers, 1 dropped
+    assert dropped.train()["steps"] == 2

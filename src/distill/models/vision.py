@@ -83,6 +83,16 @@ def copy_processor(source: nn.Module, target: nn.Module) -> None:
         _PROCESSORS[unwrapped(target)] = processor
 
 
+def save_processor(model: nn.Module, directory) -> None:
+    """Write `model`'s processor (when it has one) beside its weights, so the saved model loads with it: transformers'
+    processor as it saves itself, distill's `ImageTextProcessor` as its image processor (the tokenizer is saved
+    with every model)."""
+    processor = _PROCESSORS.get(unwrapped(model))
+    if processor is None:
+        return
+    (processor.image_processor if isinstance(processor, ImageTextProcessor) else processor).save_pretrained(directory)
+
+
 def unwrapped(model: nn.Module) -> nn.Module:
     """The transformers model inside a PEFT wrapper (LoRA injects its layers in place, so the modules are the same)."""
     get_base = getattr(model, "get_base_model", None)

@@ -150,6 +150,11 @@ def load_replicated(checkpoint: Path, model, optimizer) -> None:
         set_peft_model_state_dict(model, weights)
     else:
         missing, unexpected = model.load_state_dict(weights, strict=False)
+        if unexpected and hasattr(type(model), "from_pretrained"):
+            # transformers saves some models under other names than their modules' (a vision-language model's
+            # `model.visual.*` as `visual.*`) and maps them back when it loads: load through it.
+            saved = type(model).from_pretrained(str(checkpoint / "student"), dtype=next(model.parameters()).dtype)
+            missing, unexpected = model.load_state_dict(saved.state_dict(), strict=False)
         tied = {name for name in missing if "lm_head" in name}
         if set(missing) - tied or unexpected:
             raise ValueError(f"resume: checkpoint {checkpoint} does not match the student (missing {sorted(set(missing) - tied)[:3]}, unexpected {unexpected[:3]})")

@@ -32,6 +32,7 @@ from distill.evaluation.evaluator import (
     write_report,
 )
 from distill.models import count_parameters
+from distill.models.vision import save_processor
 from distill.rundir import checkpoint as ckpt
 from distill.rundir.lock import RunLock, check_unlocked
 from distill.rundir.model_card import write_model_card
@@ -260,6 +261,7 @@ class RunDirectory:
         if accelerator.is_main_process:
             student.save_pretrained(directory, state_dict=state, safe_serialization=True)
             tokenizer.save_pretrained(directory)
+            save_processor(student, directory)
 
     def save_final_model(self, wrapped, student, tokenizer) -> Path:
         """The final student for plain transformers: LoRA adapters are merged into a copy of the weights."""
@@ -271,6 +273,7 @@ class RunDirectory:
             merged = copy.deepcopy(student).merge_and_unload()
             merged.save_pretrained(directory, safe_serialization=True)
             tokenizer.save_pretrained(directory)
+            save_processor(student, directory)
         self.runtime.accelerator.wait_for_everyone()
         return directory
 
