@@ -193,18 +193,23 @@ def test_the_sites_formulas_are_mathml_built_offline():
         assert "<math" in mathml(f'<span class="arithmatex">\\({tex}\\)</span>', "guides")
 
 
-def test_every_sample_row_of_the_dataset_formats_page_loads():
-    """Each jsonl block of docs/datasets.md is a dataset distill reads: every row becomes an example."""
+def test_every_sample_row_of_the_dataset_formats_page_loads(tmp_path):
+    """Each jsonl block of docs/datasets.md is a dataset distill reads: every row becomes an example (the images its
+    rows name are drawn in a folder beside them)."""
     import datasets
+    from PIL import Image
 
     from distill.data import examples_from_dataset
 
     page = (ROOT / "docs" / "datasets.md").read_text()
     samples = re.findall(r"^```jsonl\n(.*?)^```\n", page, re.MULTILINE | re.DOTALL)
-    assert len(samples) >= 9
+    assert len(samples) >= 10
     for block in samples:
         rows = [json.loads(line) for line in block.splitlines()]
-        examples = examples_from_dataset(datasets.Dataset.from_list(rows), "dataset")
+        for name in (image for row in rows for image in row.get("images", [])):
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (8, 8), "red").save(tmp_path / name)
+        examples = examples_from_dataset(datasets.Dataset.from_list(rows), "dataset", tmp_path)
         assert len(examples) == len(rows)
 
 

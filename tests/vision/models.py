@@ -95,3 +95,49 @@ def save_qwen_vl(directory, layers: int = 2, seed: int = 0):
     processor.tokenizer.save_pretrained(directory)
     processor.image_processor.save_pretrained(directory)
     return directory
+
+
+LLAVA_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] | upper }}: "
+    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for block in m['content'] %}"
+    "{% if block['type'] == 'image' %}<image>\n{% elif block['type'] == 'text' %}{{ block['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}ASSISTANT: {% endif %}"
+)
+
+
+def llava_processor():
+    """A second family: LLaVA's processor (no video processor, so transformers' own class loads without torchvision),
+    another tokenizer (the tests' 340-token one plus `<image>`) and another image scheme: a CLIP vision tower on 28 x 28
+    images (center-cropped), 4 patches, each image one `<image>` expanded to 4 tokens."""
+    from transformers import CLIPImageProcessor, LlavaProcessor
+
+    from tests.conftest import train_tiny_tokenizer
+
+    tokenizer = train_tiny_tokenizer(340)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    tokenizer.chat_template = LLAVA_TEMPLATE
+    images = CLIPImageProcessor(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28})
+    return LlavaProcessor(image_processor=images, tokenizer=tokenizer, patch_size=14, vision_feature_select_strategy="default",
+                          image_token="<image>", num_additional_image_tokens=1, chat_template=LLAVA_TEMPLATE)
+
+
+def tiny_llava(tokenizer, layers: int = 2, seed: int = 0, hidden: int = 32):
+    from transformers import LlavaConfig, LlavaForConditionalGeneration
+
+    config = LlavaConfig(
+        text_config=dict(model_type="llama", vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, initializer_range=0.2),
+        vision_config=dict(model_type="clip_vision_model", hidden_size=hidden, intermediate_size=2 * hidden,
+                           num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"), vision_feature_select_strategy="default",
+        vision_feature_layer=-1, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(seed)
+    return LlavaForConditionalGeneration(config)
+
+
+def save_llava(directory, layers: int = 2, seed: int = 0):
+    processor = llava_processor()
+    tiny_llava(processor.tokenizer, layers=layers, seed=seed).save_pretrained(directory)
+    processor.save_pretrained(directory)
+    return directory

@@ -28,7 +28,7 @@ either way, from the teacher's tokenizer and head, so both give the same signal.
 from __future__ import annotations
 
 import codecs
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -50,6 +50,8 @@ from distill.generation import SamplingParams, generate_completions
 from distill.losses.uld import Alignment, ULDSettings, VocabularyMatch
 from distill.methods.gold_fields import GoldFields
 from distill.models import eos_token_ids, logit_head
+from distill.models.inputs import RowExtras, collate_extras
+from distill.models.kinds import model_kind_of
 from distill.signals import AlignedSignal
 from distill.teachers.base import Teacher
 from distill.teachers.hidden import backbone_hidden
@@ -98,6 +100,7 @@ class MappedCompletion:
     prompt_ids: list[int]
     completion_ids: list[int]
     groups: list[tuple[list[int], list[int]]]
+    extras: RowExtras = field(default_factory=dict)  # the teacher's own image inputs for its prompt (its processor's)
 
 
 class CrossTokenizerTeacher(Teacher):
@@ -130,7 +133,10 @@ class CrossTokenizerTeacher(Teacher):
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0)  # only ever under mask 0
         self.student_eos_ids = list(student_eos_ids)
-        self.encoder = PromptEncoder(tokenizer, max_prompt_length, 1, self.eos_ids).offering(offered_tools)
+        # The teacher's own kind renders its prompts: a vision-language teacher its images through its own processor.
+        encoder = model_kind_of(model).encoder(tokenizer, max_prompt_length, 1, self.eos_ids, model) if model is not None \
+            else PromptEncoder(tokenizer, max_prompt_length, 1, self.eos_ids)
+        self.encoder = encoder.offering(offered_tools)
         self._environment: EnvironmentTurns | None = None
         self.settings = settings
         self.device = device
@@ -142,7 +148,19 @@ class CrossTokenizerTeacher(Teacher):
     def prompt_ids(self, example: Example, observation: str | None = None) -> list[int]:
         """The teacher's own rendering of the prompt (chat template, its tools, special tokens kept), end kept;
         `observation`: an environment's text after the last user message, as the student's prompt had it."""
-        return self.encoder.prompt_ids(with_observation(example.prompt, observation), self.encoder.tools_of(example))[0]
+        return self.prompt_inputs(example, observation)[0]
+
+    def prompt_inputs(self, example: Example, observation: str | None = None) -> tuple[list[int], RowExtras]:
+        """(`prompt_ids`, the teacher's image inputs for them): a row's images through the teacher's own processor,
+        its image tokens expanded in its own ids."""
+        if example.images:
+            if self.model is None:
+                raise ValueError(f"row {example.index} shows images: a cross-tokenizer teacher on a server does not take "
+                                 "images yet; run the teacher in this process")
+            encoded = self.encoder.encode(replace(example, completion=None, turns=None))
+            return encoded.prompt_ids, encoded.extras
+        ids = self.encoder.prompt_ids(with_observation(example.prompt, observation), self.encoder.tools_of(example))[0]
+        return ids, self.encoder.extras(example)
 
     def environment(self) -> EnvironmentTurns:
         """The teacher template's environment turns (made once; checked to preserve prefixes)."""
@@ -160,10 +178,10 @@ class CrossTokenizerTeacher(Teacher):
         A conversation (`layout`): each of the model's turns is mapped as a completion of its own, the environment's
         turns between them are rendered by the teacher's template from their messages (the student's environment ids
         are never mapped, so no group covers them); nothing after the last model turn is scored."""
-        prompt = self.prompt_ids(example, None if layout is None else layout.observation)
+        prompt, extras = self.prompt_inputs(example, None if layout is None else layout.observation)
         if layout is None:
             completion, groups = self._map_turn(student_ids)
-            return MappedCompletion(prompt, completion, groups)
+            return MappedCompletion(prompt, completion, groups, extras)
         completion, groups = [], []
         spans = layout.spans()
         last_turn = max((k for k, (_, _, segment) in enumerate(spans) if segment.assistant), default=-1)
@@ -174,7 +192,7 @@ class CrossTokenizerTeacher(Teacher):
             turn, turn_groups = self._map_turn(student_ids[start:end])
             groups.extend(([start + p for p in s], [len(completion) + q for q in t]) for s, t in turn_groups)
             completion.extend(turn)
-        return MappedCompletion(prompt, completion, groups)
+        return MappedCompletion(prompt, completion, groups, extras)
 
     def _map_turn(self, student_ids: list[int]) -> tuple[list[int], list[tuple[list[int], list[int]]]]:
         """One model turn (or a whole completion) in teacher ids, with its groups (positions within the turn)."""
@@ -238,7 +256,8 @@ class CrossTokenizerTeacher(Teacher):
         for row, m in enumerate(mapped):
             input_ids[row, : lengths[row]] = torch.tensor(m.prompt_ids + m.completion_ids, dtype=torch.long)
             attention_mask[row, : lengths[row]] = 1
-        hidden = backbone_hidden(self.model, input_ids.to(self.device), attention_mask.to(self.device))
+        extras = {name: value.to(self.device) for name, value in collate_extras([m.extras for m in mapped]).items()}
+        hidden = backbone_hidden(self.model, input_ids.to(self.device), attention_mask.to(self.device), extras)
         return [hidden[row, len(m.prompt_ids) - 1 : lengths[row] - 1] for row, m in enumerate(mapped)]
 
     # ------------------------------------------------------------------------------ the protocol --
@@ -250,7 +269,8 @@ class CrossTokenizerTeacher(Teacher):
             raise ValueError("a cross-tokenizer teacher renders its own prompts: generate needs the examples")
         from transformers import StoppingCriteriaList
 
-        teacher_prompts = [self.prompt_ids(e) for e in examples]
+        inputs = [self.prompt_inputs(e) for e in examples]
+        teacher_prompts, teacher_extras = [ids for ids, _ in inputs], [extras for _, extras in inputs]
         budget_bytes = sampling.max_new_tokens * self.student_bytes.max_plain_bytes
         size = batch_size or max(len(teacher_prompts), 1)
         results = []
@@ -260,7 +280,8 @@ class CrossTokenizerTeacher(Teacher):
             outputs = generate_completions(self.model, chunk, sampling, self.eos_ids, self.pad_id, self.device,
                                            stopping_criteria=StoppingCriteriaList([budget]),
                                            vocab_size=len(self.teacher_bytes.table),
-                                           seeds=None if seeds is None else seeds[start : start + size])
+                                           seeds=None if seeds is None else seeds[start : start + size],
+                                           extras=teacher_extras[start : start + size])
             for (ids, hit_max), stopped_at in zip(outputs, budget.stop_lengths(len(chunk)), strict=True):
                 if stopped_at is not None and len(ids) > stopped_at:  # what follows a budget stop is padding, not an EOS
                     ids = ids[:stopped_at]

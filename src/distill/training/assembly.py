@@ -172,7 +172,9 @@ def prepare_models(config: DistillConfig, method: Method, location: TeacherLocat
 def check_images(examples: list[Example], method: Method, student: nn.Module, teacher: nn.Module | None,
                  takes_signal: bool) -> None:
     """Rows with images need a vision-language student and, where a teacher scores them, a vision-language teacher
-    of the same family here (it gets the student's ids and pixel values); raises naming the first such row."""
+    here: of the same family (it gets the student's ids and pixel values), or of any family with a method whose
+    teacher has its own tokenizer (gold: it reads the images through its own processor); raises naming the first
+    such row."""
     shown = next((e for e in examples if e.images), None)
     if shown is None:
         return
@@ -182,15 +184,14 @@ def check_images(examples: list[Example], method: Method, student: nn.Module, te
                          "vision-language student (an image-text-to-text model) or drop the images")
     if not takes_signal:
         return
-    if method.cross_tokenizer:
-        raise ValueError(f"{where}: {method.name} (a teacher with its own tokenizer) does not take images yet; use a "
-                         "teacher of the student's family with gkd or on_policy")
     if teacher is None:
         raise ValueError(f"{where}: a teacher outside this process (a server, a cache) or the student as its own teacher "
                          "does not take images yet; give a vision-language teacher of the student's family")
     if not is_vision_language(teacher):
         raise ValueError(f"{where}, and the teacher ({type(teacher).__name__}) is a text-only model; give a vision-language "
                          "teacher of the student's family (it sees the student's pixel values)")
+    if method.cross_tokenizer:
+        return  # the teacher reads the row's images through its own processor (`CrossTokenizerTeacher`)
     if image_token_ids(teacher) != image_token_ids(student) or type(teacher) is not type(student):
         raise ValueError(f"{where}: the teacher ({type(teacher).__name__}, image tokens {image_token_ids(teacher)}) and "
                          f"the student ({type(student).__name__}, image tokens {image_token_ids(student)}) are not of one "
