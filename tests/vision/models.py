@@ -27,7 +27,8 @@ def qwen_tokenizer(vocab_size: int = 300):
     from transformers import PreTrainedTokenizerFast
 
     texts = [json.loads(line)["messages"][0]["content"] for line in BUNDLED.read_text().splitlines()]
-    texts += ["What colour is the shape? red green blue square circle triangle", "user assistant system"]
+    texts += ["What colour is the shape? Which shape is it? red green blue yellow square circle triangle",
+              "user assistant system"]
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -51,6 +52,14 @@ def qwen_processor(tokenizer=None):
     return ImageTextProcessor(tokenizer, images, "<|image_pad|>")
 
 
+def _mrope_sections(head_dim: int) -> list[int]:
+    """Qwen2-VL's rotary sections (time, height, width), summing to half the head size: [2, 3, 3] for a head of 16."""
+    half = head_dim // 2
+    time_ = half // 4
+    height = (half - time_) // 2
+    return [time_, height, half - time_ - height]
+
+
 def tiny_qwen_vl(tokenizer, layers: int = 2, seed: int = 0, hidden: int = 32):
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
 
@@ -60,7 +69,7 @@ def tiny_qwen_vl(tokenizer, layers: int = 2, seed: int = 0, hidden: int = 32):
     config = Qwen2VLConfig(
         text_config=dict(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
-                         rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}, initializer_range=0.2,
+                         rope_scaling={"type": "mrope", "mrope_section": _mrope_sections(hidden // 2)}, initializer_range=0.2,
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
                          tie_word_embeddings=True),
         vision_config=dict(depth=1, embed_dim=32, hidden_size=hidden, num_heads=2, mlp_ratio=2, patch_size=14,
@@ -71,13 +80,15 @@ def tiny_qwen_vl(tokenizer, layers: int = 2, seed: int = 0, hidden: int = 32):
     return Qwen2VLForConditionalGeneration(config)
 
 
-def shape_image(colour: str = "red", shape: str = "square", side: int = IMAGE_SIDE, background: str = "white"):
-    """A `side` x `side` RGB image of one filled shape (square, circle or triangle) in `colour`."""
+def shape_image(colour: str = "red", shape: str = "square", side: int = IMAGE_SIDE, background: str = "white",
+                box: tuple[int, int, int, int] | None = None):
+    """A `side` x `side` RGB image of one filled shape (square, circle or triangle) in `colour`, inside `box`
+    (left, top, right, bottom; default: centred, three fifths of the side)."""
     from PIL import Image, ImageDraw
 
     image = Image.new("RGB", (side, side), background)
     draw = ImageDraw.Draw(image)
-    box = (side // 5, side // 5, side - side // 5, side - side // 5)
+    box = box or (side // 5, side // 5, side - side // 5, side - side // 5)
     if shape == "square":
         draw.rectangle(box, fill=colour)
     elif shape == "circle":
