@@ -106,7 +106,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-vision")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "vision_shapes.json")
-    parser.add_argument("--teacher-steps", type=int, default=300)
+    parser.add_argument("--teacher-steps", type=int, default=1000)
+    parser.add_argument("--teacher-lr", type=float, default=3e-3)
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--every", type=int, default=25, help="checkpoint (and measure) every this many steps")
     parser.add_argument("--resume", action="store_true")
@@ -120,10 +121,11 @@ def main() -> None:
     teacher_run = work / "teacher"
     if not (args.resume and (teacher_run / "model" / "config.json").is_file()):
         train(teacher_run, ["--method", "sft", "--student", str(dirs["teacher-init"]), "--dataset", str(data), "--max_steps",
-                            str(args.teacher_steps), "--learning_rate", "1e-3", "--save_steps", "0", *COMMON], resume=False)
+                            str(args.teacher_steps), "--learning_rate", str(args.teacher_lr), "--save_steps", "0", *COMMON],
+              resume=False)
     teacher = teacher_run / "model"
     result = {"task": {"train_rows": 400, "held_out_rows": 48, "colours": COLOURS, "shapes": SHAPES},
-              "teacher": {"layers": 4, "hidden": 64, "sft_steps": args.teacher_steps, **accuracy(teacher, held_out)},
+              "teacher": {"layers": 4, "hidden": 64, "sft_steps": args.teacher_steps, "learning_rate": args.teacher_lr, **accuracy(teacher, held_out)},
               "student": {"layers": 2, "hidden": 32}, "steps": args.steps, "arms": {}}
     print(f"teacher after {args.teacher_steps} sft steps: accuracy {result['teacher']['accuracy']:.3f}", flush=True)
     arms = {"sft": ["--method", "sft"],

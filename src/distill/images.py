@@ -23,6 +23,8 @@ from typing import Any, TypeGuard
 
 IMAGE_BLOCK = "image"
 TEXT_BLOCK = "text"
+# distill's extension of a teacher server's requests: per prompt, its images as base64 PNG (stock vLLM has none).
+IMAGES_FIELD = "distill_images"
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,8 @@ class TeacherLocation:
     student_origin: where the student starts when `student` is not given, for the model card.
     selected_by: the config field whose value selects it, with an example value and the settings a run
         with it needs (the field help lists the methods that validate with it); None when nothing does.
+    reads_images: its teachers read a row's images (`distill.images`) from somewhere other than a model object held
+        here (a server that takes them); a teacher model held here reads them through its own kind.
     """
 
     name: str = ""
@@ -115,6 +117,7 @@ class TeacherLocation:
     scores_ahead: bool = False
     student_origin: str = "initialised from the teacher"
     selected_by: tuple[str, Any, tuple[dict, ...]] | None = None
+    reads_images: bool = False
 
     # ------------------------------------------------------------------------------ choosing it --
     def claims(self, config: DistillConfig, method: Method) -> bool:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 class ServerLocation(RemoteLocation):
     name = "server"
+    reads_images = True  # distill serve-teacher of a vision-language model (checked at the first request with images)
     fields = (ServerFields, RemoteTeacherFields)
     field = "teacher_url"
     scores_ahead = True

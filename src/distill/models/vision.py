@@ -183,6 +183,42 @@ class ImageTextProcessor:
         return [int(grid.prod()) // merge**2 for grid in grids]
 
 
+def image_inputs(processor, images: list) -> dict[str, Extra]:
+    """The image inputs (pixel values, grids: every processor output but the per-token ones) of decoded `images`,
+    in the "flat" layout; with no image, each of them empty (so that rows with and without images share a batch)."""
+    from PIL import Image
+
+    probe = images or [Image.new("RGB", (56, 56))]
+    out = processor.image_processor(images=probe, return_tensors="pt")
+    return {name: Extra(value if images else value[:0].clone(), "flat") for name, value in out.items() if name not in PER_TOKEN}
+
+
+def encode_png(image) -> str:
+    """An image (PIL, decoded) as base64 PNG text: lossless, so the receiver decodes the very same pixels."""
+    import base64
+    import io
+
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def decode_png(text: str, where: str):
+    """The image of `encode_png`'s text (any format PIL reads), in RGB; ValueError naming `where` otherwise."""
+    import base64
+    import binascii
+    import io
+
+    from PIL import Image
+
+    try:
+        image = Image.open(io.BytesIO(base64.b64decode(text, validate=True)))
+        image.load()
+        return image.convert("RGB")
+    except (binascii.Error, ValueError, OSError) as error:
+        raise ValueError(f"{where}: not a base64-encoded image ({type(error).__name__}: {error})") from None
+
+
 class ImagePromptEncoder(PromptEncoder):
     """Rows with images in a vision-language model's ids and inputs (module docstring); rows without images as
     a `PromptEncoder` does, with empty image inputs (so that rows with and without images share a batch)."""

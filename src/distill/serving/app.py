@@ -11,6 +11,7 @@ import uuid
 
 import torch
 
+from distill.images import IMAGES_FIELD
 from distill.serving.limits import BadRequest, ServerLimits, is_int, parse_completion_request, read_json, tokenize_text
 from distill.serving.scoring import Batcher, ScoringEngine
 from distill.teachers.head import head_bytes
@@ -85,10 +86,11 @@ def build_app(engine: ScoringEngine, model_name: str, max_batch_tokens: int = 16
                 raise BadRequest(f"model {body.get('model')!r} is not served here; this server serves {model_name!r}")
             prompts, k, temperature = parse_completion_request(body, engine.tokenizer, engine.vocab_size, limits,
                                                                engine.max_model_len)
+            images = request_images(body, len(prompts), engine.processor is not None)
         except BadRequest as bad:
             return error(bad.status, str(bad))
         try:
-            choices = await batcher.submit(prompts, ("topk", k, temperature))
+            choices = await batcher.submit(prompts, ("topk", k, temperature), images=images)
         except Exception as failure:  # a model error: the client retries 5xx
             logger.exception("scoring failed")
             return error(500, f"scoring failed: {failure}")
@@ -106,7 +108,7 @@ def build_app(engine: ScoringEngine, model_name: str, max_batch_tokens: int = 16
     async def info():
         return {"format": PAYLOAD_FORMAT, "version": PAYLOAD_VERSION, "model": model_name, "hidden_size": engine.hidden_size,
                 "vocab_size": engine.vocab_size, "head_sha256": engine.head_sha256, "dtypes": sorted(DTYPES),
-                "max_model_len": engine.max_model_len}
+                "max_model_len": engine.max_model_len, "images": engine.processor is not None}
 
     @app.get("/distill/v1/head")
     async def head():
@@ -125,10 +127,11 @@ def build_app(engine: ScoringEngine, model_name: str, max_batch_tokens: int = 16
                                                               engine.max_model_len)
             except ValueError as bad:
                 raise BadRequest(str(bad)) from None
+            images = request_images(body, len(prompts), engine.processor is not None)
         except BadRequest as bad:
             return error(bad.status, str(bad))
         try:
-            states = await batcher.submit(prompts, ("hidden", dtype), starts)
+            states = await batcher.submit(prompts, ("hidden", dtype), starts, images)
         except Exception as failure:
             logger.exception("hidden states failed")
             return error(500, f"hidden states failed: {failure}")
@@ -136,5 +139,28 @@ def build_app(engine: ScoringEngine, model_name: str, max_batch_tokens: int = 16
         return Response(payload, media_type=CONTENT_TYPE)
 
     return app
+
+
+def request_images(body: dict, prompts: int, takes_images: bool) -> list[list] | None:
+    """The decoded images of a request's `distill_images` (a list parallel to its prompts, each a list of base64
+    images), or None when it has none; BadRequest naming the prompt otherwise."""
+    from distill.models.vision import decode_png
+
+    given = body.get(IMAGES_FIELD)
+    if given is None:
+        return None
+    if not isinstance(given, list) or len(given) != prompts or not all(isinstance(row, list) for row in given):
+        raise BadRequest(f"{IMAGES_FIELD} must be a list of {prompts} lists (one per prompt) of base64 images")
+    if not takes_images and any(given):
+        raise BadRequest(f"{IMAGES_FIELD}: this teacher is a text-only model; it takes no images")
+    try:
+        return [[decode_png(text, f"{IMAGES_FIELD}[{i}][{j}]") if isinstance(text, str) else _not_text(i, j)
+                 for j, text in enumerate(row)] for i, row in enumerate(given)]
+    except ValueError as bad:
+        raise BadRequest(str(bad)) from None
+
+
+def _not_text(i: int, j: int):
+    raise ValueError(f"{IMAGES_FIELD}[{i}][{j}] must be base64 text")
 
 

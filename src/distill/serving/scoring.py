@@ -12,6 +12,8 @@ import torch
 
 from distill.losses import LogitHead
 from distill.models import context_length, logit_head
+from distill.models.inputs import collate_extras
+from distill.models.vision import image_inputs, is_vision_language, processor_of
 from distill.teachers.head import head_fingerprint
 from distill.teachers.hidden import backbone_hidden
 from distill.teachers.hidden_payload import DTYPES
@@ -44,6 +46,7 @@ class ScoreJob:
     key: tuple
     future: asyncio.Future = field(repr=False)
     starts: list[int] | None = None
+    images: list[list] | None = None  # per prompt, its decoded images (a vision-language teacher), or None
 
     @property
     def width(self) -> int:
@@ -62,12 +65,24 @@ class ScoringEngine:
         self.max_model_len = context_length(model)
         self.hidden_size = self.head.weight.shape[1]
         self.head_sha256 = head_fingerprint(self.head)
+        # A vision-language teacher reads each prompt's images through its own processor (`distill_images`).
+        self.processor = processor_of(model) if is_vision_language(model) else None
 
-    def run(self, key: tuple, prompts: list[list[int]], starts: list[int] | None) -> list:
-        """One result per prompt: a vLLM-shaped choice ("topk") or a (len - start, H) tensor ("hidden")."""
+    def run(self, key: tuple, prompts: list[list[int]], starts: list[int] | None, images: list[list] | None = None) -> list:
+        """One result per prompt: a vLLM-shaped choice ("topk") or a (len - start, H) tensor ("hidden").
+        `images`: per prompt, its decoded images (their placeholder tokens already in the prompt), or None."""
         if key[0] == "hidden":
-            return self.hidden_states(prompts, starts, DTYPES[key[1]])
-        return self.score(prompts, key[1], key[2])
+            return self.hidden_states(prompts, starts, DTYPES[key[1]], images)
+        return self.score(prompts, key[1], key[2], images)
+
+    def _extras(self, images: list[list] | None, rows: int) -> dict[str, torch.Tensor]:
+        if self.processor is None:
+            if images and any(images):
+                raise ValueError("this teacher is a text-only model; it takes no images")
+            return {}
+        rows_images = images if images is not None else [[] for _ in range(rows)]
+        batch = collate_extras([image_inputs(self.processor, list(row)) for row in rows_images])
+        return {name: value.to(self.device) for name, value in batch.items()}
 
     def _padded(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(p) for p in prompts)
@@ -79,18 +94,19 @@ class ScoringEngine:
         return input_ids.to(self.device), attention.to(self.device)
 
     @torch.inference_mode()
-    def hidden_states(self, prompts: list[list[int]], starts: list[int], dtype: torch.dtype) -> list[torch.Tensor]:
+    def hidden_states(self, prompts: list[list[int]], starts: list[int], dtype: torch.dtype,
+                      images: list[list] | None = None) -> list[torch.Tensor]:
         """Per prompt, the final hidden states (len - start, H) at positions start-1 .. len-2 (those predicting
         tokens start .. len-1), on the CPU in `dtype`."""
         input_ids, attention = self._padded(prompts)
-        hidden = backbone_hidden(self.model, input_ids, attention)
+        hidden = backbone_hidden(self.model, input_ids, attention, self._extras(images, len(prompts)))
         return [hidden[row, start - 1 : len(prompt) - 1].to("cpu", dtype) for row, (prompt, start) in enumerate(zip(prompts, starts))]
 
     @torch.inference_mode()
-    def score(self, prompts: list[list[int]], k: int, temperature: float) -> list[dict]:
+    def score(self, prompts: list[list[int]], k: int, temperature: float, images: list[list] | None = None) -> list[dict]:
         """One vLLM-shaped choice per prompt: prompt_logprobs and a greedy next token."""
         input_ids, attention = self._padded(prompts)
-        hidden = backbone_hidden(self.model, input_ids, attention)
+        hidden = backbone_hidden(self.model, input_ids, attention, self._extras(images, len(prompts)))
         # Positions 0..L-2 of each row predict tokens 1..L-1; position L-1 predicts the generated token.
         scored = attention.bool().clone()
         lengths = attention.sum(1)
@@ -131,10 +147,11 @@ class Batcher:
     def start(self) -> None:
         self.worker = asyncio.get_running_loop().create_task(self._run())
 
-    async def submit(self, prompts: list[list[int]], key: tuple, starts: list[int] | None = None) -> list:
+    async def submit(self, prompts: list[list[int]], key: tuple, starts: list[int] | None = None,
+                     images: list[list] | None = None) -> list:
         """One result per prompt (`ScoringEngine.run`)."""
         future = asyncio.get_running_loop().create_future()
-        await self.queue.put(ScoreJob(prompts, key, future, starts))
+        await self.queue.put(ScoreJob(prompts, key, future, starts, images))
         return await future
 
     async def _run(self) -> None:
@@ -155,10 +172,11 @@ class Batcher:
             for key, group in groups.items():
                 prompts = [p for job in group for p in job.prompts]
                 starts = [s for job in group for s in (job.starts or [None] * len(job.prompts))]
+                images = [i for job in group for i in (job.images or [[] for _ in job.prompts])]
                 try:
                     results = []
                     for part in padded_slices(prompts, self.max_batch_tokens):
-                        results += await asyncio.to_thread(self.engine.run, key, prompts[part], starts[part])
+                        results += await asyncio.to_thread(self.engine.run, key, prompts[part], starts[part], images[part])
                 except Exception as error:  # answered as a 500 on each request of the batch
                     for job in group:
                         if not job.future.done():

@@ -36,8 +36,10 @@ from distill.teachers.hidden_payload import (
 from distill.teachers.server import (
     CompletionsClient,
     MalformedResponse,
+    ScoreRequests,
     ServerSettings,
     check_server,
+    check_takes_images,
     completion_prompts,
 )
 
@@ -56,6 +58,7 @@ class HiddenStateServerTeacher(Teacher):
         self.head: LogitHead | None = None
         self.head_sha256 = ""
         self.protocol = "distill"  # or "vllm": stock vLLM's /pooling
+        self._images_checked: list = []  # the server said it reads images (`check_takes_images`)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -120,13 +123,14 @@ class HiddenStateServerTeacher(Teacher):
         return self.client.request("POST", "/pooling", payload, binary=True,
                                    parse=lambda raw, headers: _parse_vllm_pooling(raw, headers, prompts, starts))
 
-    def hidden_states(self, prompts: list[list[int]], starts: list[int]):
-        """(sum(len - start), H) float32 for the prompts, through concurrent requests of `request_size` prompts."""
+    def hidden_states(self, prompts: list[list[int]], starts: list[int], requests: ScoreRequests | None = None):
+        """(sum(len - start), H) float32 for the prompts, through concurrent requests of `request_size` prompts (with
+        the images of `requests`' rows, when they show any: distill's server only)."""
         size, width = self.settings.request_size, self.head.weight.shape[1]
-        groups = [(prompts[i : i + size], starts[i : i + size]) for i in range(0, len(prompts), size)]
+        groups = [(prompts[i : i + size], starts[i : i + size], slice(i, i + size)) for i in range(0, len(prompts), size)]
 
         def send(group):
-            group_prompts, group_starts = group
+            group_prompts, group_starts, part = group
             if self.protocol == "vllm":
                 states = self._vllm_pooling(group_prompts, group_starts)
                 if any(s.shape[1] != width for s in states):
@@ -134,7 +138,8 @@ class HiddenStateServerTeacher(Teacher):
                 return torch.cat(states)
             counts = [len(p) - s for p, s in zip(group_prompts, group_starts)]
             payload = {"prompts": group_prompts, "starts": group_starts, "dtype": self.dtype,
-                       **({"model": self.model_name} if self.model_name else {})}
+                       **({"model": self.model_name} if self.model_name else {}),
+                       **(requests.images_field(part) if requests is not None else {})}
             return self.client.request("POST", "/distill/v1/hidden_states", payload, binary=True,
                                        parse=lambda raw, headers: _parse_hidden(raw, counts, width, self.head_sha256))
 
@@ -147,8 +152,12 @@ class HiddenStateServerTeacher(Teacher):
     def score_many(self, batches: list[MicroBatch], temperature: float) -> list[DenseSignal]:
         """All micro-batches of a step in one concurrent round; the loss applies `temperature` to both sides."""
         requests = completion_prompts(batches)
+        if self.protocol == "vllm" and any(requests.images):
+            raise ValueError("teacher_url: rows show images, and vLLM's /pooling endpoint takes token ids only; serve the "
+                             "vision-language teacher with `distill serve-teacher`")
+        check_takes_images(self.client, requests, self._images_checked)
         counts = [len(prompt) - start for prompt, start in zip(requests.prompts, requests.starts)]
-        answered = self.hidden_states(requests.prompts, requests.starts)
+        answered = self.hidden_states(requests.prompts, requests.starts, requests)
         if answered.shape[0] != sum(counts):
             raise TeacherServerError(f"the server sent {answered.shape[0]} hidden states for {sum(counts)} positions")
         parts = [requests.select(i, rows) for i, rows in enumerate(answered.split(counts))]

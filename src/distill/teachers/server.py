@@ -19,12 +19,14 @@ import threading
 import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from distill.batch import MicroBatch
 from distill.errors import TeacherServerError
+from distill.images import IMAGES_FIELD, ImageRef
+from distill.models.vision import encode_png
 from distill.signals import SparseSignal
 from distill.teachers.base import Teacher
 
@@ -195,6 +197,7 @@ class ServerTeacher(Teacher):
         self.model_name = settings.model
         self.client = CompletionsClient(settings)
         self.pool = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="teacher-http")
+        self._images_checked: list = []  # the server said it reads images (`check_takes_images`)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -219,15 +222,18 @@ class ServerTeacher(Teacher):
     def _model(self) -> dict:
         return {"model": self.model_name} if self.model_name else {}
 
-    def prompt_logprobs(self, prompts: list[list[int]], starts: list[int], temperature: float) -> list[PositionLogProbs]:
-        """Top-K log-probs at positions starts[i].. of each prompt, through concurrent requests."""
+    def prompt_logprobs(self, prompts: list[list[int]], starts: list[int], temperature: float,
+                        requests: ScoreRequests | None = None) -> list[PositionLogProbs]:
+        """Top-K log-probs at positions starts[i].. of each prompt, through concurrent requests (with the images
+        of `requests`' rows, when they show any)."""
         k, size = self.settings.top_k, self.settings.request_size
-        groups = [(prompts[i : i + size], starts[i : i + size]) for i in range(0, len(prompts), size)]
+        groups = [(prompts[i : i + size], starts[i : i + size], slice(i, i + size)) for i in range(0, len(prompts), size)]
 
         def send(group):
-            group_prompts, group_starts = group
+            group_prompts, group_starts, part = group
             payload = {"prompt": group_prompts, "max_tokens": 1, "prompt_logprobs": k, "temperature": temperature,
-                       "prompt_logprobs_temperature": temperature, **self._model()}
+                       "prompt_logprobs_temperature": temperature, **self._model(),
+                       **(requests.images_field(part) if requests is not None else {})}
             return self.client.request("POST", "/v1/completions", payload,
                                        parse=lambda body: parse_prompt_logprobs(body, group_prompts, group_starts, k, self.vocab_size))
 
@@ -239,7 +245,8 @@ class ServerTeacher(Teacher):
     def score_many(self, batches: list[MicroBatch], temperature: float) -> list[SparseSignal]:
         """All micro-batches of a step in one concurrent round of requests; one signal per micro-batch."""
         requests = completion_prompts(batches)
-        answers = self.prompt_logprobs(requests.prompts, requests.starts, temperature) if requests.prompts else []
+        check_takes_images(self.client, requests, self._images_checked)
+        answers = self.prompt_logprobs(requests.prompts, requests.starts, temperature, requests) if requests.prompts else []
         results = iter([PositionLogProbs(requests.select(i, r.ids), requests.select(i, r.log_probs),
                                          requests.select(i, r.target_log_probs)) for i, r in enumerate(answers)])
         k, signals = self.settings.top_k, []
@@ -287,6 +294,14 @@ class ScoreRequests:
     prompts: list[list[int]]
     starts: list[int]
     picks: list[torch.Tensor]
+    images: list[tuple[ImageRef, ...]] = field(default_factory=list)  # per prompt, the images its row shows
+
+    def images_field(self, part: slice) -> dict:
+        """The request field carrying the images of prompts `part` (base64 PNG, `distill_images`), or none."""
+        rows = self.images[part]
+        if not any(rows):
+            return {}
+        return {IMAGES_FIELD: [[encode_png(image.load()) for image in row] for row in rows]}
 
     def select(self, index: int, rows: torch.Tensor) -> torch.Tensor:
         """The trained rows of prompt `index`'s answer `rows` (its positions starts[index] .. end)."""
@@ -296,7 +311,7 @@ class ScoreRequests:
 
 def completion_prompts(batches: list[MicroBatch]) -> ScoreRequests:
     """`ScoreRequests` for every completion of `batches` with tokens trained on."""
-    prompts, starts, picks = [], [], []
+    prompts, starts, picks, images = [], [], [], []
     for batch in batches:
         for completion in batch.completions:
             trained = completion.trained_indices()
@@ -304,7 +319,24 @@ def completion_prompts(batches: list[MicroBatch]) -> ScoreRequests:
                 prompts.append(completion.prompt_ids + completion.completion_ids)
                 starts.append(len(completion.prompt_ids) + trained[0])
                 picks.append(torch.tensor(trained, dtype=torch.long) - trained[0])
-    return ScoreRequests(prompts, starts, picks)
+                images.append(completion.example.images if completion.example is not None else ())
+    return ScoreRequests(prompts, starts, picks, images)
+
+
+def check_takes_images(client: CompletionsClient, requests: ScoreRequests, checked: list) -> None:
+    """Before the first request with images: the server must say it reads them (`distill serve-teacher` with a
+    vision-language model); stock vLLM's /v1/completions takes token ids only and would ignore the field."""
+    if checked or not any(requests.images):
+        return
+    try:
+        info = client.request("GET", "/distill/v1/info")
+    except Exception:  # not distill's server
+        info = {}
+    if not (isinstance(info, dict) and info.get("images") is True):
+        raise ValueError("teacher_url: rows show images, and this server takes none: stock vLLM's /v1/completions scores "
+                         "token ids only (vLLM 0.32 has no image field there), and a `distill serve-teacher` of a text-only "
+                         "model has no processor. Serve the vision-language teacher with `distill serve-teacher`")
+    checked.append(True)
 
 
 def _bad(what: str):

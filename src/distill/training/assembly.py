@@ -141,7 +141,7 @@ def prepare_models(config: DistillConfig, method: Method, location: TeacherLocat
                    train_examples: list[Example], eval_examples: list[Example]) -> PreparedModels:
     """The student as it trains, the vocabulary both models are compared over, the encoded training rows,
     and the teachers the location builds against them (`TeacherLocation.build`, purpose TRAIN)."""
-    check_images(train_examples + eval_examples, method, models.student, models.teacher,
+    check_images(train_examples + eval_examples, method, location, models.student, models.teacher,
                  bool(method.objective(config).signals))
     student = make_student(models.student, config.resolved_student_init(student_given))
     check_contexts(config, location, method, bool(method.objective(config).signals), student, models.teacher,
@@ -169,8 +169,8 @@ def prepare_models(config: DistillConfig, method: Method, location: TeacherLocat
     return PreparedModels(student, tokenizer, against, encoder, encoded, teachers)
 
 
-def check_images(examples: list[Example], method: Method, student: nn.Module, teacher: nn.Module | None,
-                 takes_signal: bool) -> None:
+def check_images(examples: list[Example], method: Method, location: TeacherLocation, student: nn.Module,
+                 teacher: nn.Module | None, takes_signal: bool) -> None:
     """Rows with images need a vision-language student and, where a teacher scores them, a vision-language teacher
     here: of the same family (it gets the student's ids and pixel values), or of any family with a method whose
     teacher has its own tokenizer (gold: it reads the images through its own processor); raises naming the first
@@ -185,8 +185,11 @@ def check_images(examples: list[Example], method: Method, student: nn.Module, te
     if not takes_signal:
         return
     if teacher is None:
-        raise ValueError(f"{where}: a teacher outside this process (a server, a cache) or the student as its own teacher "
-                         "does not take images yet; give a vision-language teacher of the student's family")
+        if location.reads_images:
+            return  # a server: it must say it reads images before the first request with them
+        raise ValueError(f"{where}: the {location.name} teacher does not take images yet (a cache, or the student as its "
+                         "own teacher); give a vision-language teacher of the student's family, here or on "
+                         "`distill serve-teacher`")
     if not is_vision_language(teacher):
         raise ValueError(f"{where}, and the teacher ({type(teacher).__name__}) is a text-only model; give a vision-language "
                          "teacher of the student's family (it sees the student's pixel values)")
