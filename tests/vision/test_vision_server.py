@@ -83,3 +83,52 @@ def test_a_server_that_takes_no_images_is_refused_before_it_could_ignore_them(vl
         status, answer = post(url, "/v1/completions", {"prompt": [[1, 2, 3]], "max_tokens": 1, "prompt_logprobs": 1,
                                                        "distill_images": [["aGVsbG8="]]})
         assert status == 400 and "text-only model" in answer["error"]["message"]
+
+
+def test_an_offline_cache_of_a_vision_language_teacher_is_keyed_by_its_images(tmp_path, vl_teacher):
+    import json
+
+    from distill import DistillConfig
+    from distill.cli import main
+    from distill.teachers.cache import TeacherCache
+    from distill.training.trainer import Distiller
+    from tests.vision.test_vision_runs import write_shapes
+
+    directory, _, _, _ = vl_teacher
+    data = write_shapes(tmp_path / "data")
+    for payload in ("topk", "hidden"):
+        size = ["--top-k", "8"] if payload == "topk" else []
+        assert main(["cache-teacher", "--teacher", str(directory), "--dataset", data, *size, "--payload", payload,
+                     "--out", str(tmp_path / payload), "--max-prompt-length", "64", "--max-new-tokens", "6", "--no-progress", "--device", "cpu"]) == 0
+    assert TeacherCache(tmp_path / "topk").top_k == 8
+    # The hidden-state cache (float32) holds exactly the local teacher's states, images read.
+    import datasets
+
+    from distill.data import examples_from_dataset
+
+    _, model, tokenizer, _ = vl_teacher
+    examples = examples_from_dataset(datasets.load_dataset("json", data_files=data, split="train"), "dataset", tmp_path / "data")
+    encoder = model_kind_of(model).encoder(tokenizer, 64, 6, [tokenizer.eos_token_id], model)
+    cached = TeacherCache(tmp_path / "hidden")
+    for example in examples[:3]:  # 1, 1 and 2 images
+        encoded = encoder.encode(example)
+        batch = collate([Completion(encoded.prompt_ids, encoded.completion_ids, "dataset", extras=encoded.extras)], "dataset",
+                        tokenizer.pad_token_id)
+        entry = cached.get(example.index)
+        assert entry.tokens.tolist() == encoded.completion_ids
+        torch.testing.assert_close(entry.hidden.float(), _local_hidden(model, batch), atol=1e-5, rtol=0)
+
+    def run(cache, out):
+        payload = {"teacher_logprobs": 8} if cache.name == "topk" else {"teacher_payload": "hidden"}
+        return Distiller(DistillConfig(method="gkd", teacher_cache=str(cache), student=str(directory), dataset=data, lmbda=0.0,
+                                       lmbda_schedule="constant", seq_kd=False, eval_before_after=False, progress_bar=False,
+                                       **payload, max_new_tokens=6, max_prompt_length=64, per_device_train_batch_size=2,
+                                       gradient_accumulation_steps=1, max_steps=2, save_steps=0, output_dir=str(out)))
+
+    for payload in ("topk", "hidden"):
+        assert run(tmp_path / payload, tmp_path / f"run-{payload}").train()["steps"] == 2
+    # Another picture of the same size: the same ids, another image digest: the cache refuses the row.
+    shape_image("yellow", "triangle").save(tmp_path / "data" / "images" / "1-0.png")
+    with pytest.raises(ValueError, match="dataset row 1 has another prompt than the one the cache scored .*other images"):
+        run(tmp_path / "topk", tmp_path / "run-changed")
+    assert json.loads((tmp_path / "topk" / "manifest.json").read_text())["complete"] is True

@@ -294,7 +294,7 @@ def _score_shard(job: CacheJob, shard: int, examples, teacher, encoder: PromptEn
             position = 0
             for row in rows:
                 n = len(row.completion_ids)
-                records.add(row.example.index, prompt_crc(row.prompt_ids), np.asarray(row.completion_ids, dtype=np.int64),
+                records.add(row.example.index, prompt_crc(row.prompt_ids, row.example.images), np.asarray(row.completion_ids, dtype=np.int64),
                             signal.hidden[position : position + n])
                 position += n
             continue
@@ -303,7 +303,7 @@ def _score_shard(job: CacheJob, shard: int, examples, teacher, encoder: PromptEn
         for row in rows:
             n = len(row.completion_ids)
             span = slice(position, position + n)
-            records.add(row.example.index, prompt_crc(row.prompt_ids), np.asarray(row.completion_ids, dtype=np.int64),
+            records.add(row.example.index, prompt_crc(row.prompt_ids, row.example.images), np.asarray(row.completion_ids, dtype=np.int64),
                         top.ids[span].cpu().numpy(), top.log_probs[span].cpu().numpy(), top.target_log_probs[span].cpu().numpy(),
                         top.tail_log_probs[span].cpu().numpy())
             position += n

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 class CacheLocation(RemoteLocation):
     name = "cache"
+    reads_images = True  # the cache's teacher read them when it was written; its key holds their digests
     fields = (CacheFields, RemoteTeacherFields)
     field = "teacher_cache"
     scores_ahead = True

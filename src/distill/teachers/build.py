@@ -116,7 +116,7 @@ def use_cached_completions(teacher, examples, encoded) -> None:
             raise ValueError(f"teacher_cache {cache.directory} has no entry for dataset row {example.index}: was it made "
                              "from this dataset and split?")
         entry = cache.get(example.index)
-        if entry.prompt_crc != prompt_crc(one.prompt_ids):
+        if entry.prompt_crc != prompt_crc(one.prompt_ids, example.images):
             raise ValueError(f"teacher_cache {cache.directory}: dataset row {example.index} has another prompt than the one "
-                             "the cache scored (another dataset, split, chat template or max_prompt_length?)")
+                             "the cache scored (another dataset, split, chat template, max_prompt_length, or other images?)")
         one.completion_ids = entry.tokens.tolist()

@@ -16,7 +16,8 @@ Each shard is a safetensors file (plain numpy arrays, little-endian) holding, fo
 T completion tokens in total:
 
     example_ids     (E,)      int64    the example's row index in the dataset split ("example id")
-    prompt_crc      (E,)      int64    CRC-32 of the prompt token ids the teacher saw (catches another dataset)
+    prompt_crc      (E,)      int64    CRC-32 of the prompt token ids the teacher saw (catches another dataset),
+                                       chained with the digest of each image the prompt shows (`prompt_crc`)
     offsets         (E + 1,)  int64    example e's tokens are rows offsets[e]:offsets[e+1]
     tokens          (T, b)    uint8    completion token ids, b-byte little-endian (b = id_bytes)
     topk_ids        (T, K, b) uint8    the teacher's top-K token ids, in decreasing probability
@@ -90,8 +91,14 @@ def tokenizer_hash(tokenizer) -> str:
     return hashlib.sha256(json.dumps([vocab, special], ensure_ascii=False).encode()).hexdigest()
 
 
-def prompt_crc(prompt_ids: list[int]) -> int:
-    return zlib.crc32(np.asarray(prompt_ids, dtype="<i8").tobytes())
+def prompt_crc(prompt_ids: list[int], images: tuple = ()) -> int:
+    """CRC-32 of the prompt the teacher saw: its token ids, then each image's pixel digest (`ImageRef.digest`), so a
+    row whose image changed (its placeholder tokens depend on its size only) no longer matches. Without images:
+    the ids' CRC, as caches without images always had."""
+    crc = zlib.crc32(np.asarray(prompt_ids, dtype="<i8").tobytes())
+    for image in images:
+        crc = zlib.crc32(bytes.fromhex(image.digest()), crc)
+    return crc
 
 
 def id_bytes_for(vocab_size: int) -> int:
