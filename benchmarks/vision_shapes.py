@@ -9,7 +9,7 @@ dataset's answers) and `on_policy` (the teacher's distribution over the student'
 accuracy (the greedy answer contains the right word; 48 held-out images) against steps and wall time, every few
 steps from the checkpoints.
 
-    python benchmarks/vision_shapes.py                 # ~10 minutes on 2 cores
+    python benchmarks/vision_shapes.py                 # ~15 minutes on 2 cores
     python benchmarks/vision_shapes.py --resume        # reuse finished runs (work folder: runs/bench-vision)
 
 Writes benchmarks/results/vision_shapes.json and .png.
@@ -84,9 +84,9 @@ def accuracy(model_dir: Path, held_out: Path) -> dict:
     model, tokenizer = load_model(str(model_dir), "student")
     examples = examples_from_dataset(datasets.load_dataset("json", data_files=str(held_out), split="train"), "held_out",
                                      held_out.parent)
-    encoder = model_kind_of(model).encoder(tokenizer, 64, 4, [tokenizer.eos_token_id], model)
+    encoder = model_kind_of(model).encoder(tokenizer, 64, 8, [tokenizer.eos_token_id], model)
     encoded = [encoder.encode(e) for e in examples]
-    out = generate_completions(model, [e.prompt_ids for e in encoded], SamplingParams(1.0, 1.0, 0, 4, do_sample=False),
+    out = generate_completions(model, [e.prompt_ids for e in encoded], SamplingParams(1.0, 1.0, 0, 8, do_sample=False),
                                [tokenizer.eos_token_id], tokenizer.pad_token_id, torch.device("cpu"), batch_size=16,
                                extras=[e.extras for e in encoded])
     right = {kind: [] for kind in QUESTIONS}
@@ -97,7 +97,7 @@ def accuracy(model_dir: Path, held_out: Path) -> dict:
     return {"accuracy": sum(every) / len(every), **{f"accuracy_{k}": sum(v) / len(v) for k, v in right.items() if v}}
 
 
-COMMON = ["--max_prompt_length", "64", "--max_new_tokens", "4", "--per_device_train_batch_size", "8",
+COMMON = ["--max_prompt_length", "64", "--max_new_tokens", "8", "--per_device_train_batch_size", "8",
           "--gradient_accumulation_steps", "1", "--lr_scheduler_type", "constant", "--warmup_steps", "0", "--seed", "0",
           "--train_vision_tower", "true", "--student_init", "all"]
 
@@ -106,16 +106,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-vision")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "vision_shapes.json")
-    parser.add_argument("--teacher-steps", type=int, default=1000)
-    parser.add_argument("--teacher-lr", type=float, default=3e-3)
-    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--train-rows", type=int, default=2000)
+    parser.add_argument("--teacher-steps", type=int, default=1500)
+    parser.add_argument("--teacher-lr", type=float, default=2e-3)
+    parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--every", type=int, default=25, help="checkpoint (and measure) every this many steps")
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
     started = time.time()
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
-    data, held_out = make_task(work / "train", 400, seed=0), make_task(work / "held_out", 48, seed=1)
+    data, held_out = make_task(work / "train", args.train_rows, seed=0), make_task(work / "held_out", 48, seed=1)
     dirs = save_models(work)
 
     teacher_run = work / "teacher"
@@ -124,7 +125,7 @@ def main() -> None:
                             str(args.teacher_steps), "--learning_rate", str(args.teacher_lr), "--save_steps", "0", *COMMON],
               resume=False)
     teacher = teacher_run / "model"
-    result = {"task": {"train_rows": 400, "held_out_rows": 48, "colours": COLOURS, "shapes": SHAPES},
+    result = {"task": {"train_rows": args.train_rows, "held_out_rows": 48, "colours": COLOURS, "shapes": SHAPES},
               "teacher": {"layers": 4, "hidden": 64, "sft_steps": args.teacher_steps, "learning_rate": args.teacher_lr, **accuracy(teacher, held_out)},
               "student": {"layers": 2, "hidden": 32}, "steps": args.steps, "arms": {}}
     print(f"teacher after {args.teacher_steps} sft steps: accuracy {result['teacher']['accuracy']:.3f}", flush=True)

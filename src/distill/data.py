@@ -298,6 +298,11 @@ class PromptEncoder:
             return ids[-self.max_prompt_length :], True
         return ids, False
 
+    def row_prompt_ids(self, example: Example, prompt: str | list[dict]) -> tuple[list[int], bool]:
+        """(ids, truncated) of `prompt`, another prompt for `example`'s row (a self-teacher's, with privileged context),
+        shown with the row's tools (and, for an encoder of images, the row's images)."""
+        return self.prompt_ids(prompt, self.tools_of(example))
+
     def extras(self, example: "Example") -> RowExtras:
         """The row's model inputs beyond its token ids: none for a text model (a model kind's encoder adds them)."""
         return {}

@@ -87,7 +87,7 @@ def test_pixels_are_decoded_when_a_micro_batch_needs_them_and_long_image_prompts
     batch = collate([Completion(encoded.prompt_ids, [5, 6], "dataset", extras=encoded.extras)], "dataset", 0)
     assert len(loads) == 2 and batch.extras["pixel_values"].shape == (32, 1176)
     tight = model_kind_of(model).encoder(processor.tokenizer, 12, 8, [processor.tokenizer.eos_token_id], model)
-    with pytest.raises(ValueError, match=r"row 0: its prompt with its 2 image\(s\) is \d+ tokens, more than max_prompt_length \(12\)"):
+    with pytest.raises(ValueError, match=r"row 0: its prompt with its 2 image\(s\) is \d+ tokens, more than its budget of 12 \(max_prompt_length"):
         tight.encode(examples[0])
 
 

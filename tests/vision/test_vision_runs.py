@@ -155,3 +155,39 @@ def test_lora_adapters_go_on_the_language_model_only_and_layer_dropping_applies_
     text = dropped.student_model.config.get_text_config()
     assert text.num_hidden_layers == 2 and len(dropped.student_model.model.language_model.layers) == 2  # 3 layers, 1 dropped
     assert dropped.train()["steps"] == 2
+
+
+def _rows_with(vl_dirs, **columns):
+    """The shapes rows with more columns (a function of the row: privileged context, answers)."""
+    rows = [json.loads(line) for line in open(vl_dirs["data"])]
+    for i, row in enumerate(rows):
+        row.update({name: make(row, i) for name, make in columns.items()})
+    return rows
+
+
+def test_self_distillation_shows_the_rows_images_to_the_self_teacher(tmp_path, vl_dirs, monkeypatch):
+    """sdft and sdpo: the teacher prompt (privileged context, a reprompt) keeps the row's images, placeholders
+    expanded like the student's, and the self-teacher's forward reads the same pixel values."""
+    from pathlib import Path
+
+    from distill.methods.self_teacher_prompts import fill
+    from distill.models.vision import processor_of
+
+    rows = _rows_with(vl_dirs, privileged_context=lambda row, i: f"The shape is {row['completion']}.",
+                      answer=lambda row, i: row["completion"])
+    data = Path(vl_dirs["data"]).parent / "self.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    filled = fill("{prompt} Hint: {privileged_context}", rows[0]["prompt"], "red")
+    assert filled[0]["content"][0] == {"type": "image"} and filled[0]["content"][-1]["text"].endswith("Hint: red")
+    fast = {k: v for k, v in FAST.items() if k not in GKD_ONLY}
+    base = {**fast, "student": vl_dirs["student"], "dataset": str(data), "max_prompt_length": 64}
+    sdft = Distiller(DistillConfig(**base, method="sdft", output_dir=str(tmp_path / "sdft"), max_teacher_prompt_length=160))
+    example = sdft.train_examples[2]  # two images
+    ids, cut = sdft.teacher.teacher_prompt(example)
+    placeholder = sdft.student_model.config.image_token_id
+    assert not cut and ids.count(placeholder) == sdft.encoded[2].prompt_ids.count(placeholder) == 8
+    assert processor_of(sdft.student_model) is not None
+    assert sdft.train()["steps"] == 2
+    sdpo = Distiller(DistillConfig(**base, method="sdpo", output_dir=str(tmp_path / "sdpo"), num_generations=2,
+                                   reward_funcs=["contains_answer"], max_reprompt_length=160))
+    assert sdpo.train()["steps"] == 2

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 from distill.config.io import OBJECT_RECORD
 from distill.config.values import DEFAULT_TEACHER
 from distill.conversations.setup import offering_tools
-from distill.data import PromptEncoder
 from distill.locations.base import TeacherLocation, TeacherRequest, Teachers, locations
 from distill.methods.registry import Method
 from distill.methods.self_teacher_fields import SelfTeacherFields
 from distill.methods.self_teacher_prompts import TeacherPrompts
 from distill.models import check_context, make_student
+from distill.models.kinds import model_kind_of
 from distill.signals import DENSE
 from distill.teachers.build import load_model
 from distill.teachers.self_teacher import SelfTeacher
@@ -72,8 +72,8 @@ class StudentOnlyLocation(TeacherLocation):
         config, own = request.config, SelfTeacherFields.of(request.config)
         if request.purpose != "train":
             return Teachers(eval=self._initial_model(request))
-        encoder = offering_tools(config, PromptEncoder(request.tokenizer, own.max_teacher_prompt_length,
-                                                       config.max_new_tokens, request.eos_ids))
+        encoder = offering_tools(config, model_kind_of(request.student).encoder(
+            request.tokenizer, own.max_teacher_prompt_length, config.max_new_tokens, request.eos_ids, request.student))
         prompts = TeacherPrompts(encoder, own.teacher_prompt_template)
 
         def self_teacher(kind: str) -> SelfTeacher:
@@ -93,8 +93,8 @@ class StudentOnlyLocation(TeacherLocation):
         max_new_tokens = config.eval_max_new_tokens
         check_context(initial, "teacher (the run's initial model)",
                       {"max_teacher_prompt_length": own.max_teacher_prompt_length, "max_new_tokens": max_new_tokens})
-        encoder = offering_tools(config, PromptEncoder(tokenizer, own.max_teacher_prompt_length, max_new_tokens,
-                                                       request.eos_ids))
+        encoder = offering_tools(config, model_kind_of(initial).encoder(tokenizer, own.max_teacher_prompt_length, max_new_tokens,
+                                                                        request.eos_ids, initial))
         prompts = TeacherPrompts(encoder, own.teacher_prompt_template)
         # "live" on a model that never trains is its initial weights, without the copy "base" would make.
         return SelfTeacher("live", initial.eval(), prompts, request.vocab_size, request.eos_ids, tokenizer.pad_token_id,
@@ -120,6 +120,7 @@ class StudentOnlyLocation(TeacherLocation):
 
 class SelfLocation(StudentOnlyLocation):
     name = kind = "self"
+    reads_images = True  # the student itself: its teacher rows carry the student rows' image inputs
     words, signal = "the student itself", DENSE
     why = "its teacher is the student itself, shown privileged context"
     title = "# Student distilled from itself, shown privileged context (self-distillation)"

@@ -63,12 +63,14 @@ class StepHook(Protocol):
 @dataclass(frozen=True)
 class StageParts:
     """What a method's step stage may use from the run: the student's tokenizer and EOS ids, the runtime
-    (`distill.training.runtime.Runtime`: collectives, process facts), and this process's first global row."""
+    (`distill.training.runtime.Runtime`: collectives, process facts), this process's first global row, and the
+    student (its model kind encodes the stage's own prompts: a vision-language student's show the row's images)."""
 
     tokenizer: Any
     eos_ids: list[int]
     runtime: Any
     first_row: int
+    student: Any = None
 
 
 class Method:

@@ -3,7 +3,7 @@
 A template with `{prompt}` and `{privileged_context}` (and no other field) says how the two combine. A text
 prompt is the template filled in; a chat prompt, which must end with a user turn (the question), keeps every
 turn and has that turn's content replaced by the filled-in template (system prompts and earlier turns stay
-as they are). The teacher prompt
+as they are; a turn showing images keeps them, the filled-in text after them). The teacher prompt
 is tokenized like any prompt and has its own length budget, truncated keeping its end (where the question
 and the assistant header are).
 """
@@ -61,7 +61,13 @@ def fill_fields(template: str, prompt: str | list[dict[str, str]], **values: str
     if problem is not None:
         raise ValueError(problem)
     turns = [dict(turn) for turn in prompt]
-    turns[-1]["content"] = template.format(prompt=prompt[-1]["content"], **values)
+    content = prompt[-1]["content"]
+    if isinstance(content, list):  # content blocks with images: they stay, the filled text follows them
+        text = "".join(block["text"] for block in content if block.get("type") == "text")
+        turns[-1]["content"] = [block for block in content if block.get("type") != "text"] + [
+            {"type": "text", "text": template.format(prompt=text, **values)}]
+    else:
+        turns[-1]["content"] = template.format(prompt=content, **values)
     return turns
 
 
@@ -112,4 +118,4 @@ class TeacherPrompts:
         student saw it. The row's tools are shown as in the student's prompt."""
         context = context if context is not None else example.privileged_context
         prompt = example.prompt if context is None else for_row(example, lambda: fill(self.template, example.prompt, context))
-        return self.encoder.prompt_ids(with_observation(prompt, observation), self.encoder.tools_of(example))
+        return self.encoder.row_prompt_ids(example, with_observation(prompt, observation))

@@ -261,11 +261,19 @@ class ImagePromptEncoder(PromptEncoder):
         ids = self._process(text, [Image.new("RGB", size) for size in sizes])["input_ids"][0].tolist()
         if len(ids) > self.max_prompt_length:
             raise ValueError(f"row {example.index}: its prompt with its {len(sizes)} image(s) is {len(ids)} tokens, more "
-                             f"than max_prompt_length ({self.max_prompt_length}); a prompt with images is never cut (its "
-                             "image tokens would be). Raise max_prompt_length, or give smaller images (the processor's "
-                             "max_pixels)")
+                             f"than its budget of {self.max_prompt_length} (max_prompt_length; a self-teacher's prompt: "
+                             "max_teacher_prompt_length or max_reprompt_length); a prompt with images is never cut (its "
+                             "image tokens would be). Raise the budget, or give smaller images (the processor's max_pixels)")
         completion = self.completion_ids(example.completion) if example.completion is not None else None
         return EncodedExample(ids, False, completion, self._deferred(example.index, text, example.images, ids))
+
+    def row_prompt_ids(self, example: Example, prompt) -> tuple[list[int], bool]:
+        """Another prompt of the row (a self-teacher's) showing the row's images: its placeholders expanded for them
+        (never cut), so the row's image inputs (`extras`) serve it too."""
+        if not example.images:
+            return super().row_prompt_ids(example, prompt)
+        encoded = self.encode(Example(example.index, prompt, None, images=example.images))
+        return encoded.prompt_ids, False
 
     def extras(self, example: Example) -> RowExtras:
         return dict(self.empty) if not example.images else self.encode(example).extras

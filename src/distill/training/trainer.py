@@ -134,7 +134,8 @@ class Distiller:
         self.teachers = prepared.teachers  # kept whole: train and eval
         self.with_student = StudentAccess(self.student_model, config.fsdp, self.accelerator.unwrap_model)
         # The method's work on each rollout before any loss (sdpo's rewards), if it has one.
-        self.stage = self.method.stage(config, StageParts(self.tokenizer, self.eos_ids, self.runtime, self.sampler.first_row))
+        self.stage = self.method.stage(config, StageParts(self.tokenizer, self.eos_ids, self.runtime, self.sampler.first_row,
+                                                                 self.student_model))
         self.rollout: RolloutProducer = rollout_producer(
             config, self.plan, self.sampler, self.train_examples, self.encoded,
             rollout_settings(config, self.method, self.teacher, self.encoder), self.with_student, self.teacher, self.eos_ids,

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 from distill.conversations.environments import EnvironmentFactory
 from distill.conversations.setup import offering_tools
 from distill.conversations.tools import load_tools
-from distill.data import PromptEncoder
 from distill.losses.policy_gradient import ClipSettings
 from distill.methods.mixing import ALWAYS_ON_POLICY
 from distill.methods.registry import Method, Paper, Reads, register
@@ -31,6 +30,7 @@ from distill.methods.self_teacher_rules import (
     check_self_teacher,
     sampled_token_loss,
 )
+from distill.models.kinds import model_kind_of
 from distill.objectives.group_policy import PolicySettings
 from distill.objectives.sdpo import METRICS, SDPOObjective, SDPOSettings
 from distill.objectives.self_distillation import SelfDistillationSettings
@@ -193,8 +193,8 @@ class SDPO(Method):
                                  sdpo.feedback_only_without_solution, sdpo.remove_thinking_from_demonstration)
         reprompts = None
         if distils(config):
-            encoder = offering_tools(config, PromptEncoder(parts.tokenizer, sdpo.max_reprompt_length, config.max_new_tokens,
-                                                           parts.eos_ids))
+            encoder = offering_tools(config, model_kind_of(parts.student).encoder(
+                parts.tokenizer, sdpo.max_reprompt_length, config.max_new_tokens, parts.eos_ids, parts.student))
             reprompts = Reprompts(encoder, sdpo.reprompt_template, sdpo.solution_template, sdpo.feedback_template)
         return RewardStage(rewards(config), settings, reprompts, parts.tokenizer, parts.runtime, parts.first_row)
 

@@ -46,4 +46,4 @@ class Reprompts:
         """(token ids, whether they were truncated); `observation`: an environment's text after the prompt, as the
         student saw it; the row's tools are shown as in the student's prompt."""
         prompt = with_observation(self.text(example, demonstration, feedback), observation)
-        return self.encoder.prompt_ids(prompt, self.encoder.tools_of(example))
+        return self.encoder.row_prompt_ids(example, prompt)
