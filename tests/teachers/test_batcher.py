@@ -11,7 +11,7 @@ class CountingEngine:
     def __init__(self):
         self.batches: list[list[int]] = []
 
-    def run(self, key, prompts, starts):
+    def run(self, key, prompts, starts, images=None):
         self.batches.append([len(p) for p in prompts])
         if key[0] == "hidden":
             return [{"prompt_token_ids": p, "start": s, "dtype": key[1]} for p, s in zip(prompts, starts)]
