@@ -147,7 +147,9 @@ class VllmEngine(Engine):
         replica = self._replica(model)
         prompts = [TokensPrompt(prompt_token_ids=row[mask.bool()].tolist())
                    for row, mask in zip(request.input_ids, request.attention_mask)]
-        allowed = list(range(min(suppress_tokens))) if suppress_tokens else None
+        # Every id but the suppressed ones: rows past the tokenizer's vocabulary, and any a model kind never samples.
+        banned = set(suppress_tokens)
+        allowed = [t for t in range(model.get_output_embeddings().weight.shape[0]) if t not in banned] if banned else None
         params = [vllm.SamplingParams(
             n=1, max_tokens=sampling.max_new_tokens, seed=seed, detokenize=False, ignore_eos=True,
             stop_token_ids=list(request.stop_ids), logprobs=0 if with_log_probs else None, allowed_token_ids=allowed,
