@@ -173,3 +173,22 @@ def test_image_tokens_are_never_sampled_even_where_the_model_prefers_them(pair):
         assert int(logits[0, -1].argmax()) == student.config.image_token_id
     finally:
         head.forward = original
+
+
+@pytest.mark.parametrize("engine", ["vllm", "vllm_server"])
+def test_the_vllm_engines_refuse_a_vision_language_model_saying_why(pair, engine):
+    from distill.generation.complete import choose_engine
+
+    _, _, student = pair
+    with pytest.raises(ValueError, match="decode token ids only: a vision-language model's images are not passed to vLLM"):
+        if engine == "vllm_server":
+            from distill.generation.engine import get_engine
+
+            server = get_engine(engine)
+            url, server.url = server.url, "http://127.0.0.1:9"
+            try:
+                choose_engine(engine, student, torch.device("cpu"))
+            finally:
+                server.url = url
+        else:
+            choose_engine(engine, student, torch.device("cpu"))

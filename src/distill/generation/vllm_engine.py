@@ -59,6 +59,7 @@ from distill.generation.weights import (
     vllm_installed,
     weights_fingerprint,
 )
+from distill.models.vision import VLLM_REFUSAL, is_vision_language
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
@@ -121,6 +122,8 @@ class VllmEngine(Engine):
         return float(weights) + VllmFields.of(config).vllm_kv_cache_gib * float(1 << 30)
 
     def refusal(self, model, device: torch.device) -> str | None:
+        if is_vision_language(model):  # whether vLLM is installed or not
+            return VLLM_REFUSAL
         unavailable = self.availability()
         if unavailable is not None:
             return unavailable

@@ -54,6 +54,7 @@ from distill.generation.weights import (
     padded,
     weights_fingerprint,
 )
+from distill.models.vision import VLLM_REFUSAL, is_vision_language
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
@@ -119,6 +120,8 @@ class VllmServerEngine(Engine):
             return "generation_engine vllm_server needs vllm_server_url"
         if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
             return "the vLLM server engine runs with a single training process for now"
+        if is_vision_language(model):
+            return VLLM_REFUSAL
         return None
 
     def sync_weights(self, model: nn.Module) -> None:

