@@ -232,19 +232,13 @@ class ImagePromptEncoder(PromptEncoder):
     def __init__(self, tokenizer, processor, max_prompt_length: int, max_new_tokens: int, eos_token_ids: list[int]):
         super().__init__(tokenizer, max_prompt_length, max_new_tokens, eos_token_ids)
         self.processor = processor
-        from PIL import Image
-
-        probe = self._process("", [Image.new("RGB", (56, 56))], text_input=False)
         # What a row without images carries: each input with no image in it, of the right trailing shape and dtype.
-        self.empty = {name: Extra(value[:0].clone(), "flat") for name, value in probe.items()}
+        self.empty = image_inputs(processor, [])
 
-    def _process(self, text: str, images: list, text_input: bool = True) -> dict[str, torch.Tensor]:
-        """The processor's non-token outputs for `images` (and, with `text_input`, the ids under "input_ids")."""
-        if text_input:
-            out = self.processor(text=[text], images=images, return_tensors="pt", add_special_tokens=False)
-        else:
-            out = self.processor.image_processor(images=images, return_tensors="pt")
-        return {name: value for name, value in out.items() if name not in PER_TOKEN or (text_input and name == "input_ids")}
+    def _process(self, text: str, images: list) -> dict[str, torch.Tensor]:
+        """The processor's non-token outputs for `images`, and the prompt's ids (placeholders expanded) as "input_ids"."""
+        out = self.processor(text=[text], images=images, return_tensors="pt", add_special_tokens=False)
+        return {name: value for name, value in out.items() if name not in PER_TOKEN or name == "input_ids"}
 
     def render(self, prompt, tools=None) -> str:
         if isinstance(prompt, list) and any(is_block_list(m.get("content")) for m in prompt):
