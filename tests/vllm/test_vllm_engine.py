@@ -65,6 +65,31 @@ def test_greedy_tokens_equal_generates_including_a_stop_at_the_eos(tokenizer):
                                 seeds=row_seeds(4, 0)) == stopped
 
 
+def test_two_replicas_decoding_from_two_threads_sample_what_each_samples_alone(tokenizer):
+    """vLLM's forward context is a module global: two replicas decoding at once (the asynchronous producer's worker
+    and the training thread's seq_kd) would read each other's attention metadata; the engine serializes them."""
+    import threading
+
+    student, teacher = model(tokenizer, seed=3).eval(), model(tokenizer, layers=3, seed=4).eval()
+    sampling = SamplingParams(1.0, 1.0, 0, 12, engine="vllm")
+    prompts, seeds = PROMPTS * 4, row_seeds(16, 0)
+    alone = {name: sample(m, prompts, sampling, tokenizer, seeds, with_log_probs=True)
+             for name, m in (("student", student), ("teacher", teacher))}
+    together: dict[str, list] = {"student": [], "teacher": []}
+
+    def decode(name, m):
+        for _ in range(4):
+            together[name].append(sample(m, prompts, sampling, tokenizer, seeds, with_log_probs=True))
+
+    threads = [threading.Thread(target=decode, args=(name, m)) for name, m in (("student", student), ("teacher", teacher))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for name in alone:
+        assert len(together[name]) == 4 and all(result == alone[name] for result in together[name]), name
+
+
 def _first_token_frequencies(m, tokenizer, sampling, n):
     outputs = sample(m, [[5, 6, 7]] * n, SamplingParams(*sampling, max_new_tokens=1, engine="vllm"), tokenizer,
                      row_seeds(n, 11, "frequencies"))

@@ -22,6 +22,13 @@ reports are those of the processed distribution (`logprobs_mode="processed_logpr
 other engines. vLLM stops at the run's EOS ids (`stop_token_ids`) and at nothing else (`ignore_eos`: its own
 idea of the EOS may differ from the run's).
 
+Threads: a process's replicas decode one at a time. vLLM keeps the running forward pass's context (attention
+metadata, looked up by layer name, the same names in every replica of one architecture) in a module global, so two
+replicas decoding at once from two threads (the asynchronous producer's worker sampling the student while the
+training thread samples a teacher's seq_kd rows) would read each other's: wrong tokens and log-probs, now and then
+(measured: a sample whose log-probs were 8 nats off its own weights'). A lock per engine serializes decodes, weight
+reloads and replica builds; training's own passes still overlap with decoding.
+
 Several training processes: each has its replicas and samples its own rows. vLLM's set-up is collective
 over the process group, so every replica a run may need is built at start on every process
 (`sync_weights`: the student, and each teacher that samples); after that a process may decode alone (the
@@ -40,6 +47,7 @@ import math
 import os
 import shutil
 import tempfile
+import threading
 import time
 import weakref
 from dataclasses import dataclass
@@ -100,6 +108,7 @@ class VllmEngine(Engine):
         self.kv_cache_bytes = 1 << 30
         self._replicas: dict[tuple[int, bool], _Replica] = {}
         self._group_before_vllm = False  # whether torch's default process group existed before the first replica
+        self._lock = threading.RLock()  # one replica at work at a time (module docstring: Threads)
 
     # ----------------------------------------------------------------------------------- settings --
     def availability(self) -> str | None:
@@ -137,8 +146,9 @@ class VllmEngine(Engine):
         and, with several processes, for each teacher that samples: vLLM's set-up is collective over the
         process group, so a replica built later by one process alone (the main process's evaluation) would
         wait forever."""
-        if self._key(model) not in self._replicas:
-            self._start(model, weights_fingerprint(model))
+        with self._lock:
+            if self._key(model) not in self._replicas:
+                self._start(model, weights_fingerprint(model))
 
     # ------------------------------------------------------------------------------------- decode --
     def decode(self, model, request: DecodeRequest) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -147,7 +157,6 @@ class VllmEngine(Engine):
         import vllm
         from vllm.inputs import TokensPrompt
 
-        replica = self._replica(model)
         prompts = [TokensPrompt(prompt_token_ids=row[mask.bool()].tolist())
                    for row, mask in zip(request.input_ids, request.attention_mask)]
         # Every id but the suppressed ones: rows past the tokenizer's vocabulary, and any a model kind never samples.
@@ -159,9 +168,11 @@ class VllmEngine(Engine):
             temperature=sampling.temperature if sampling.do_sample else 0.0,
             top_p=sampling.top_p if sampling.do_sample else 1.0, top_k=sampling.top_k if sampling.do_sample else 0,
         ) for seed in seeds]
-        outputs = replica.llm.generate(prompts, params, use_tqdm=False)
-        replica.prompt_tokens += sum(len(output.prompt_token_ids or ()) for output in outputs)
-        replica.cached_prompt_tokens += sum(output.num_cached_tokens or 0 for output in outputs)
+        with self._lock:
+            replica = self._replica(model)
+            outputs = replica.llm.generate(prompts, params, use_tqdm=False)
+            replica.prompt_tokens += sum(len(output.prompt_token_ids or ()) for output in outputs)
+            replica.cached_prompt_tokens += sum(output.num_cached_tokens or 0 for output in outputs)
         samples = [output.outputs[0] for output in outputs]
         rows = [list(sample.token_ids) for sample in samples]
         log_probs = ([[step[t].logprob for step, t in zip(sample.logprobs, ids)] for sample, ids in zip(samples, rows)]
@@ -231,8 +242,8 @@ class VllmEngine(Engine):
         return replica
 
     def _drop(self, key: tuple[int, bool]) -> None:
-        replica = self._replicas.pop(key)
-        with _sparing_the_process_group(self._group_before_vllm):
+        with self._lock, _sparing_the_process_group(self._group_before_vllm):
+            replica = self._replicas.pop(key)
             del replica.llm
             gc.collect()
         shutil.rmtree(replica.directory, ignore_errors=True)  # the engine's own directory: a config.json
