@@ -6,7 +6,8 @@ of messages) gives off-policy completions; a completion of one assistant message
 turns (assistant turns that call tools, `tool` turns answering them, later user turns) is a conversation, trained
 on every assistant turn (`distill.conversations`); `tools` (JSON schemas, a list or its JSON text) are the tools
 the conversation's assistant may call; `privileged_context` (text: a demonstration, a fact,
-a hint) is context a self-teacher sees and the student does not; `answer` (text or a number) is a short
+a hint; or content blocks showing images too, from their own paths or a `privileged_images` column) is context a
+self-teacher sees and the student does not; `answer` (text or a number) is a short
 checkable answer (the evaluation reports how often a greedy answer contains it; reward functions check
 it); `feedback` (text) is environment feedback an SDPO self-teacher may be re-prompted with; `teacher_id`
 routes the row to one of several teachers; `images` (a list) are the images its chat messages show through
@@ -21,7 +22,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -29,10 +30,11 @@ from distill.conversations.layout import Layout
 from distill.conversations.render import ConversationRenderer
 from distill.conversations.tool_calls import check_tools, tool_calls_of, tool_names
 from distill.data_files import check_columns
-from distill.images import ImageRef, is_block_list, row_images
+from distill.images import ImageRef, context_images, is_block_list, row_images
 from distill.models.inputs import RowExtras
 
 ROLES = ("system", "user", "assistant", "tool")
+IMAGE_COLUMNS = ("images", "privileged_images")
 
 
 @dataclass(frozen=True)
@@ -43,12 +45,14 @@ class Example:
     prompt: str | list[dict[str, str]]  # plain text, or chat messages ending before the answer
     completion: str | None  # the dataset's own answer, when it has one
     teacher_id: str | None = None  # which teacher scores it, when several are configured
-    privileged_context: str | None = None  # what a self-teacher is shown and the student is not
+    # What a self-teacher is shown and the student is not: text, or content blocks whose images are privileged_images.
+    privileged_context: str | list[dict[str, str]] | None = None
     answer: str | None = None  # a short checkable answer, when the task has one
     feedback: str | None = None  # environment feedback on an earlier attempt (SDPO's reprompt), when given
     turns: list[dict[str, Any]] | None = None  # a conversation's turns from its first assistant turn on, when not one answer
     tools: list[dict[str, Any]] | None = None  # the tools' JSON schemas, when the row offers tools
     images: tuple[ImageRef, ...] = ()  # the images the prompt's messages show, in order (not decoded)
+    privileged_images: tuple[ImageRef, ...] = ()  # the images the privileged context shows, in order (not decoded)
     # The dataset row as loaded, every column (user reward functions read their own columns).
     row: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -76,6 +80,14 @@ class EncodedExample:
     completion_layout: Layout | None = None  # a conversation's model and environment segments
 
 
+class RowPrompt(NamedTuple):
+    """Another prompt of a row (a self-teacher's) in a model's ids."""
+
+    ids: list[int]
+    truncated: bool  # cut to its budget, keeping its end
+    extras: RowExtras | None = None  # its own inputs beyond the ids when it shows other images than the row's prompt
+
+
 def examples_from_dataset(dataset, field: str, image_root: Path | None = None) -> list[Example]:
     """Validate every row and turn it into an Example; raises ValueError naming the column or row.
 
@@ -88,7 +100,7 @@ def examples_from_dataset(dataset, field: str, image_root: Path | None = None) -
     examples = []
     for index, row in enumerate(dataset):
         example = _example(index, row, field, image_root)
-        for image in example.images:
+        for image in example.images + example.privileged_images:
             try:
                 image.check()
             except ValueError as error:
@@ -98,17 +110,20 @@ def examples_from_dataset(dataset, field: str, image_root: Path | None = None) -
 
 
 def _undecoded_images(dataset):
-    """The dataset with its `datasets.Image` features (the `images` column, or one nested in it) not decoded."""
+    """The dataset with its `datasets.Image` features (the `images` and `privileged_images` columns, or one nested
+    in them) not decoded."""
     import datasets
 
-    feature = dataset.features.get("images") if hasattr(dataset, "features") and dataset.features else None
-    inner = getattr(feature, "feature", None) if feature is not None else None
-    if isinstance(feature, list) and feature:  # datasets 3+: a list feature is `[Image()]`
-        inner = feature[0]
-    if isinstance(inner, datasets.Image) and inner.decode:
-        return dataset.cast_column("images", datasets.Sequence(datasets.Image(decode=False)))
-    if isinstance(feature, datasets.Image) and feature.decode:
-        return dataset.cast_column("images", datasets.Image(decode=False))
+    features = dataset.features if hasattr(dataset, "features") and dataset.features else {}
+    for column in IMAGE_COLUMNS:
+        feature = features.get(column)
+        inner = getattr(feature, "feature", None) if feature is not None else None
+        if isinstance(feature, list) and feature:  # datasets 3+: a list feature is `[Image()]`
+            inner = feature[0]
+        if isinstance(inner, datasets.Image) and inner.decode:
+            dataset = dataset.cast_column(column, datasets.Sequence(datasets.Image(decode=False)))
+        elif isinstance(feature, datasets.Image) and feature.decode:
+            dataset = dataset.cast_column(column, datasets.Image(decode=False))
     return dataset
 
 
@@ -132,9 +147,7 @@ def _messages(value: Any) -> Any:
 def _example(index: int, row: dict[str, Any], field: str, image_root: Path | None = None) -> Example:
     where = f"{field} row {index}"
     row = {**row, **{name: _messages(row[name]) for name in ("prompt", "messages", "completion") if name in row}}
-    column = row.get("images")
-    if column is not None and not isinstance(column, (list, tuple)):
-        column = [column]  # one image (a datasets.Image column)
+    column = _image_column(row.get("images"))
     images: tuple[ImageRef, ...] = ()
     for name in ("prompt", "messages"):
         if isinstance(row.get(name), list):
@@ -193,20 +206,45 @@ def _example(index: int, row: dict[str, Any], field: str, image_root: Path | Non
     teacher_id = row.get("teacher_id")
     if teacher_id is not None and not isinstance(teacher_id, (str, int)):
         raise ValueError(f"{where}: 'teacher_id' must be text (the id of a configured teacher)")
-    context = row.get("privileged_context")
-    if context is not None and not isinstance(context, str):
-        raise ValueError(f"{where}: 'privileged_context' must be text, got {type(context).__name__}")
+    context, privileged_images = _privileged_context(row, where, image_root)
+    if privileged_images and not isinstance(prompt, list):
+        raise ValueError(f"{where}: its 'privileged_context' shows images but its prompt is text; give the prompt as "
+                         "chat messages (the self-teacher's last user turn shows the context's images)")
     answer = row.get("answer")
     if answer is not None and (isinstance(answer, bool) or not isinstance(answer, (str, int, float)) or not str(answer).strip()):
         raise ValueError(f"{where}: 'answer' must be non-empty text or a number, got {answer!r}")
     feedback = row.get("feedback")
     if feedback is not None and not isinstance(feedback, str):
         raise ValueError(f"{where}: 'feedback' must be text, got {type(feedback).__name__}")
-    if images and (turns is not None or tools is not None):
+    if (images or privileged_images) and (turns is not None or tools is not None):
         raise ValueError(f"{where}: images in a conversation with tools or several turns are not supported yet; give "
                          "images with a prompt and one answer")
     return Example(index, prompt, completion, None if teacher_id is None else str(teacher_id), context,
-                   None if answer is None else str(answer), feedback, turns, tools, images, dict(row))
+                   None if answer is None else str(answer), feedback, turns, tools, images, privileged_images, dict(row))
+
+
+def _image_column(column: Any) -> list | tuple | None:
+    if column is not None and not isinstance(column, (list, tuple)):
+        return [column]  # one image (a datasets.Image column)
+    return column
+
+
+def _privileged_context(row: dict[str, Any], where: str, image_root: Path | None
+                        ) -> tuple[str | list[dict[str, str]] | None, tuple[ImageRef, ...]]:
+    """The row's privileged context (text, or content blocks with their images bare) and the images it shows."""
+    context, column = row.get("privileged_context"), _image_column(row.get("privileged_images"))
+    if context is None:
+        if column:
+            raise ValueError(f"{where}: has 'privileged_images' but no 'privileged_context' to show them; give the "
+                             "context as content blocks with an {'type': 'image'} block where each image goes")
+        return None, ()
+    if not isinstance(context, (str, list)):
+        raise ValueError(f"{where}: 'privileged_context' must be text or a list of content blocks, got "
+                         f"{type(context).__name__}")
+    if isinstance(context, str) and column:
+        raise ValueError(f"{where}: has 'privileged_images' but its 'privileged_context' is text; give the context as "
+                         "content blocks with an {'type': 'image'} block where each image goes")
+    return context_images(_without_nulls(context), column, image_root, f"{where} privileged_context")
 
 
 def _check_messages(messages: Any, where: str, column: str) -> None:
@@ -298,10 +336,13 @@ class PromptEncoder:
             return ids[-self.max_prompt_length :], True
         return ids, False
 
-    def row_prompt_ids(self, example: Example, prompt: str | list[dict]) -> tuple[list[int], bool]:
-        """(ids, truncated) of `prompt`, another prompt for `example`'s row (a self-teacher's, with privileged context),
-        shown with the row's tools (and, for an encoder of images, the row's images)."""
-        return self.prompt_ids(prompt, self.tools_of(example))
+    def row_prompt(self, example: Example, prompt: str | list[dict], images: tuple[ImageRef, ...] = ()) -> RowPrompt:
+        """`prompt`, another prompt for `example`'s row (a self-teacher's, with privileged context), in this encoder's
+        ids, shown with the row's tools; `images`: the images it shows (a text model's encoder takes none)."""
+        if images:
+            raise ValueError(f"row {example.index}: its self-teacher prompt shows {len(images)} image(s), and this model "
+                             "reads text only; use a vision-language model or give the privileged context as text")
+        return RowPrompt(*self.prompt_ids(prompt, self.tools_of(example)))
 
     def extras(self, example: "Example") -> RowExtras:
         """The row's model inputs beyond its token ids: none for a text model (a model kind's encoder adds them)."""

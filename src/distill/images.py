@@ -136,8 +136,7 @@ def row_images(messages: list[dict], column: list | tuple | None, root: Path | N
 
     A bare image block takes the next image of the `images` column; every image of the column must be shown by
     one block. Messages whose blocks hold no image become plain text."""
-    pending = list(column or [])
-    used = 0
+    column_images = _ColumnImages(column, "images")
     refs: list[ImageRef] = []
     out = []
     for i, message in enumerate(messages):
@@ -151,21 +150,64 @@ def row_images(messages: list[dict], column: list | tuple | None, root: Path | N
         if message.get("role") != "user" and message.get("role") != "system":
             raise ValueError(f"{where} message {i}: the {message.get('role')!r} turn shows an image; images go in user "
                              "(or system) turns of the prompt")
-        blocks = []
-        for block in content:
-            if block["type"] != IMAGE_BLOCK:
-                blocks.append({"type": TEXT_BLOCK, "text": block["text"]})
-                continue
-            own = next((block[key] for key in ("image", "path") if block.get(key) is not None), None)
-            if own is None:
-                if used >= len(pending):
-                    raise ValueError(f"{where}: its messages show {used + 1} or more images from the 'images' column, which "
-                                     f"holds {len(pending)}; give one image per {{'type': 'image'}} block")
-                own, used = pending[used], used + 1
-            refs.append(image_ref(own, root, f"{where} message {i}"))
-            blocks.append({"type": IMAGE_BLOCK})
+        blocks, shown = _bare_blocks(content, column_images, root, f"{where} message {i}", where)
+        refs.extend(shown)
         out.append({**message, "content": blocks})
-    if used < len(pending):
-        raise ValueError(f"{where}: the 'images' column holds {len(pending)} images and its messages show {used}; "
-                         "add an {'type': 'image'} content block where each image goes")
+    column_images.check_all_shown(where)
     return out, tuple(refs)
+
+
+def context_images(value: str | list, column: list | tuple | None, root: Path | None, where: str
+                   ) -> tuple[str | list[dict], tuple[ImageRef, ...]]:
+    """A privileged context (text, or content blocks that may show images) as (text or bare blocks, its images in
+    order). A bare image block takes the next image of the `privileged_images` column. Blocks without an image
+    become text."""
+    column_images = _ColumnImages(column, "privileged_images")
+    if not is_block_list(value):
+        column_images.check_all_shown(where)
+        return value, ()
+    if check_blocks(value, where) == 0:
+        column_images.check_all_shown(where)
+        return text_of_blocks(value), ()
+    blocks, refs = _bare_blocks(value, column_images, root, where, where)
+    column_images.check_all_shown(where)
+    return blocks, tuple(refs)
+
+
+def text_of(value: str | list[dict]) -> str:
+    """The text of a privileged context: itself, or its text blocks joined (its images left out)."""
+    return value if isinstance(value, str) else "".join(b["text"] for b in value if b.get("type") == TEXT_BLOCK)
+
+
+class _ColumnImages:
+    """The images of a row's column (`images`, `privileged_images`), handed out in order to its bare image blocks."""
+
+    def __init__(self, column: list | tuple | None, name: str):
+        self.pending, self.used, self.name = list(column or []), 0, name
+
+    def next(self, where: str) -> Any:
+        if self.used >= len(self.pending):
+            raise ValueError(f"{where}: its content blocks show {self.used + 1} or more images from the '{self.name}' column, which "
+                             f"holds {len(self.pending)}; give one image per {{'type': 'image'}} block")
+        self.used += 1
+        return self.pending[self.used - 1]
+
+    def check_all_shown(self, where: str) -> None:
+        if self.used < len(self.pending):
+            raise ValueError(f"{where}: the '{self.name}' column holds {len(self.pending)} images and its content "
+                             f"blocks show {self.used}; add an {{'type': 'image'}} content block where each image goes")
+
+
+def _bare_blocks(content: list, column: _ColumnImages, root: Path | None, where: str, row: str
+                 ) -> tuple[list[dict], list[ImageRef]]:
+    """Checked content blocks with each image block bare, and the images they show (their own, or the column's)."""
+    blocks: list[dict] = []
+    refs: list[ImageRef] = []
+    for block in content:
+        if block["type"] != IMAGE_BLOCK:
+            blocks.append({"type": TEXT_BLOCK, "text": block["text"]})
+            continue
+        own = next((block[key] for key in ("image", "path") if block.get(key) is not None), None)
+        refs.append(image_ref(column.next(row) if own is None else own, root, where))
+        blocks.append({"type": IMAGE_BLOCK})
+    return blocks, refs

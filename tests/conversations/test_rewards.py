@@ -202,7 +202,7 @@ def test_sdft_shows_its_self_teacher_the_tools_and_the_observation(tokenizer, tm
                     train_dataset=datasets.Dataset.from_list(data))
     run.setup()
     completion = run.rollout.take(0, {})[0].completions[0]
-    ids, _ = run.teacher.teacher_prompt(completion.example, completion.layout.observation)
+    ids = run.teacher.teacher_prompt(completion.example, completion.layout.observation).ids
     prompt = tokenizer.decode(ids)
     assert '"name": "plus"' in prompt and "call plus" in prompt and "(the numbers are 2 and" in prompt
     result = run.train()

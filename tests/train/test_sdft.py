@@ -148,7 +148,7 @@ def test_the_template_edits_the_last_user_turn_and_keeps_the_others():
 def test_truncated_teacher_prompts_keep_their_end_and_are_counted(tokenizer, tmp_path):
     run = distiller(tokenizer, tmp_path, max_teacher_prompt_length=24, max_steps=1)
     example = run.train_examples[0]
-    ids, truncated = run.teacher.teacher_prompt(example)
+    ids, truncated, _ = run.teacher.teacher_prompt(example)
     full = tokenizer.apply_chat_template(fill(DEFAULT_TEACHER_PROMPT_TEMPLATE, example.prompt, example.privileged_context),
                                          tokenize=False, add_generation_prompt=True)
     full_ids = tokenizer(full, add_special_tokens=False)["input_ids"]

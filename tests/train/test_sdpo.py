@@ -157,7 +157,7 @@ def test_reprompts_fill_the_last_user_turn_and_leave_absent_blocks_empty(tokeniz
     assert reprompts.text(Example(0, "Q?", None), "A", None) == "Q?\nCorrect solution:\n\nA\n\n\n\nCorrectly solve the original question.\n"
     short = Reprompts(PromptEncoder(tokenizer, 12, 8, [tokenizer.eos_token_id]), DEFAULT_REPROMPT_TEMPLATE,
                       DEFAULT_SOLUTION_TEMPLATE, DEFAULT_FEEDBACK_TEMPLATE)
-    ids, cut = short.ids(example, "5 " * 40, None)
+    ids, cut, _ = short.ids(example, "5 " * 40, None)
     assert cut and len(ids) == 12 and ids == reprompts.ids(example, "5 " * 40, None)[0][-12:]
 
 

@@ -50,7 +50,7 @@ def test_images_as_bytes_pil_images_and_relative_paths(tmp_path):
     (_row(1, ["missing.png"]), r"dataset row 0: image .*missing.png does not exist"),
     (_row(1, ["notes.png"]), r"dataset row 0: image .*notes.png cannot be read as an image"),
     (_row(2, ["images/0-0.png"]), "show 2 or more images from the 'images' column, which holds 1"),
-    (_row(0, ["images/0-0.png"]), "holds 1 images and its messages show 0"),
+    (_row(0, ["images/0-0.png"]), "holds 1 images and its content blocks show 0"),
     ({"prompt": "What colour?", "images": ["images/0-0.png"]}, "has images but a text prompt"),
     ({"prompt": [{"role": "user", "content": [ASK]}], "completion": [{"role": "assistant", "content": [{"type": "image"}]}]},
      "the 'assistant' turn shows an image"),

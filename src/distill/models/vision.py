@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from distill.data import EncodedExample, Example, PromptEncoder
+from distill.data import EncodedExample, Example, PromptEncoder, RowPrompt
 from distill.images import ImageRef, is_block_list
 from distill.models.inputs import DeferredExtras, Extra, RowExtras
 
@@ -267,13 +267,14 @@ class ImagePromptEncoder(PromptEncoder):
         completion = self.completion_ids(example.completion) if example.completion is not None else None
         return EncodedExample(ids, False, completion, self._deferred(example.index, text, example.images, ids))
 
-    def row_prompt_ids(self, example: Example, prompt) -> tuple[list[int], bool]:
-        """Another prompt of the row (a self-teacher's) showing the row's images: its placeholders expanded for them
-        (never cut), so the row's image inputs (`extras`) serve it too."""
-        if not example.images:
-            return super().row_prompt_ids(example, prompt)
-        encoded = self.encode(Example(example.index, prompt, None, images=example.images))
-        return encoded.prompt_ids, False
+    def row_prompt(self, example: Example, prompt, images: tuple[ImageRef, ...] = ()) -> RowPrompt:
+        """Another prompt of the row (a self-teacher's) showing `images`: its placeholders expanded for them (never
+        cut). Its image inputs are the row's own (`extras`) when it shows the row's images, else its own."""
+        if not images:
+            return PromptEncoder.row_prompt(self, example, prompt)
+        encoded = self.encode(Example(example.index, prompt, None, images=images))
+        same = len(images) == len(example.images) and all(a is b for a, b in zip(images, example.images))
+        return RowPrompt(encoded.prompt_ids, False, None if same else encoded.extras)
 
     def extras(self, example: Example) -> RowExtras:
         return dict(self.empty) if not example.images else self.encode(example).extras

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from distill.batch import Annotation, Completion, MicroBatch, collate
-from distill.data import Example
+from distill.data import Example, RowPrompt
 from distill.generation import SamplingParams, generate_completions
 from distill.losses import LogitHead
 from distill.methods.self_teacher_prompts import TeacherPrompts
@@ -41,7 +41,7 @@ from distill.teachers.hidden import backbone_hidden, predicting_positions
 KINDS = ("base", "live", "ema")
 
 
-TEACHER_PROMPT: Annotation[tuple[list[int], bool] | None] = Annotation("teacher_prompt", None)  # ids, whether cut
+TEACHER_PROMPT: Annotation[RowPrompt | None] = Annotation("teacher_prompt", None)
 DISTILLED: Annotation[bool] = Annotation("distilled", True)
 
 
@@ -100,8 +100,9 @@ class SelfTeacher(Teacher):
         finally:
             self.student.train(was_training)
 
-    def teacher_prompt(self, example: Example, observation: str | None = None) -> tuple[list[int], bool]:
-        """The example's teacher prompt (with an environment's `observation`, as the student's prompt had it)."""
+    def teacher_prompt(self, example: Example, observation: str | None = None) -> RowPrompt:
+        """The example's teacher prompt (with an environment's `observation`, as the student's prompt had it): its
+        ids, whether they were cut, and its own image inputs when it shows images the row's prompt does not."""
         return self.prompts.ids(example, observation=observation)
 
     def score(self, batch: MicroBatch, temperature: float) -> SelfSignal:
@@ -132,15 +133,14 @@ class SelfTeacher(Teacher):
                           rows_without_context=without_context, distilled=distilled)
 
     def _teacher_row(self, completion: Completion) -> tuple[Completion, bool]:
-        if TEACHER_PROMPT.of(completion) is not None:  # a step stage wrote this row's teacher prompt (sdpo)
-            ids, truncated = TEACHER_PROMPT.of(completion)
-        elif completion.example is None:
-            raise ValueError("a self-teacher needs each completion's dataset example (its prompt and privileged context)")
-        else:
-            ids, truncated = self.teacher_prompt(completion.example,
-                                                 None if completion.layout is None else completion.layout.observation)
-        row = Completion(ids, completion.completion_ids, completion.source, trained_mask=completion.mask, extras=completion.extras)
-        return row, truncated
+        prompt = TEACHER_PROMPT.of(completion)  # a step stage wrote this row's teacher prompt (sdpo)
+        if prompt is None:
+            if completion.example is None:
+                raise ValueError("a self-teacher needs each completion's dataset example (its prompt and privileged context)")
+            prompt = self.teacher_prompt(completion.example, None if completion.layout is None else completion.layout.observation)
+        extras = completion.extras if prompt.extras is None else prompt.extras
+        row = Completion(prompt.ids, completion.completion_ids, completion.source, trained_mask=completion.mask, extras=extras)
+        return row, prompt.truncated
 
     def sampling_models(self, visit) -> None:
         """`visit(model)` for the model `generate` samples from, as `generate` holds it (a base teacher of a
@@ -152,13 +152,17 @@ class SelfTeacher(Teacher):
                  examples: list[Example] | None = None, seeds: list[int] | None = None,
                  extras=None) -> list[tuple[list[int], bool]]:
         """Samples after each example's teacher prompt (`prompts`, the student's, are not used: the teacher's
-        differ by the privileged context), with the rows' own extras (the student's kind)."""
+        differ by the privileged context), with the rows' own extras (`extras`, the student's kind), or the teacher
+        prompt's where it shows other images (the privileged context's)."""
         if examples is None or len(examples) != len(prompts):
             raise ValueError("a self-teacher samples from its own prompts and needs the examples of the student's prompts")
-        teacher_prompts = [self.teacher_prompt(e)[0] for e in examples]
+        teacher_prompts = [self.teacher_prompt(e) for e in examples]
+        if any(p.extras is not None for p in teacher_prompts):
+            rows = extras if extras is not None else [None] * len(examples)
+            extras = [row if p.extras is None else p.extras for p, row in zip(teacher_prompts, rows)]
         with self.model() as model:
-            return generate_completions(model, teacher_prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size,
-                                        vocab_size=self.vocab_size, seeds=seeds, extras=extras)
+            return generate_completions(model, [p.ids for p in teacher_prompts], sampling, self.eos_ids, self.pad_id,
+                                        self.device, batch_size, vocab_size=self.vocab_size, seeds=seeds, extras=extras)
 
 
 def _detached(head: LogitHead) -> LogitHead:

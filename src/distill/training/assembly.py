@@ -175,14 +175,24 @@ def check_images_before_loading(examples: list[Example], student) -> None:
     import json
     from pathlib import Path
 
-    shown = next((e for e in examples if e.images), None)
+    shown = next((e for e in examples if e.images or e.privileged_images), None)
     if shown is None or not isinstance(student, str) or not (Path(student).expanduser() / "config.json").is_file():
         return
     config = json.loads((Path(student).expanduser() / "config.json").read_text(encoding="utf-8"))
     if isinstance(config, dict) and "vision_config" not in config:
-        raise ValueError(f"row {shown.index} shows {len(shown.images)} image(s), and the student ({student}: "
+        raise ValueError(f"{_showing(shown)}, and the student ({student}: "
                          f"{config.get('model_type', 'a model')}) is a text-only model; give a vision-language student (an "
                          "image-text-to-text model) or drop the images")
+
+
+def _showing(example: Example) -> str:
+    """"row N shows K image(s)": its prompt's and its privileged context's, said apart."""
+    row, prompt, privileged = example.index, len(example.images), len(example.privileged_images)
+    if not privileged:
+        return f"row {row} shows {prompt} image(s)"
+    if not prompt:
+        return f"row {row} shows {privileged} image(s) in its privileged_context"
+    return f"row {row} shows {prompt} image(s) (and {privileged} in its privileged_context)"
 
 
 def check_images(examples: list[Example], method: Method, location: TeacherLocation, student: nn.Module,
@@ -190,16 +200,15 @@ def check_images(examples: list[Example], method: Method, location: TeacherLocat
     """Rows with images need a vision-language student and, where a teacher scores them, a vision-language teacher
     here: of the same family (it gets the student's ids and pixel values), or of any family with a method whose
     teacher has its own tokenizer (gold: it reads the images through its own processor); raises naming the first
-    such row."""
+    such row. Images in a privileged context need a vision-language student (the self-teacher is the student)."""
+    privileged = next((e for e in examples if e.images or e.privileged_images), None)
+    if privileged is not None and not is_vision_language(student):
+        raise ValueError(f"{_showing(privileged)}, and the student ({type(student).__name__}) is a text-only model; give "
+                         "a vision-language student (an image-text-to-text model) or drop the images")
     shown = next((e for e in examples if e.images), None)
-    if shown is None:
+    if shown is None or not takes_signal:
         return
-    where = f"row {shown.index} shows {len(shown.images)} image(s)"
-    if not is_vision_language(student):
-        raise ValueError(f"{where}, and the student ({type(student).__name__}) is a text-only model; give a "
-                         "vision-language student (an image-text-to-text model) or drop the images")
-    if not takes_signal:
-        return
+    where = _showing(shown)
     if teacher is None:
         if location.reads_images:
             return  # a server: it must say it reads images before the first request with them

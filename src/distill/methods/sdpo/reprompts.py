@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from distill.conversations.layout import with_observation
-from distill.methods.self_teacher_prompts import check_template, fill_fields, for_row
+from distill.methods.self_teacher_prompts import Value, check_template, fill_fields, for_row, format_blocks, shown_images
 
 if TYPE_CHECKING:  # annotations only
-    from distill.data import Example, PromptEncoder
+    from distill.data import Example, PromptEncoder, RowPrompt
 
 # SDPO (arXiv 2601.20802): the teacher is re-prompted with a successful sibling rollout and/or feedback.
 DEFAULT_REPROMPT_TEMPLATE = "{prompt}{solution}{feedback}\n\nCorrectly solve the original question.\n"
@@ -36,14 +36,16 @@ class Reprompts:
         self.encoder, self.template = encoder, template
         self.solution_template, self.feedback_template = solution_template, feedback_template
 
-    def text(self, example: Example, demonstration: str | None, feedback: str | None) -> str | list[dict[str, str]]:
+    def text(self, example: Example, demonstration: str | None, feedback: Value | None) -> str | list[dict]:
+        """The reprompt; `feedback` may be content blocks (a privileged context showing images), spliced in."""
         solution = "" if demonstration is None else self.solution_template.format(demonstration=demonstration)
-        shown = "" if feedback is None else self.feedback_template.format(feedback=feedback)
+        shown = "" if feedback is None else format_blocks(self.feedback_template, feedback=feedback)
         return for_row(example, lambda: fill_fields(self.template, example.prompt, solution=solution, feedback=shown))
 
-    def ids(self, example: Example, demonstration: str | None, feedback: str | None,
-            observation: str | None = None) -> tuple[list[int], bool]:
-        """(token ids, whether they were truncated); `observation`: an environment's text after the prompt, as the
-        student saw it; the row's tools are shown as in the student's prompt."""
+    def ids(self, example: Example, demonstration: str | None, feedback: Value | None,
+            observation: str | None = None) -> RowPrompt:
+        """The reprompt in the encoder's ids (truncated keeping its end; its own image inputs when it shows the
+        privileged context's images); `observation`: an environment's text after the prompt, as the student saw
+        it; the row's tools are shown as in the student's prompt."""
         prompt = with_observation(self.text(example, demonstration, feedback), observation)
-        return self.encoder.row_prompt_ids(example, prompt)
+        return self.encoder.row_prompt(example, prompt, shown_images(example, feedback))

@@ -37,6 +37,7 @@ from distill.batch import Annotation, Completion, MicroBatch
 from distill.errors import RewardFunctionError
 from distill.methods.sdpo.reprompts import Reprompts
 from distill.methods.sdpo.rewards import Rewards
+from distill.methods.self_teacher_prompts import shows_something
 from distill.teachers.self_teacher import DISTILLED, TEACHER_PROMPT
 
 logger = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ class RewardStage:
         s, example = self.settings, completion.example
         ADVANTAGE.put(completion, advantage)
         feedback = example.feedback if example.feedback is not None else example.privileged_context
-        use_feedback = (s.include_feedback and feedback is not None and bool(feedback.strip())
+        use_feedback = (s.include_feedback and feedback is not None and bool(shows_something(feedback))
                         and not (s.feedback_only_without_solution and demonstration is not None))
         distilled = self.reprompts is not None and (demonstration is not None or use_feedback)
         DISTILLED.put(completion, distilled)
