@@ -86,5 +86,5 @@ def test_privileged_context_column_is_read_and_checked():
     examples = examples_from_dataset(datasets.Dataset.from_list(rows), "dataset")
     assert [e.privileged_context for e in examples] == ["The answer is 4.", None]
     bad = datasets.Dataset.from_list([{"prompt": "a", "privileged_context": 1}, {"prompt": "b", "privileged_context": 2}])
-    with pytest.raises(ValueError, match=r"dataset row 0: 'privileged_context' must be text, got int"):
+    with pytest.raises(ValueError, match=r"dataset row 0: 'privileged_context' must be text or a list of content blocks, got int"):
         examples_from_dataset(bad, "dataset")
