@@ -276,7 +276,9 @@ TRL_CONFIGS = {
         ("lmbda", "lmbda", "the same meaning; distill's default schedule differs (`lmbda_schedule`: constant, linear, "
                            "step; gkd's default is `step`: teacher samples first, then the mix)"),
         ("beta", "beta", "the same for student samples; `off_policy_beta` may differ for dataset and teacher completions"),
-        ("seq_kd", "seq_kd", "the same; `seq_kd_generation_steps` samples several steps' teacher completions at once"),
+        ("seq_kd", "seq_kd", "the same; the teacher samples at `teacher_sampling_temperature` (default 0.8, measured: "
+                             "fewer looping greedy answers than 1.0), where TRL uses `temperature`; "
+                             "`seq_kd_generation_steps` samples several steps' teacher completions at once"),
         ("max_new_tokens", "max_new_tokens", ""),
         ("temperature", "sampling_temperature", "TRL 1.16.0's GKDTrainer samples with it and never passes it to the loss "
                                                 "(its loss temperature is 1); distill's loss temperature is `temperature`"),
