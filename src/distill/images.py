@@ -163,20 +163,12 @@ def context_images(value: str | list, column: list | tuple | None, root: Path | 
     order). A bare image block takes the next image of the `privileged_images` column. Blocks without an image
     become text."""
     column_images = _ColumnImages(column, "privileged_images")
-    if not is_block_list(value):
+    if is_block_list(value) and check_blocks(value, where):
+        blocks, refs = _bare_blocks(value, column_images, root, where, where)
         column_images.check_all_shown(where)
-        return value, ()
-    if check_blocks(value, where) == 0:
-        column_images.check_all_shown(where)
-        return text_of_blocks(value), ()
-    blocks, refs = _bare_blocks(value, column_images, root, where, where)
+        return blocks, tuple(refs)
     column_images.check_all_shown(where)
-    return blocks, tuple(refs)
-
-
-def text_of(value: str | list[dict]) -> str:
-    """The text of a privileged context: itself, or its text blocks joined (its images left out)."""
-    return value if isinstance(value, str) else "".join(b["text"] for b in value if b.get("type") == TEXT_BLOCK)
+    return (text_of_blocks(value) if is_block_list(value) else value), ()
 
 
 class _ColumnImages:
