@@ -171,7 +171,7 @@ class RewardStage:
         s, example = self.settings, completion.example
         ADVANTAGE.put(completion, advantage)
         feedback = example.feedback if example.feedback is not None else example.privileged_context
-        use_feedback = (s.include_feedback and feedback is not None and bool(shows_something(feedback))
+        use_feedback = (s.include_feedback and feedback is not None and shows_something(feedback)
                         and not (s.feedback_only_without_solution and demonstration is not None))
         distilled = self.reprompts is not None and (demonstration is not None or use_feedback)
         DISTILLED.put(completion, distilled)
