@@ -3,6 +3,8 @@ tree, and compare their metrics line by line (timing fields aside).
 
     python scripts/refactor_parity.py --base af0a4b5                 # the default run whole + every recipe's first 2 steps
     python scripts/refactor_parity.py --base af0a4b5 --skip-default  # the recipes only (~10 minutes on 2 cores)
+    python scripts/refactor_parity.py --base af0a4b5 --base-runs runs/parity-base   # keep the base side's results, and
+                                                     # reuse those already there (the base commit's runs do not change)
 
 Both commits (--head: HEAD by default, so commit first) are checked out in temporary `git worktree`s and run
 with their own `src/` first on the path, so both sides use the same installed dependencies and editing the
@@ -42,6 +44,26 @@ def run(src: Path, args: list[str], out_dir: Path) -> tuple[int, str]:
     return done.returncode, done.stderr[-2000:]
 
 
+def kept_base_run(folder: Path, src: Path, flags: list[str]) -> tuple[Path, int, str]:
+    """The base side's run of `flags`, from `folder` when it was kept there, else run now and kept (its metrics, its
+    evaluation and its exit status; checkpoints and the model are not kept)."""
+    done = folder / "done.json"
+    if done.is_file() and json.loads(done.read_text())["flags"] == flags:
+        record = json.loads(done.read_text())
+        return folder, record["rc"], record["stderr"]
+    if folder.exists():
+        shutil.rmtree(folder)
+    scratch = Path(tempfile.mkdtemp(prefix="parity-base-")) / "run"
+    rc, stderr = run(src, flags, scratch)
+    (folder / "eval").mkdir(parents=True)
+    for kept in ("metrics.jsonl", "eval/eval.json"):
+        if (scratch / kept).is_file():
+            shutil.copy(scratch / kept, folder / kept)
+    shutil.rmtree(scratch.parent)
+    done.write_text(json.dumps({"flags": flags, "rc": rc, "stderr": stderr}))
+    return folder, rc, stderr
+
+
 def read_lines(path: Path) -> list[dict]:
     return [untimed(json.loads(line)) for line in path.read_text().splitlines()] if path.is_file() else []
 
@@ -66,10 +88,14 @@ def main() -> None:
     parser.add_argument("--skip-default", action="store_true", help="only the recipes' first two steps")
     parser.add_argument("--recipes", nargs="*", default=None, help="default: every bundled recipe")
     parser.add_argument("--out", type=Path, default=Path("runs/refactor_parity.json"))
+    parser.add_argument("--base-runs", type=Path, default=None,
+                        help="a folder keeping the base side's metrics and evaluation per commit; runs found there are not repeated")
     parser.add_argument("--keep", action="store_true", help="keep the runs' folders (checkpoints: gigabytes) to inspect")
     args = parser.parse_args()
     recipes = args.recipes if args.recipes is not None else sorted(p.stem for p in (ROOT / "src/distill/recipes").glob("*.yaml"))
     work = Path(tempfile.mkdtemp(prefix="parity-"))
+    base_sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", args.base], check=True, capture_output=True,
+                              text=True).stdout.strip()
     trees = {"base": work / "tree-base", "head": work / "tree-head"}
     for side, rev in (("base", args.base), ("head", args.head)):
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(trees[side]), rev], check=True, capture_output=True)
@@ -80,6 +106,9 @@ def main() -> None:
         for name, flags, with_eval in jobs:
             outcomes = {}
             for side, tree in trees.items():
+                if side == "base" and args.base_runs is not None:
+                    outcomes[side] = kept_base_run(args.base_runs / base_sha / name, tree / "src", flags)
+                    continue
                 src = tree / "src"
                 out_dir = work / side / name
                 out_dir.parent.mkdir(parents=True, exist_ok=True)

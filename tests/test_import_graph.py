@@ -32,21 +32,24 @@ def _is_type_checking(node: ast.AST) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def import_statements(tree: ast.AST):
-    """Every import statement of `tree`, at any depth, outside `if TYPE_CHECKING:` blocks."""
+def import_statements(tree: ast.AST, type_checking: bool = False, top_level_only: bool = False):
+    """Every import statement of `tree`, at any depth, outside `if TYPE_CHECKING:` blocks (inside them too with
+    `type_checking`); with `top_level_only`, only those run when the module is imported (none inside a function)."""
     pending = [tree]
     while pending:
         node = pending.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
         for child in ast.iter_child_nodes(node):
-            if _is_type_checking(child):
+            if top_level_only and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            if _is_type_checking(child) and not type_checking:
                 pending.extend(child.orelse)  # the else branch runs
             else:
                 pending.append(child)
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(type_checking: bool = False, top_level_only: bool = False) -> dict[str, set[str]]:
     known = modules()
 
     def resolve(name: str) -> str | None:
@@ -57,7 +60,7 @@ def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {name: set() for name in known}
     for name, path in known.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in import_statements(ast.parse(path.read_text())):
+        for node in import_statements(ast.parse(path.read_text()), type_checking, top_level_only):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:
