@@ -13,20 +13,19 @@ general prompts that measures forgetting); `--teacher MODEL` names those initial
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import torch
 import yaml
 
 from distill.config import DistillConfig
-from distill.conversations.setup import offering_tools, tool_loop
+from distill.conversations.setup import offering_tools
 from distill.data import examples_from_dataset
 from distill.data_files import BUNDLED_DATASET, data_root, load_dataset_spec
 from distill.evaluation.evaluator import (
-    EvalSettings,
     Evaluator,
     build_report,
+    eval_settings,
     write_report,
 )
 from distill.generation.engine import close_engine, configure_engine
@@ -59,10 +58,7 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
     examples = examples[:max_prompts] if max_prompts else examples
     device = eval_device(args.device)
     student, tokenizer = load_model(str(model_dir), "model", device)
-    settings = EvalSettings(config.eval_max_new_tokens, args.batch_size or config.eval_batch_size,
-                            config.eval_examples, config.seed, config.loss_chunk_size, config.generation_engine,
-                            tuple(getattr(config, f) for f in method.template_fields))
-    budget = {"max_prompt_length": config.max_prompt_length, "max_new_tokens": settings.max_new_tokens}
+    budget = {"max_prompt_length": config.max_prompt_length, "max_new_tokens": config.eval_max_new_tokens}
     check_context(student, "student", budget)
     location = location_of(config, method)  # the same build as training's, for the evaluation (EVAL)
     source = location.model_source(config, None)
@@ -71,8 +67,8 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
         check_context(teacher_model, "teacher", budget)
     against = comparison(method, tokenizer, student, teacher_model, teacher_tokenizer)
     encoder = offering_tools(config, model_kind_of(student).encoder(tokenizer, config.max_prompt_length,
-                                                                     settings.max_new_tokens, against.eos_ids, student))
-    settings = dataclasses.replace(settings, tool_loop=tool_loop(config, encoder, settings.max_new_tokens))
+                                                                     config.eval_max_new_tokens, against.eos_ids, student))
+    settings = eval_settings(config, method, encoder, args.batch_size)
     teachers = assemble_teachers(location, EVAL, config, method, tokenizer, against, device,
                                  probe_ids=encoder.prompt_ids(examples[0].prompt)[0], teacher_model=teacher_model,
                                  teacher_tokenizer=teacher_tokenizer)

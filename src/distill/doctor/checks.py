@@ -315,16 +315,16 @@ def step_time(context: DoctorContext) -> list[Finding]:
     """The first step, and the first that generates each other sampled source, run as training runs them and timed by
     phase (`distill.doctor.timing`); the run's steps extrapolated from those unit costs over the sources every step
     draws. The evaluation before and after training comes on top."""
-    if not context.doctor or context.time_step is None or context.generated_sources is None:
+    if not context.doctor or context.steps is None:
         return []
     config = context.config
     if config.generation_engine != AUTO and get_engine(config.generation_engine).keeps_weights:
         return [Finding("step_time", "info", f"not measured: generation_engine {config.generation_engine} samples from "
                         "weights of its own, which only a run pushes to it", "run a few steps (`--max_steps 5`) and read "
                         "the tokens_per_second/* and timings in metrics.jsonl")]
-    sources = context.generated_sources()
+    sources = context.steps.generated_sources()
     steps = steps_to_time(sources)
-    timed = [context.time_step(step) for step in steps]
+    timed = [context.steps.time_step(step) for step in steps]
     accumulation = config.gradient_accumulation_steps
     seconds = estimate(unit_costs(timed, accumulation), sources, accumulation)
     measured = "; ".join(f"step {step} ({', '.join(sources[step]) or 'a reused rollout'}) "

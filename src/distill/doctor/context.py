@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torch import nn
 
@@ -13,15 +13,27 @@ if TYPE_CHECKING:
     from distill.methods.registry import Method
 
 
+class StepTimer(Protocol):
+    """The run's steps as the doctor measures them (`distill.training.step.StepTimer`): built from the run's assembly,
+    never a method of the trainer."""
+
+    def generated_sources(self) -> list[list[str]]:
+        """Per optimizer step, the sources of the micro-batches it generates ([] for a step that reuses an earlier
+        step's rollout), drawn without generating anything."""
+        ...
+
+    def time_step(self, step: int) -> dict[str, float]:
+        """Step `step` run as training runs it, timed by phase, without moving the weights."""
+        ...
+
+
 @dataclass
 class DoctorContext:
     """config: resolved (the method's defaults filled in); examples: the training rows; student: as it trains (layers
     dropped); student_given: the student is a model of its own (not the teacher's weights); teacher: the teacher model
     held here, or None (a server, a cache, the student itself); eos_ids: the run's end-of-turn ids; encoded: the rows in
-    the student's ids; doctor: `distill doctor` (it also runs the checks that take a while); time_step: runs one
-    optimizer step's phases as training does, timed (`Distiller.time_step`), without moving the weights;
-    generated_sources: per step, the sources of the micro-batches it generates (`Distiller.generated_sources`; drawn
-    only when a check asks)."""
+    the student's ids; doctor: `distill doctor` (it also runs the checks that take a while); steps: the run's steps,
+    drawn and timed as training runs them without moving the weights (`StepTimer`; only when a check asks)."""
 
     config: DistillConfig
     method: Method
@@ -35,8 +47,7 @@ class DoctorContext:
     encoded: list[EncodedExample] | None = None  # the training rows in the student's ids, when encoded
     doctor: bool = False  # `distill doctor`, which also runs the checks that take a while (a measured step)
     teacher_head: Any = None  # a hidden-state teacher's head held here (`LogitHead`), or None
-    time_step: Callable[[int], dict[str, float]] | None = None
-    generated_sources: Callable[[], list[list[str]]] | None = None
+    steps: StepTimer | None = None
 
     @property
     def same_tokenizer(self) -> bool:

@@ -5,7 +5,7 @@ teacher, the student's forward and backward passes, the optimizer step. Generati
 which a schedule changes (GKD's default samples the teacher for 54 steps, then mixes in the student), so one
 measured step does not stand for every step. The unit costs are measured per micro-batch of each source, on the
 first two steps and on the first step that generates each source those do not, then summed over the sources every
-step of the run draws (drawing them generates nothing: `Distiller.generated_sources`).
+step of the run draws (drawing them generates nothing: `StepTimer.generated_sources`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class UnitCosts:
 
 
 def unit_costs(timed: list[dict[str, float]], micro_batches_per_step: int) -> UnitCosts:
-    """The unit costs of timed steps (`Distiller.time_step`'s timings, one dict a step)."""
+    """The unit costs of timed steps (`StepTimer.time_step`'s timings, one dict a step)."""
 
     def total(key: str) -> float:
         return sum(t.get(key, 0.0) for t in timed)

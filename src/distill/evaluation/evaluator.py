@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from distill.batch import Completion, collate
 from distill.conversations.layout import Layout
+from distill.conversations.setup import tool_loop
 from distill.conversations.tools import FAILURES
 from distill.data import Example, PromptEncoder
 from distill.evaluation.answers import contains_answer
@@ -28,6 +29,10 @@ from distill.generation.seeds import row_seeds
 from distill.objectives import DivergenceObjective, StepContext
 from distill.objectives.student import student_loss
 from distill.teachers import Teacher
+
+if TYPE_CHECKING:
+    from distill.config import DistillConfig
+    from distill.methods.registry import Method
 
 
 @dataclass
@@ -40,6 +45,16 @@ class EvalSettings:
     generation_engine: str = AUTO
     leak_templates: tuple[str, ...] = ()  # a self-teacher's prompt templates: report `template_leakage`
     tool_loop: Any = None  # `distill.conversations.loop.ToolLoop`: greedy answers are conversations (the run's tools)
+
+
+def eval_settings(config: DistillConfig, method: Method, encoder: PromptEncoder, batch_size: int | None = None) -> EvalSettings:
+    """The evaluation's settings from the run's config, the one place they are made (training's evaluation and
+    `distill eval`'s): `encoder` renders the tool-call loop's turns when the run has tools; `batch_size` replaces
+    `eval_batch_size`; a self-teacher's prompt templates are checked for leaking into answers."""
+    c = config
+    return EvalSettings(c.eval_max_new_tokens, batch_size or c.eval_batch_size, c.eval_examples, c.seed, c.loss_chunk_size,
+                        c.generation_engine, tuple(getattr(c, f) for f in method.template_fields),
+                        tool_loop(c, encoder, c.eval_max_new_tokens))
 
 
 @dataclass(frozen=True)

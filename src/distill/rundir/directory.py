@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,9 @@ from distill.training.metrics import MetricsLog
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
+    from distill.locations import TeacherLocation
+    from distill.methods.registry import Method
+    from distill.training.student_access import StudentAccess
 
 logger = logging.getLogger(__name__)
 
@@ -220,11 +224,41 @@ def clear_previous_run(run_dir: Path) -> list[Path]:
     return removed
 
 
+@dataclass(frozen=True)
+class TrainedStudent:
+    """What the run directory saves, restores and evaluates. wrapped: the student's objective as accelerate or FSDP
+    wrapped it; access: the student as it is now (`access.current()` the module; `access(run)` runs `run(student)` on
+    every process, gathered under FSDP); tokenizer: the student's; optimizer, scheduler: the training's; hooks: the
+    step hooks whose states a checkpoint holds (`name`, `state_dict`, `load_state_dict`)."""
+
+    wrapped: Any
+    access: StudentAccess
+    tokenizer: Any
+    optimizer: Any
+    scheduler: Any
+    hooks: list
+
+    @property
+    def student(self) -> Any:
+        return self.access.current()
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What the run is, for the model card: its method (the paper, the loss line) and its teacher's location (the
+    title, where the student started)."""
+
+    method: Method
+    location: TeacherLocation
+
+
 class RunDirectory:
     """Writes the run directory on the main process; every method here is called on every process."""
 
-    def __init__(self, path: Path, runtime, config: DistillConfig, config_record: dict[str, Any], break_lock: bool = False):
+    def __init__(self, path: Path, runtime, config: DistillConfig, config_record: dict[str, Any], identity: RunIdentity,
+                 break_lock: bool = False):
         self.path, self.runtime, self.config, self.record = Path(path), runtime, config, config_record
+        self.identity = identity
         self.break_lock = break_lock  # take over a lock another host left (`distill.rundir.lock`)
         self._saved_step: int | None = None
         self.lock: RunLock | None = None
@@ -277,8 +311,9 @@ class RunDirectory:
         self.runtime.accelerator.wait_for_everyone()
         return directory
 
-    def save_checkpoint(self, step: int, wrapped, student, tokenizer, optimizer, scheduler, hooks) -> Path:
+    def save_checkpoint(self, step: int, trained: TrainedStudent) -> Path:
         """Checkpoint `step` unless this run already wrote it (an interrupt right after a periodic save)."""
+        wrapped, student, tokenizer, optimizer = trained.wrapped, trained.student, trained.tokenizer, trained.optimizer
         if self._saved_step != step:
             if self.config.fsdp:
                 save_weights = lambda directory: sharding.save_sharded(directory, wrapped, torch_optimizer(optimizer))  # noqa: E731
@@ -286,8 +321,8 @@ class RunDirectory:
                 save_weights = lambda directory: ckpt.save_replicated(  # noqa: E731
                     directory, lambda path: self.save_student(path, wrapped, student, tokenizer), optimizer,
                     self.runtime.is_main_process)
-            ckpt.save_checkpoint(self.runtime.accelerator, self.path, step, save_weights, scheduler,
-                                 self.config.save_total_limit, hook_states(hooks), self.weights_layout)
+            ckpt.save_checkpoint(self.runtime.accelerator, self.path, step, save_weights, trained.scheduler,
+                                 self.config.save_total_limit, hook_states(trained.hooks), self.weights_layout)
             self._saved_step = step
         return ckpt.checkpoint_dir(self.path, step)
 
@@ -300,9 +335,10 @@ class RunDirectory:
     def weights_layout(self) -> str:
         return ckpt.SHARDED if self.config.fsdp else ckpt.REPLICATED
 
-    def resume(self, wrapped, student, optimizer, scheduler, hooks) -> int:
-        """Restore the latest checkpoint (weights, optimizer, scheduler, RNG, hook states) and cut metrics.jsonl
-        back to its step; returns the step."""
+    def resume(self, trained: TrainedStudent) -> int:
+        """Restore the latest checkpoint into `trained` (weights, optimizer, scheduler, RNG, hook states) and cut
+        metrics.jsonl back to its step; returns the step."""
+        wrapped, student, optimizer = trained.wrapped, trained.student, trained.optimizer
         latest = ckpt.latest_checkpoint(self.path)
         if latest is None:
             raise ValueError(f"resume: {self.path} holds no checkpoint to resume from")
@@ -310,8 +346,9 @@ class RunDirectory:
             load_weights = lambda checkpoint: sharding.load_sharded(checkpoint, wrapped, torch_optimizer(optimizer))  # noqa: E731
         else:
             load_weights = lambda checkpoint: ckpt.load_replicated(checkpoint, student, optimizer)  # noqa: E731
-        step, states = ckpt.load_training_state(self.runtime.accelerator, latest, load_weights, scheduler, self.weights_layout)
-        load_hook_states(hooks, states, latest)
+        step, states = ckpt.load_training_state(self.runtime.accelerator, latest, load_weights, trained.scheduler,
+                                                self.weights_layout)
+        load_hook_states(trained.hooks, states, latest)
         if self.runtime.is_main_process:
             dropped = trim_metrics(self.path / "metrics.jsonl", step)
             if dropped:
@@ -334,19 +371,19 @@ class RunDirectory:
         self.runtime.accelerator.wait_for_everyone()
         return result
 
-    def finish(self, step: int, evaluator: Evaluator | None, before: dict | None, wrapped, student, tokenizer,
-               method, location, with_student) -> dict | None:
-        """Final model, after-evaluation, report, model card and plots; returns the report's metrics.
-        `with_student(run)`: `run(student)` on every process (gathered under FSDP); `method` and `location`
-        (the teacher's) describe the run in the model card."""
-        model_dir = self.save_final_model(wrapped, student, tokenizer)
+    def finish(self, step: int, trained: TrainedStudent, evaluator: Evaluator | None, before: dict | None) -> dict | None:
+        """Final model, after-evaluation (`before`: the one `evaluate_before` made), report, model card and plots;
+        returns the report's metrics."""
+        student = trained.student
+        model_dir = self.save_final_model(trained.wrapped, student, trained.tokenizer)
         report = None
-        after = with_student(lambda gathered: evaluator.evaluate(gathered) if evaluator is not None else None)
+        after = trained.access(lambda gathered: evaluator.evaluate(gathered) if evaluator is not None else None)
         if evaluator is not None:
             report = build_report(evaluator, {"before": before, "after": after})
             write_report(report, self.path / "eval")
         if self.runtime.is_main_process:
-            write_model_card(model_dir, self.record, method, location, count_parameters(student), step, report)
+            write_model_card(model_dir, self.record, self.identity.method, self.identity.location,
+                             count_parameters(student), step, report)
             try:
                 from distill.rundir.plot import plot_metrics
 
@@ -378,7 +415,7 @@ def load_hook_states(hooks, states: dict[str, dict], checkpoint: Path) -> None:
         hook.load_state_dict(states[hook.name])
 
 
-__all__ = ["RunDirectory", "check_output_dir", "clear_previous_run", "trim_metrics"]
+__all__ = ["RunDirectory", "RunIdentity", "TrainedStudent", "check_output_dir", "clear_previous_run", "trim_metrics"]
 
 
 def resume_config(run_dir: Path, overrides: dict[str, Any] | None = None) -> DistillConfig:
