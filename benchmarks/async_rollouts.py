@@ -72,7 +72,7 @@ def run_arm(args) -> dict:
     evaluator = Distiller(DistillConfig(**{**judge, "output_dir": f"{args.run_dir}-eval",
                                            "eval_max_prompts": args.eval_prompts})).evaluator()
     with torch.no_grad():
-        evaluation = evaluator.evaluate(distiller.student_for_generation())["on_teacher_completions"]
+        evaluation = evaluator.evaluate(distiller.parts.with_student.current())["on_teacher_completions"]
     measured = records[args.warmup:]  # the first steps load kernels and fill the producer's queue
     per_step = {name.removeprefix("time/"): statistics.mean(r.get(name, 0.0) for r in measured) for name in TIMERS}
     if not args.staleness:  # the synchronous loop: the step waits for its whole generation
@@ -141,7 +141,7 @@ def save_student(directory: Path, args) -> None:
         fields["student"] = args.student
     distiller = Distiller(DistillConfig(**fields))
     distiller.student_model.save_pretrained(directory / "student")
-    distiller.tokenizer.save_pretrained(directory / "student")
+    distiller.parts.tokenizer.save_pretrained(directory / "student")
 
 
 def main() -> None:

@@ -113,11 +113,11 @@ def decoding(distiller: Distiller, evaluator: Evaluator, student) -> dict:
     rows = {}
     for name, model in models.items():
         for temperature in DECODING_TEMPERATURES:
-            sampling = SamplingParams(temperature, 1.0, 0, distiller.config.eval_max_new_tokens)
-            seeds = row_seeds(len(evaluator.prompts), distiller.config.seed, "looping benchmark")
+            sampling = SamplingParams(temperature, 1.0, 0, distiller.parts.config.eval_max_new_tokens)
+            seeds = row_seeds(len(evaluator.prompts), distiller.parts.config.seed, "looping benchmark")
             with torch.no_grad():
-                outputs = generate_completions(model, evaluator.prompts, sampling, distiller.eos_ids, distiller.pad_id,
-                                               torch.device("cpu"), 8, vocab_size=distiller.vocab_size, seeds=seeds)
+                outputs = generate_completions(model, evaluator.prompts, sampling, distiller.parts.eos_ids, distiller.parts.pad_id,
+                                               torch.device("cpu"), 8, vocab_size=distiller.parts.vocab_size, seeds=seeds)
             rows[f"{name}, temperature {temperature}"] = repetition([evaluator.decode(ids) for ids, *_ in outputs])
     return rows
 

@@ -77,9 +77,9 @@ def run_distill(args) -> dict:
     for step in range(args.warmup + args.steps):
         timings: dict[str, float] = {}
         window = distiller._new_window()
-        start = phase_clock(distiller.device)  # on CUDA, after the queued work: each step counts its own kernels
+        start = phase_clock(distiller.parts.device)  # on CUDA, after the queued work: each step counts its own kernels
         distiller.train_step(step, window, timings, log_step=False)
-        elapsed = phase_clock(distiller.device) - start
+        elapsed = phase_clock(distiller.parts.device) - start
         if step >= args.warmup:
             step_times.append(elapsed)
             parts["generation"] += timings.get("generation_student", 0.0) + timings.get("generation_teacher", 0.0)

@@ -56,7 +56,7 @@ def capture_at_optimizer_step(distiller, capture) -> None:
     """Call `capture()` each time `distiller`'s optimizer steps, before its update (a step pre-hook on the torch
     optimizer inside accelerate's wrapper). Replacing `optimizer.step` instead would hide the step from the
     learning-rate schedule, which then warns that it stepped first."""
-    torch_optimizer = getattr(distiller.optimizer, "optimizer", distiller.optimizer)
+    torch_optimizer = getattr(distiller.state.optimizer, "optimizer", distiller.state.optimizer)
     torch_optimizer.register_step_pre_hook(lambda optimizer, args, kwargs: capture())
 
 

@@ -150,7 +150,7 @@ def cmd_doctor(argv: list[str]) -> int:
         print(f"ERROR   before the checks: {error}")
         return 1
     print(text_report(distiller.findings))
-    distiller.location.close(distiller.teachers)  # a teacher server's connections
+    distiller.parts.location.close(distiller.parts.teachers)  # a teacher server's connections
     return 0
 
 

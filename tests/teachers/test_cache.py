@@ -168,7 +168,7 @@ def test_offline_training_reads_the_cache(cache_dir, model_dirs, data_file, tmp_
     distiller = Distiller(config, train_dataset=datasets.load_dataset("json", data_files=str(data_file), split="train"))
     before = {k: v.clone() for k, v in distiller.student_model.state_dict().items()}
     result = distiller.train()
-    after = distiller.student_for_generation().state_dict()
+    after = distiller.parts.with_student.current().state_dict()
     assert result["steps"] == 3 and np.isfinite(result["train"]["loss"]) and result["train"]["loss"] > 0
     assert not all(torch.equal(before[k], after[k]) for k in before)
 

@@ -63,7 +63,7 @@ def _relative(a, b):
 def _loss_and_grad(distiller, mb, signal, beta, temperature):
     student = distiller.student_model
     student.zero_grad(set_to_none=True)
-    out = student_loss(student, len(distiller.tokenizer), mb, signal, DivergenceObjective.constant(beta, temperature, 16),
+    out = student_loss(student, len(distiller.parts.tokenizer), mb, signal, DivergenceObjective.constant(beta, temperature, 16),
                        StepContext("dataset"))
     out.loss_sum.backward()
     grads = torch.cat([p.grad.flatten() for p in student.parameters() if p.grad is not None])

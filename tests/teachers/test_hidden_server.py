@@ -293,7 +293,7 @@ def test_iw_opd_reads_the_sampled_tokens_log_prob_from_the_hidden_states(servers
                            output_dir=str(tmp_path / "run"))
     distiller = Distiller(config, train_dataset=datasets.Dataset.from_list(chat_rows(16)))
     mb = distiller.rollout.take(0, {})[0]
-    objective = distiller.method.objective(distiller.config)
+    objective = distiller.parts.method.objective(distiller.parts.config)
     losses = []
     for teacher in (distiller.teacher, _local(model_dirs["teacher"], tokenizer)):
         out = student_loss(distiller.student_model, len(tokenizer), mb, teacher.score(mb, 1.0), objective, StepContext("student"))

@@ -193,7 +193,7 @@ def test_train_against_the_server(server, tokenizer, model_dirs, tmp_path):
                           eval_dataset=datasets.Dataset.from_list(chat_rows(4, seed=5)))
     before = {k: v.clone() for k, v in distiller.student_model.state_dict().items()}
     result = distiller.train()
-    after = distiller.student_for_generation().state_dict()
+    after = distiller.parts.with_student.current().state_dict()
     assert result["steps"] == 3 and result["train"]["loss"] > 0
     assert not all(torch.equal(before[k], after[k]) for k in before)
     assert set(result["eval"]["after"]) == {"on_student_completions", "repetition", "sampled_repetition"}  # a server teacher does not sample
@@ -225,7 +225,7 @@ def test_server_killed_mid_run_checkpoints_and_resumes_identically(server, token
     config.student = str(model_dirs["student"])
     full = Distiller(config, train_dataset=rows)
     full.train()
-    reference = {k: v.clone() for k, v in full.student_for_generation().state_dict().items()}
+    reference = {k: v.clone() for k, v in full.parts.with_student.current().state_dict().items()}
 
     with serve_teacher(model_dirs["teacher"]) as (url, process):
         config = _server_config(tmp_path / "cut", url, max_steps=4, save_steps=1)
@@ -253,5 +253,5 @@ def test_server_killed_mid_run_checkpoints_and_resumes_identically(server, token
     with serve_teacher(model_dirs["teacher"]) as (url, _):
         resumed = Distiller(resume_config(run_dir, {"teacher_url": url}), train_dataset=rows, resume=True)
         assert resumed.train()["steps"] == 4
-    weights = resumed.student_for_generation().state_dict()
+    weights = resumed.parts.with_student.current().state_dict()
     assert all(torch.equal(reference[k], weights[k]) for k in reference)

@@ -14,6 +14,7 @@ from distill import DistillConfig
 from distill.generation import register_engine, unregister_engine
 from distill.training.ahead import RolloutProducerError
 from distill.training.metrics import read_metrics
+from distill.training.step import StepTimer
 from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
 from tests.distributed import capture_at_optimizer_step, check_split_invariance
@@ -38,7 +39,7 @@ def test_max_staleness_0_is_the_synchronous_loop(tokenizer, tmp_path):
     for name, extra in (("default", {}), ("zero", {"max_staleness": 0})):
         distiller = make_distiller(tokenizer, tmp_path / name, **ON_POLICY, **extra)
         distiller.train()
-        runs.append((_weights(distiller), read_metrics(distiller.run_dir / "metrics.jsonl")))
+        runs.append((_weights(distiller), read_metrics(distiller.parts.run_dir / "metrics.jsonl")))
     assert runs[0][0].keys() == runs[1][0].keys()
     for name in runs[0][0]:
         assert torch.equal(runs[0][0][name], runs[1][0][name]), name
@@ -51,7 +52,7 @@ def test_max_staleness_1_samples_each_step_from_the_weights_before_and_is_reprod
     for name in ("first", "second"):
         distiller = make_distiller(tokenizer, tmp_path / name, **ON_POLICY, max_staleness=1)
         distiller.train()
-        runs.append((_weights(distiller), read_metrics(distiller.run_dir / "metrics.jsonl")))
+        runs.append((_weights(distiller), read_metrics(distiller.parts.run_dir / "metrics.jsonl")))
     for name in runs[0][0]:
         assert torch.equal(runs[0][0][name], runs[1][0][name]), name
     records = runs[0][1]
@@ -71,7 +72,7 @@ def test_at_learning_rate_0_the_recorded_and_recomputed_log_probs_agree(tokenize
     # Nothing moves, so pi_theta / pi_behaviour is 1 up to the numerics of sampling and training forwards.
     distiller = make_distiller(tokenizer, tmp_path / "run", **ON_POLICY, max_staleness=2, learning_rate=1e-12)
     distiller.train()
-    for record in read_metrics(distiller.run_dir / "metrics.jsonl")[2:]:
+    for record in read_metrics(distiller.parts.run_dir / "metrics.jsonl")[2:]:
         assert record["staleness"] == 2.0
         assert record["staleness/ratio_max"] == pytest.approx(1.0, abs=1e-4)
         assert record["staleness/ratio_min"] == pytest.approx(1.0, abs=1e-4)
@@ -84,7 +85,7 @@ def test_iw_opd_takes_its_ppo_ratio_on_stale_samples(tokenizer, tmp_path):
                           teacher=tiny_lm(len(tokenizer), layers=3, seed=1, eos_token_id=tokenizer.eos_token_id),
                           tokenizer=tokenizer, train_dataset=datasets.Dataset.from_list(chat_rows(16)))
     distiller.train()
-    records = read_metrics(distiller.run_dir / "metrics.jsonl")
+    records = read_metrics(distiller.parts.run_dir / "metrics.jsonl")
     assert records[0]["iw_opd/ratio"] == 1.0  # fresh: rho = 1 by definition
     assert records[2]["iw_opd/ratio"] != 1.0 and records[2]["staleness"] == 1.0
 
@@ -162,7 +163,7 @@ def test_a_failing_producer_fails_the_step_checkpoints_before_it_and_resumes_to_
     failed = make_distiller(tokenizer, tmp_path / "failed", **settings)
     with pytest.raises(RolloutProducerError, match=r"(?s)sampling step 2.*went away.*checkpointed at step 2.*--resume"):
         failed.train()
-    run_dir = failed.run_dir
+    run_dir = failed.parts.run_dir
     assert (run_dir / "checkpoints" / "step-000002").is_dir()
     assert not (run_dir / "model").exists()
     resumed = Distiller(make_config(tmp_path / "failed", **settings), student=tiny_lm(len(tokenizer), seed=2,
@@ -172,7 +173,7 @@ def test_a_failing_producer_fails_the_step_checkpoints_before_it_and_resumes_to_
     resumed.train()
     for name, value in _weights(straight).items():
         assert torch.equal(value, _weights(resumed)[name]), name
-    assert _timeless(read_metrics(run_dir / "metrics.jsonl")) == _timeless(read_metrics(straight.run_dir / "metrics.jsonl"))
+    assert _timeless(read_metrics(run_dir / "metrics.jsonl")) == _timeless(read_metrics(straight.parts.run_dir / "metrics.jsonl"))
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -203,7 +204,7 @@ def test_pacing_drop_discards_rollouts_staler_than_the_bound_and_samples_them_ag
 
     distiller.rollout.after_optimizer_step = slow_training
     distiller.train()
-    records = read_metrics(distiller.run_dir / "metrics.jsonl")
+    records = read_metrics(distiller.parts.run_dir / "metrics.jsonl")
     assert distiller.rollout.dropped >= 1
     assert sum(r["staleness/dropped"] for r in records) == distiller.rollout.dropped
     assert all(r["staleness_max"] <= 1 for r in records)  # the bound holds whatever the timing
@@ -213,13 +214,13 @@ def test_pacing_wait_never_drops(tokenizer, tmp_path):
     distiller = make_distiller(tokenizer, tmp_path / "run", **ON_POLICY, max_staleness=2)
     distiller.train()
     assert distiller.rollout.dropped == 0
-    assert all(r["staleness/dropped"] == 0 for r in read_metrics(distiller.run_dir / "metrics.jsonl"))
+    assert all(r["staleness/dropped"] == 0 for r in read_metrics(distiller.parts.run_dir / "metrics.jsonl"))
 
 
 def test_doctor_times_a_step_of_an_asynchronous_run_without_its_worker(tokenizer, tmp_path):
     distiller = make_distiller(tokenizer, tmp_path / "run", **ON_POLICY, max_staleness=1)
     before = _weights(distiller)
-    timings = distiller.time_step(1)  # no worker yet: the step samples in place
+    timings = StepTimer(distiller.parts).time_step(1)  # no worker yet: the step samples in place
     assert timings["generation_student"] > 0 and timings["optimizer"] >= 0
     for name, value in _weights(distiller).items():
         assert torch.equal(value, before[name]), name

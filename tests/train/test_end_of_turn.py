@@ -78,8 +78,8 @@ def test_a_run_trains_dataset_completions_ending_with_the_turn_token_and_logs_it
         distiller = make_distiller(tokenizer, tmp_path, rows=rows, teacher=teacher, student=student, lmbda=0.0,
                                    max_new_tokens=30)
     assert "end of turn (appended to dataset and teacher completions): '<|im_end|>'" in caplog.text
-    assert all(e.completion_ids[-1] == turn for e in distiller.encoded)
-    assert not any(tokenizer.eos_token_id in e.completion_ids for e in distiller.encoded)
+    assert all(e.completion_ids[-1] == turn for e in distiller.parts.encoded)
+    assert not any(tokenizer.eos_token_id in e.completion_ids for e in distiller.parts.encoded)
     distiller.train()
 
 

@@ -147,7 +147,7 @@ def test_an_engine_defined_in_a_test_file_trains_end_to_end(tokenizer, tmp_path,
     assert toy_engine.calls == 1 and all(mb.source == "student" for mb in micro_batches)
     completion = micro_batches[0].completions[0]
     request = DecodeRequest(torch.tensor([completion.prompt_ids]), torch.ones(1, len(completion.prompt_ids), dtype=torch.long),
-                            SamplingParams(1.0, 1.0, 0, 6), distiller.eos_ids, distiller.eos_ids, distiller.pad_id, CPU)
+                            SamplingParams(1.0, 1.0, 0, 6), distiller.parts.eos_ids, distiller.parts.eos_ids, distiller.parts.pad_id, CPU)
     expected = toy_engine.decode(student, request)[0][0].tolist()
     assert completion.completion_ids == expected[: len(completion.completion_ids)]
     result = distiller.train()

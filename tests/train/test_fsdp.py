@@ -49,7 +49,7 @@ def _gradient_of_step_zero(rank, world_size, out, method, fsdp, batch, **overrid
     capture_at_optimizer_step(distiller, capture)
     window = distiller._new_window()
     distiller.train_step(0, window, {}, log_step=True)
-    return {"grads": captured, "metrics": window.reduce(), "sharded": type(distiller.wrapped).__name__}
+    return {"grads": captured, "metrics": window.reduce(), "sharded": type(distiller.state.wrapped).__name__}
 
 
 @pytest.mark.parametrize("method, overrides", [
@@ -81,7 +81,7 @@ def _final_state(distiller) -> dict:
     """The trained student's full weights and full optimizer state (collective; full on every process)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-    model, optimizer = get_state_dict(distiller.wrapped, distiller.optimizer.optimizer,
+    model, optimizer = get_state_dict(distiller.state.wrapped, distiller.state.optimizer.optimizer,
                                       options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=False))
     flat = {f"model.{k}": _full(v).clone() for k, v in model.items()}
     for fqn, state in optimizer["state"].items():
@@ -117,7 +117,7 @@ def _killed_at_step_zero(rank, world_size, out):
     distiller = make_distiller(train_tiny_tokenizer(), Path(out), rows=chat_rows(16), **_fsdp_config(out))
     distiller.setup()
     distiller.save_checkpoint(0)
-    assert not distiller.optimizer.optimizer.state  # saving it did not step it
+    assert not distiller.state.optimizer.optimizer.state  # saving it did not step it
     import torch.distributed as dist
 
     dist.barrier()

@@ -3,6 +3,7 @@ split invariance over processes and micro-batches, kill/resume identity, eval an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -290,16 +291,16 @@ def test_completions_record_the_weights_that_sampled_them_and_reuse_is_staleness
     the teacher's warm-up samples have no version and staleness 0."""
     run = distiller(tokenizer, tmp_path, max_steps=6, teacher_warmup_steps=2, num_iterations=2, logging_steps=1)
     seen = []
-    original = run.objective.__call__
+    original = run.parts.objective.__call__
 
     class Recording:
-        signals = run.objective.signals
+        signals = run.parts.objective.signals
 
         def __call__(self, tokens, signal, context):
             seen.append((context.source, context.staleness))
             return original(tokens, signal, context)
 
-    run.objective = Recording()
+    run.parts = dataclasses.replace(run.parts, objective=Recording())
     taken = []
     take = run.rollout.take
 

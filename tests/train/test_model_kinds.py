@@ -156,7 +156,7 @@ def test_a_model_kind_from_a_test_file_trains_evaluates_and_resumes(tokenizer, t
     for step in range(2):
         interrupted._train_step_or_checkpoint(step, window, {})
     interrupted.save_checkpoint(2)
-    interrupted.run.release()
+    interrupted.state.run.release()
     resumed, _, _ = _distiller(tokenizer, tmp_path / "b", resume=True)
     assert resumed.train()["steps"] == 4
     assert all(torch.equal(straight[n], p) for n, p in resumed.student_model.named_parameters())

@@ -28,7 +28,7 @@ def test_two_steps_with_the_packaged_teacher(smollm2, tmp_path):
         eval_max_new_tokens=8, eval_examples=1, progress_bar=False, output_dir=str(tmp_path / "run"),
     )
     distiller = Distiller(config)
-    assert distiller.vocab_size == 49152 and distiller.tokenizer.eos_token == "<|im_end|>"
+    assert distiller.parts.vocab_size == 49152 and distiller.parts.tokenizer.eos_token == "<|im_end|>"
     assert distiller.student_model.config.num_hidden_layers == 3  # layers 0, 10, 20 of 30
     result = distiller.train()
     assert result["steps"] == 2

@@ -147,7 +147,7 @@ def test_the_template_edits_the_last_user_turn_and_keeps_the_others():
 
 def test_truncated_teacher_prompts_keep_their_end_and_are_counted(tokenizer, tmp_path):
     run = distiller(tokenizer, tmp_path, max_teacher_prompt_length=24, max_steps=1)
-    example = run.train_examples[0]
+    example = run.parts.train_examples[0]
     ids, truncated, _ = run.teacher.teacher_prompt(example)
     full = tokenizer.apply_chat_template(fill(DEFAULT_TEACHER_PROMPT_TEMPLATE, example.prompt, example.privileged_context),
                                          tokenize=False, add_generation_prompt=True)
@@ -255,7 +255,7 @@ def test_a_lora_base_teacher_switches_the_adapter_off_without_a_copy(tokenizer, 
     assert run.student_model.training  # the teacher pass restores the mode
     base, positions = student(tokenizer).eval(), predicting_positions(mb.completion_mask)
     rows = [run.teacher.teacher_prompt(c.example)[0] + c.completion_ids for c in mb.completions]
-    teacher_batch = collate([Completion(run.teacher.teacher_prompt(c.example)[0], c.completion_ids, "student") for c in mb.completions], "student", run.pad_id)
+    teacher_batch = collate([Completion(run.teacher.teacher_prompt(c.example)[0], c.completion_ids, "student") for c in mb.completions], "student", run.parts.pad_id)
     with torch.no_grad():
         expected = backbone_hidden(base, teacher_batch.input_ids, teacher_batch.attention_mask)[:, :-1][
             predicting_positions(teacher_batch.completion_mask)]

@@ -222,14 +222,14 @@ def test_grpo_builds_no_self_teacher_and_trains_on_advantages(tokenizer, tmp_pat
     monkeypatch.setattr(distill.training.rollout, "generate_completions", group_completions(8))
     run = distiller(tokenizer, tmp_path, distillation_weight=0.0, per_device_train_batch_size=4,
                     gradient_accumulation_steps=2, num_generations=4)
-    assert run.teacher is None and run.sampler.prompts_per_step == 2
+    assert run.teacher is None and run.parts.sampler.prompts_per_step == 2
     before = {n: p.detach().clone() for n, p in run.student_model.named_parameters()}
     result = run.train()["train"]
     after = dict(run.student_model.named_parameters())
     assert any(not torch.equal(before[n], after[n]) for n in before)
     assert result["sdpo/distillation_loss"] == 0.0 and result["sdpo/reprompt_sample_fraction"] == 0.0
     assert 0.0 <= result["reward/mean"] <= 1.0 and "reward/std" in result and "forward_kl" not in result
-    groups = run.sampler.micro_batch_indices(0)
+    groups = run.parts.sampler.micro_batch_indices(0)
     flat = [i for mb in groups for i in mb]
     assert flat[:4] == [flat[0]] * 4 and flat[4:] == [flat[4]] * 4  # a group spans both micro-batches
     card = (tmp_path / "run" / "model" / "README.md").read_text()
@@ -298,7 +298,7 @@ def test_a_failing_reward_function_names_the_row_and_checkpoints_before_stopping
         run.train()
     step = int(error.value.args[0].split("checkpointed at step ")[1].split(" ")[0])
     assert (tmp_path / "run" / "checkpoints" / f"step-{step:06d}").is_dir()
-    assert 5 in run.sampler.micro_batch_indices(step)[0]
+    assert 5 in run.parts.sampler.micro_batch_indices(step)[0]
 
 
 def final_weights(run_dir):

@@ -43,9 +43,9 @@ def test_loss_denominator_is_the_completion_tokens_of_the_whole_step(tokenizer, 
     rows = [{**row, "completion": "ok " * (i % 5)} for i, row in enumerate(chat_rows(16))]
     distiller = make_distiller(tokenizer, tmp_path, rows=rows, lmbda=0.5, gradient_accumulation_steps=3, max_new_tokens=30)
     distiller.setup()
-    step = _mixed_step(distiller.config.seed, 3)
+    step = _mixed_step(distiller.parts.config.seed, 3)
     rollouts, backward_losses = [], []
-    original_rollout, original_backward = distiller.rollout.take, distiller.accelerator.backward
+    original_rollout, original_backward = distiller.rollout.take, distiller.parts.accelerator.backward
 
     def recording_rollout(s, t):
         rollouts.extend(original_rollout(s, t))
@@ -55,7 +55,7 @@ def test_loss_denominator_is_the_completion_tokens_of_the_whole_step(tokenizer, 
         backward_losses.append(loss.item())
         original_backward(loss)
 
-    distiller.rollout.take, distiller.accelerator.backward = recording_rollout, recording_backward
+    distiller.rollout.take, distiller.parts.accelerator.backward = recording_rollout, recording_backward
     distiller.train_step(step, distiller._new_window(), {}, log_step=False)
 
     assert {mb.source for mb in rollouts} == {"student", "dataset"}
@@ -68,7 +68,7 @@ def test_loss_denominator_is_the_completion_tokens_of_the_whole_step(tokenizer, 
     with torch.no_grad():
         for mb, recorded in zip(rollouts, backward_losses):
             signal = fresh.teacher.score(mb, 1.0)
-            out = fresh.wrapped(mb, signal, fresh.objective, StepContext(mb.source))
+            out = fresh.state.wrapped(mb, signal, fresh.parts.objective, StepContext(mb.source))
             assert int(out.num_tokens) == int(mb.completion_mask.sum())
             assert recorded == pytest.approx(out.loss_sum.item() / trained_tokens, rel=1e-5)
 
@@ -91,15 +91,15 @@ def test_a_step_without_trained_tokens_moves_neither_the_weights_nor_the_schedul
 
     distiller.rollout.take = empty_rollout
     weights = {n: p.detach().clone() for n, p in distiller.student_model.named_parameters()}
-    first_lr = distiller.scheduler.get_last_lr()[0]
+    first_lr = distiller.state.scheduler.get_last_lr()[0]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # torch's scheduler warning would fail the test
         distiller.train_step(0, distiller._new_window(), {}, log_step=False)
-        assert distiller.scheduler.last_epoch == 0 and distiller.scheduler.get_last_lr()[0] == first_lr
+        assert distiller.state.scheduler.last_epoch == 0 and distiller.state.scheduler.get_last_lr()[0] == first_lr
         assert all(torch.equal(p.detach(), weights[n]) for n, p in distiller.student_model.named_parameters())
         distiller.rollout.take = original_rollout
         distiller.train_step(1, distiller._new_window(), {}, log_step=False)
-    assert distiller.scheduler.last_epoch == 1
+    assert distiller.state.scheduler.last_epoch == 1
     assert any(not torch.equal(p.detach(), weights[n]) for n, p in distiller.student_model.named_parameters())
 
 
@@ -141,7 +141,7 @@ def test_teacher_generates_once_per_step_and_only_for_its_micro_batches(tokenize
     for step in range(4):
         calls.clear()
         distiller.train_step(step, distiller._new_window(), {}, log_step=False)
-        sources = draw_sources(0.5, True, distiller.config.seed, step, 4)
+        sources = draw_sources(0.5, True, distiller.parts.config.seed, step, 4)
         teacher_calls = [n for who, n in calls if who == "teacher"]
         student_calls = [n for who, n in calls if who == "student"]
         assert teacher_calls == ([2 * sources.count("teacher")] if "teacher" in sources else [])
@@ -156,7 +156,7 @@ def test_teacher_samples_a_window_of_steps_in_one_call(tokenizer, tmp_path, monk
         batches = distiller.rollout.take(step, {})
         teacher_calls = [n for who, n in calls[before:] if who == "teacher"]
         first = step - step % 3
-        expected_prompts = sum(2 * distiller.sources_for_step(s).count("teacher") for s in range(first, min(first + 3, 7)))
+        expected_prompts = sum(2 * distiller.rollout.sources(s).count("teacher") for s in range(first, min(first + 3, 7)))
         assert teacher_calls == ([expected_prompts] if step == first and expected_prompts else [])
         samples[step] = [c.completion_ids for mb in batches if mb.source == "teacher" for c in mb.completions]
     # A fresh run resumed in the middle of a window regenerates exactly the same teacher samples.
@@ -301,7 +301,7 @@ def test_models_loaded_from_disk_train_in_training_mode(tokenizer, tmp_path, mod
 def test_padded_embeddings_are_aligned_to_the_tokenizer(tokenizer, tmp_path):
     teacher = tiny_lm(len(tokenizer), layers=2, seed=3, eos_token_id=tokenizer.eos_token_id, pad_rows=13)
     distiller = make_distiller(tokenizer, tmp_path, teacher=teacher, teacher_tokenizer=tokenizer)
-    assert distiller.vocab_size == len(tokenizer)
+    assert distiller.parts.vocab_size == len(tokenizer)
     assert distiller.teacher.head.weight.shape[0] == len(tokenizer)
     distiller.train()
 

@@ -88,14 +88,14 @@ def distill_step(tokenizer, tmp_path, teacher, student, **overrides):
                                lmbda=0.0, per_device_train_batch_size=ROWS, gradient_accumulation_steps=1, max_steps=1,
                                max_new_tokens=64, max_prompt_length=256, **overrides)
     recorded = []
-    original_backward = distiller.accelerator.backward
+    original_backward = distiller.parts.accelerator.backward
 
     def recording_backward(loss, **kwargs):
         original_backward(loss, **kwargs)
         grads = {name: p.grad.detach().clone() for name, p in distiller.student_model.named_parameters()}
         recorded.append((loss.item(), grads))
 
-    distiller.accelerator.backward = recording_backward
+    distiller.parts.accelerator.backward = recording_backward
     distiller.train()
     assert len(recorded) == 1, "one micro-batch, one backward"
     return recorded[0]

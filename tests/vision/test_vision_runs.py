@@ -188,10 +188,10 @@ def test_self_distillation_shows_the_rows_images_to_the_self_teacher(tmp_path, v
     fast = {k: v for k, v in FAST.items() if k not in GKD_ONLY}
     base = {**fast, "student": vl_dirs["student"], "dataset": str(data), "max_prompt_length": 64}
     sdft = Distiller(DistillConfig(**base, method="sdft", output_dir=str(tmp_path / "sdft"), max_teacher_prompt_length=160))
-    example = sdft.train_examples[2]  # two images
+    example = sdft.parts.train_examples[2]  # two images
     ids, cut, own_inputs = sdft.teacher.teacher_prompt(example)
     placeholder = sdft.student_model.config.image_token_id
-    assert not cut and own_inputs is None and ids.count(placeholder) == sdft.encoded[2].prompt_ids.count(placeholder) == 8
+    assert not cut and own_inputs is None and ids.count(placeholder) == sdft.parts.encoded[2].prompt_ids.count(placeholder) == 8
     assert processor_of(sdft.student_model) is not None
     assert sdft.train()["steps"] == 2
     sdpo = Distiller(DistillConfig(**base, method="sdpo", output_dir=str(tmp_path / "sdpo"), num_generations=2,

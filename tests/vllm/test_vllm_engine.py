@@ -187,7 +187,7 @@ def _gap_after_steps(distiller, checked_steps):
     def checked(step, timings):
         micro_batches = generate(step, timings)
         if step in checked_steps:
-            student = distiller.student_for_generation()
+            student = distiller.parts.with_student.current()
             gaps[step] = max((torch.tensor(c.rollout_log_probs) - _forward_log_probs(student, c)).abs().max().item()
                              for mb in micro_batches for c in mb.completions)
         return micro_batches
@@ -348,18 +348,18 @@ def stale_sampling_gaps(distiller, steps) -> dict[int, tuple[int, float, float]]
     publish, assemble = distiller.rollout.after_optimizer_step, distiller.rollout._assemble
 
     def remember_version(step):
-        versions[step + 1] = copy.deepcopy(distiller.student_for_generation().state_dict())
+        versions[step + 1] = copy.deepcopy(distiller.parts.with_student.current().state_dict())
         publish(step)
 
     def remember_rollout(step, outputs, version, timings):
         if not versions:
-            versions[0] = copy.deepcopy(distiller.student_for_generation().state_dict())
+            versions[0] = copy.deepcopy(distiller.parts.with_student.current().state_dict())
         rollouts[step] = (version, assemble(step, outputs, version, timings))
         return rollouts[step][1]
 
     distiller.rollout.after_optimizer_step, distiller.rollout._assemble = remember_version, remember_rollout
     distiller.train()
-    model = copy.deepcopy(distiller.student_for_generation())
+    model = copy.deepcopy(distiller.parts.with_student.current())
 
     def gap(version, micro_batches):
         model.load_state_dict(versions[version])

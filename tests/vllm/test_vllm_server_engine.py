@@ -165,6 +165,6 @@ def test_a_server_that_dies_fails_the_step_and_a_resume_on_a_new_server_ends_wit
         resumed.train()
     finally:
         stop_server(fresh)
-    expected = straight.student_for_generation().state_dict()
-    for name, value in resumed.student_for_generation().state_dict().items():
+    expected = straight.parts.with_student.current().state_dict()
+    for name, value in resumed.parts.with_student.current().state_dict().items():
         assert torch.equal(value, expected[name]), name

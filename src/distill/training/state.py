@@ -67,12 +67,16 @@ def prepare_training(parts: Assembly, findings: list[Finding], previous: Trainin
     hooks, sync = _setup_hooks(parts)
     run, metrics_log = _setup_run_directory(parts, findings, previous)
     trained = TrainedStudent(wrapped, parts.with_student, parts.tokenizer, optimizer, scheduler, hooks)
-    first_step = run.resume(trained) if parts.resuming else 0
-    if sync is not None:
-        sync.start()  # the weights the first rollout samples from (a resumed run's: the checkpoint's)
-    parts.rollout.start(first_step)  # an asynchronous producer's worker starts here
-    if parts.config.report_to != "none":
-        parts.accelerator.init_trackers(parts.config.run_name or parts.run_dir.name, config=parts.config_record())
+    try:
+        first_step = run.resume(trained) if parts.resuming else 0
+        if sync is not None:
+            sync.start()  # the weights the first rollout samples from (a resumed run's: the checkpoint's)
+        parts.rollout.start(first_step)  # an asynchronous producer's worker starts here
+        if parts.config.report_to != "none":
+            parts.accelerator.init_trackers(parts.config.run_name or parts.run_dir.name, config=parts.config_record())
+    except BaseException:
+        run.release()  # no state holds the lock yet: a checkpoint refused on resume leaves the directory free
+        raise
     return TrainingState(trained, run, metrics_log, first_step)
 
 
