@@ -146,11 +146,13 @@ def test_the_memory_estimate_follows_its_formula(tokenizer):
 
 
 def test_a_check_that_raises_is_a_warning_not_a_crash(tokenizer, monkeypatch):
-    import distill.doctor.findings
+    from distill.doctor.findings import register_check, unregister_check
 
-    broken = distill.doctor.findings.Check("broken", "t", "s", lambda ctx: 1 / 0)
-    monkeypatch.setitem(distill.doctor.findings.REGISTERED, "broken", broken)
-    [found] = findings_of("broken", context(tokenizer))
+    register_check("broken", "t", "s")(lambda ctx: 1 / 0)
+    try:
+        [found] = findings_of("broken", context(tokenizer))
+    finally:
+        unregister_check("broken")
     assert found.severity == "warning" and "ZeroDivisionError" in found.measured
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable
 
+from distill.registry import Registry
+
 if TYPE_CHECKING:
     from distill.doctor.context import DoctorContext
 
@@ -45,15 +47,25 @@ class Check:
     run: Callable[["DoctorContext"], list[Finding]]
 
 
-REGISTERED: dict[str, Check] = {}  # by name, in registration order (`distill.doctor.run` reads it)
+# The checks by name, reported in registration order (`distill.doctor.run`). The built-in checks are registered when
+# the table is first used: the package (`distill.doctor`) gives it their loader, as `distill.methods` does its methods.
+CHECKS: Registry[Check] = Registry("doctor check", "doctor check")
 
 
 def register_check(name: str, title: str, source: str):
-    """Decorator: `function(context) -> list[Finding]` becomes the check `name` (reported in registration order)."""
+    """Decorator: `function(context) -> list[Finding]` becomes the check `name` (a name may be registered once)."""
     def register(function: Callable[["DoctorContext"], list[Finding]]):
-        if name in REGISTERED:
-            raise ValueError(f"a check named {name!r} is registered already")
-        REGISTERED[name] = Check(name, title, source, function)
+        CHECKS.register(Check(name, title, source, function))
         return function
 
     return register
+
+
+def unregister_check(name: str) -> None:
+    """Remove a check (tests that register a toy clean up with this)."""
+    CHECKS.unregister(name)
+
+
+def registered_checks() -> list[Check]:
+    """Every check, in the order they are reported."""
+    return [CHECKS.get(name) for name in CHECKS.names()]

@@ -1,15 +1,12 @@
-"""Running the checks: the built-in ones registered (`distill.doctor.checks`), then every registered one in order."""
+"""Running the checks: every registered check in order (the built-in ones, `distill.doctor.checks`, registered when
+the table is first used)."""
 
 from __future__ import annotations
 
-import distill.doctor.checks  # noqa: F401  (registers the built-in checks)
 from distill.doctor.context import DoctorContext
-from distill.doctor.findings import REGISTERED, Check, Finding
+from distill.doctor.findings import Finding, registered_checks
 
-
-def registered_checks() -> list[Check]:
-    """Every check, in the order they are reported."""
-    return list(REGISTERED.values())
+__all__ = ["registered_checks", "run_checks"]
 
 
 def run_checks(context: DoctorContext) -> list[Finding]:
