@@ -1,10 +1,14 @@
 """The training loop and what it is assembled from.
 
-- `trainer.py`: `Distiller`, the loop: assemble the run's parts, then per step take the rollout, score, backward,
-  step, log, checkpoint.
-- `assembly.py`: the run's parts built from the config (student, data, rollout producer, objective, hooks);
+- `trainer.py`: `Distiller`, the loop: assemble the run, check it, set up its training state, then per step train,
+  log, checkpoint.
+- `recipe.py`: the run assembled top to bottom into one `Assembly` (method, rows, runtime, models, teachers, rollout);
+  `assembly.py`: the pieces it is built from (student, data, sampler, optimizer, rollout producer);
   `teacher_assembly.py`: the teachers, one path shared with `distill eval` and `distill cache-teacher`;
-  `student_access.py`: the student as it is now, for the rollout and the weight sync.
+  `student_access.py`: the student as it is now, for the rollout and the weight sync;
+  `start_checks.py`: the doctor's start-of-run checks on the assembly.
+- `state.py`: the `TrainingState` set-up prepares (the wrapped student, optimizer, schedule, hooks, run directory);
+  `step.py`: one step's passes (rollout, teacher signals, forward and backward) and the doctor's `StepTimer`.
 - `rollout.py`: the rollout producer (request the rollout of step k; take it) and a step's micro-batches.
 - `metrics.py`: token-weighted metric windows, reduced over processes once.
 - `runtime.py`: accelerate, the device and precision; `sharding.py`: FSDP for the student; `cpu_memory.py`:

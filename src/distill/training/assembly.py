@@ -1,4 +1,4 @@
-"""Assembling a run before its first step: the pieces `Distiller` puts together, in the order it does.
+"""Assembling a run before its first step: the pieces `distill.training.recipe.assemble` puts together, in its order.
 
     check_arguments   objects passed from Python that the run would not read are errors
     load_examples     the training rows and the held-out ones

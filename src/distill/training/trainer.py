@@ -118,7 +118,7 @@ class Distiller:
         before = parts.with_student(lambda student: state.run.evaluate_before(evaluator, student))
         last_record: dict[str, Any] = {}
         progress = progress_bar(config.progress_bar and parts.runtime.is_main_process, config.max_steps, step)
-        window, timings = self._new_window(), {}
+        window, timings = self._new_window(), dict[str, float]()
         stop, interrupted, started = StopRequest(), False, time.perf_counter()
         with stop.installed():
             try:
