@@ -166,7 +166,8 @@ def assemble(config: DistillConfig, given: Given) -> tuple[Assembly, LoadedModel
     rows = _setup_examples(config, parts, given)
     objective, runtime, sampler = _setup_runtime(config, parts, rows)
     models, prepared = _setup_models(config, parts, rows, runtime, given)
-    with_student = StudentAccess(prepared.student, config.fsdp, runtime.accelerator.unwrap_model)
+    accelerator: Any = runtime.accelerator
+    with_student = StudentAccess(prepared.student, config.fsdp, accelerator.unwrap_model)
     stage, rollout = _setup_rollout(config, parts, rows, runtime, sampler, prepared, with_student)
     against = prepared.against
     return Assembly(config, parts.method, parts.plan, parts.location, Path(config.output_dir), given.resume,

@@ -10,7 +10,7 @@ tokens are split into micro-batches or processes (DESIGN.md §4.1).
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -45,7 +45,7 @@ def step_passes(parts: Assembly, model: nn.Module, step: int, window: MetricWind
         [sum(mb.num_completion_tokens for mb in micro_batches), sum(mb.num_rows for mb in micro_batches),
          *(sum(count(mb) for mb in micro_batches) for count in counts.values())])
     scale = runtime.num_processes / step_tokens if step_tokens else 0.0
-    sizes = dict(step_tokens=step_tokens, step_rows=step_rows, step_counts=dict(zip(counts, step_counts)),
+    sizes: dict[str, Any] = dict(step_tokens=step_tokens, step_rows=step_rows, step_counts=dict(zip(counts, step_counts)),
                  step_micro_batches=len(micro_batches) * runtime.num_processes)
     # A teacher outside the process scores the whole step up front; a model here, each micro-batch before its loss.
     teacher = parts.teacher
