@@ -5,7 +5,11 @@
 - `assembly.py`: the run's parts built from the config (student, data, rollout producer, objective, hooks);
   `teacher_assembly.py`: the teachers, one path shared with `distill eval` and `distill cache-teacher`;
   `student_access.py`: the student as it is now, for the rollout and the weight sync.
-- `rollout.py`: the rollout producer (request the rollout of step k; take it) and a step's micro-batches.
+- `plan.py`: completion sources, the method's `SourcePlan` and `StepStage`, `RolloutSettings`, the `RolloutProducer`
+  interface (request the rollout of step k; take it). `rollout.py`: the synchronous producer; `async_rollout.py` (and
+  `async_worker.py`): the asynchronous one (`max_staleness`). Both are composed of `rollout_parts.py`: the student
+  sampler (`student_sampler.py`), the teacher's seq_kd window (`teacher_window.py`), the dataset's completions and the
+  micro-batches made of the samples (`completions.py`), the method's stage (`stage.py`).
 - `metrics.py`: token-weighted metric windows, reduced over processes once.
 - `runtime.py`: accelerate, the device and precision; `sharding.py`: FSDP for the student; `cpu_memory.py`:
   glibc's mmap threshold for a training process on CPU.

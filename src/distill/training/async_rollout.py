@@ -210,6 +210,7 @@ class AsyncRollout(ComposedRollout):
                 if self._closing or not ready or version is None:
                     return
                 snapshot = self._versions[version]
+            result: Sampled | Failed
             try:
                 with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
                     result = self._sample(step, version, snapshot)

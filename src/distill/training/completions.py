@@ -42,6 +42,7 @@ class RolloutAssembler:
         """Example `j`'s own completion: hit_max where it was cut to fit (a conversation's), or where it ends without
         an EOS; its trained mask and layout are the row's (`completion`)."""
         encoded = self.encoded[j]
+        assert encoded.completion_ids is not None, "a dataset completion is drawn only for rows that have one"
         ids = list(encoded.completion_ids)
         hit_max = encoded.completion_cut if encoded.completion_trained is not None else bool(ids) and ids[-1] not in self.eos_ids
         return Sample(ids, hit_max)
