@@ -144,3 +144,19 @@ def test_rollout_log_probs_are_collated_in_completion_token_order():
     assert batch.rollout_log_probs.tolist() == pytest.approx([-0.1, -0.2, -0.3, -0.4])
     assert batch.rollout_log_probs.shape[0] == batch.num_completion_tokens
     assert collate([Completion([5], [7], "dataset")], "dataset", pad_id=EOS).rollout_log_probs is None
+
+
+def test_checkpoints_keep_samples_in_one_form_and_read_the_forms_written_before_it():
+    from distill.conversations.layout import Layout, Segment
+    from distill.generation.sample import sample_from_plain, sample_to_plain
+
+    layout = Layout((Segment(2, True), Segment(1, False, ({"role": "tool", "content": "4"},))), " (starts at 3)", 1.0)
+    sample = Sample([5, 6, 7], True, [-0.5, -0.25, 0.0], (True, True, False), [1, 2], layout, 3)
+    assert sample_from_plain(sample_to_plain(sample)) == sample
+    # The synchronous producer's rows before weights versions, trained masks, prompts and layouts were kept.
+    assert sample_from_plain({"ids": [5, 6], "hit_max": False, "log_probs": None}) == Sample([5, 6])
+    # The asynchronous producer's positional rows: (ids, hit_max[, log_probs[, trained, prompt, layout]]).
+    assert sample_from_plain([[5, 6], True]) == Sample([5, 6], True)
+    assert sample_from_plain([[5, 6], False, [-0.5, -0.5]]) == Sample([5, 6], False, [-0.5, -0.5])
+    assert (sample_from_plain([[5, 6, 7], True, None, [True, True, False], [1, 2], layout.to_plain()])
+            == Sample([5, 6, 7], True, None, (True, True, False), [1, 2], layout))

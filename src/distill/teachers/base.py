@@ -63,8 +63,8 @@ class Teacher(ABC):
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
                  examples: list[Example] | None = None, seeds: list[int] | None = None,
                  extras: list[RowExtras] | None = None) -> list[Sample]:
-        """Completions in student ids (one `Sample` per prompt) for the student's `prompts`; `examples` (the same prompts as dataset
-        examples) are for teachers that render their own prompts (another tokenizer); `seeds`: one per prompt
+        """Completions in student ids for the student's `prompts`, one `Sample` each; `examples` (the same prompts as
+        dataset examples) are for teachers that render their own prompts (another tokenizer); `seeds`: one per prompt
         (`distill.generation.seeds`); `extras`: the prompts' model inputs beyond the ids (a teacher of the
         student's kind takes them; one rendering its own prompts, its own)."""
         raise TypeError(f"{type(self).__name__} cannot sample completions (can_generate is False)")
