@@ -1,6 +1,6 @@
-"""Moved to `distill.training.async_rollout` (the asynchronous rollout producer, `AsyncRollout`); this name stays only
-while `distill.config.checks` reads `PACINGS` from here."""
+"""Moved: the asynchronous rollout producer is `distill.training.async_rollout.AsyncRollout`, its pacings
+`distill.training.plan.PACINGS`. This name stays only while `distill.config.checks` reads `PACINGS` from here."""
 
-from distill.training.async_rollout import PACINGS
+from distill.training.plan import PACINGS
 
 __all__ = ["PACINGS"]

@@ -40,10 +40,11 @@ from distill.batch import MicroBatch
 from distill.errors import StepFailure
 from distill.generation.sample import sample_from_plain, sample_to_plain
 from distill.training.async_worker import Failed, Sampled, Snapshot, frozen_copy, load_snapshot, trainable_snapshot
+from distill.training.plan import PACINGS
 from distill.training.rollout_parts import ComposedRollout, RolloutParts
 from distill.training.student_sampler import Metrics
 
-PACINGS = ("wait", "drop")
+__all__ = ["PACINGS", "AsyncRollout", "RolloutProducerError"]
 
 
 class RolloutProducerError(StepFailure):

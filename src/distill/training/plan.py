@@ -47,6 +47,8 @@ SOURCES = ("student", "dataset", "teacher")
 # loading (pushing) them where the student samples, the training thread waiting for a rollout, the worker sampling it,
 # the training thread from taking a rollout to its optimizer step.
 ASYNC_TIMERS = ("weight_push", "queue_wait", "generation", "training")
+# How an asynchronous producer keeps within max_staleness (`staleness_pacing`, `distill.training.async_rollout`).
+PACINGS = ("wait", "drop")
 
 
 class SourcePlan(Protocol):
