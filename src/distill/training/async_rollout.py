@@ -44,8 +44,6 @@ from distill.training.plan import PACINGS
 from distill.training.rollout_parts import ComposedRollout, RolloutParts
 from distill.training.student_sampler import Metrics
 
-__all__ = ["PACINGS", "AsyncRollout", "RolloutProducerError"]
-
 
 class RolloutProducerError(StepFailure):
     """The asynchronous rollout producer failed to sample a step's rollout."""
