@@ -185,7 +185,7 @@ def test_a_step_of_empty_completions_trains_nothing_and_stays_finite(tokenizer, 
     import distill.training.student_sampler
 
     monkeypatch.setattr(distill.training.student_sampler, "generate_completions",
-                        lambda model, prompts, *args, **kwargs: [([], False, []) for _ in prompts])
+                        lambda model, prompts, *args, **kwargs: [Sample([], False, []) for _ in prompts])
     run = distiller(tokenizer, tmp_path, max_steps=1)
     before = {n: p.detach().clone() for n, p in run.student_model.named_parameters()}
     run.setup()
