@@ -253,7 +253,7 @@ def test_failed_rollouts_are_distilled_toward_the_teacher_shown_a_successful_sib
         sibling = next((j for j in group if success[j] and j != i), None)
         assert DISTILLED.of(c) == (sibling is not None)
         if sibling is not None:
-            expected = run.rollout.stage.reprompts.ids(c.example, texts[sibling], None)
+            expected = run.rollout.parts.stage.stage.reprompts.ids(c.example, texts[sibling], None)
             assert TEACHER_PROMPT.of(c) == expected and texts[sibling] in tokenizer.decode(TEACHER_PROMPT.of(c)[0])
         assert ADVANTAGE.of(c) == pytest.approx(naive_advantages([float(s) for s in success], 4, "group")[i], rel=1e-6)
     assert torch.equal(micro_batches[0].advantages, torch.tensor([ADVANTAGE.of(c) for c in completions[:4]], dtype=torch.float32))
