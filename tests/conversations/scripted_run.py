@@ -25,6 +25,8 @@ class Ticker:
 
 
 def scripted(tokenizer):
+    from distill.generation.sample import Sample
+
     eos = tokenizer.eos_token_id
     call = tokenizer('<tool_call>\n{"name": "tick", "arguments": {}}\n</tool_call>', add_special_tokens=False)["input_ids"]
 
@@ -38,23 +40,23 @@ def scripted(tokenizer):
             else:
                 ids = tokenizer(f"It is {results[-1]}.", add_special_tokens=False)["input_ids"] + [eos]
             ids = ids[: sampling.max_new_tokens]
-            out.append((ids, False) + (([-0.5] * len(ids),) if with_log_probs else ()))
+            out.append(Sample(ids, False, [-0.5] * len(ids) if with_log_probs else None))
         return out
 
     return generate
 
 
 def main(argv: list[str]) -> int:
-    import distill.training.rollout
+    import distill.training.student_sampler
     from distill.cli import main as distill_main
 
-    original = distill.training.rollout.StepRollout._conversations
+    original = distill.training.student_sampler.StudentSampler._conversations
 
     def conversations(self, loop, *args, **kwargs):
-        distill.training.rollout.generate_completions = scripted(loop.environment.tokenizer)
+        distill.training.student_sampler.generate_completions = scripted(loop.environment.tokenizer)
         return original(self, loop, *args, **kwargs)
 
-    distill.training.rollout.StepRollout._conversations = conversations
+    distill.training.student_sampler.StudentSampler._conversations = conversations
     return distill_main(argv)
 
 

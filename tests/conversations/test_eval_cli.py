@@ -13,10 +13,10 @@ def test_distill_eval_of_a_run_with_tools_reports_tool_use_and_the_conversations
                                                                                  monkeypatch):
     import distill.evaluation.evaluator
     import distill.teachers.local
-    import distill.training.rollout
+    import distill.training.student_sampler
 
     generate, _, _ = scripted_turns(tokenizer)
-    for module in (distill.training.rollout, distill.teachers.local, distill.evaluation.evaluator):
+    for module in (distill.training.student_sampler, distill.teachers.local, distill.evaluation.evaluator):
         monkeypatch.setattr(module, "generate_completions", generate)
     rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}], "answer": "5"} for i in range(6)]
     recipe = _recipe(tmp_path, model_dirs, rows, method="on_policy", tools=["tests.conversations.test_loop:plus"],

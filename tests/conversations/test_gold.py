@@ -136,10 +136,10 @@ def test_gold_trains_on_the_datasets_conversations(tokenizer, smol_tokenizer, tm
 
 
 def test_gold_scores_the_students_tool_calling_trajectories(tokenizer, smol_tokenizer, tmp_path, monkeypatch):
-    import distill.training.rollout
+    import distill.training.student_sampler
 
     generate, call_ids, answer_ids = scripted_turns(tokenizer)
-    monkeypatch.setattr(distill.training.rollout, "generate_completions", generate)
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", generate)
     rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}]} for i in range(4)]
     run = _gold_run(tokenizer, smol_tokenizer, tmp_path, rows, lmbda=1.0, seq_kd=False, lmbda_schedule="constant",
                     tools=["tests.conversations.test_loop:plus"], max_turns=3)

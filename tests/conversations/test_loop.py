@@ -12,6 +12,7 @@ from distill.conversations.loop import EnvironmentTurns, LoopSettings, loop_metr
 from distill.conversations.render import ConversationRenderer
 from distill.conversations.tool_calls import ToolCall, render_tool_calls
 from distill.conversations.tools import Tool, ToolRunner, load_tools, tool_schema
+from distill.generation.sample import Sample
 from tests.conversations.conftest import family_tokenizer
 
 
@@ -63,7 +64,7 @@ class Script:
             assert row in rows
             self.seen.append((row, turn, list(prompt)))
             ids = self.tokenizer(self.script[row][turn], add_special_tokens=False)["input_ids"] + [self.eos]
-            outputs.append((ids[:max_new_tokens], len(ids) > max_new_tokens, [-0.5] * min(len(ids), max_new_tokens)))
+            outputs.append(Sample(ids[:max_new_tokens], len(ids) > max_new_tokens, [-0.5] * min(len(ids), max_new_tokens)))
         return outputs
 
 
@@ -155,7 +156,7 @@ def test_drift_counts_conversations_whose_text_re_tokenizes_otherwise_and_can_st
     assert spelled != canonical and tokenizer.decode(spelled) == tokenizer.decode(canonical)
 
     def run(ids, fail):
-        return run_tool_loop(lambda prompts, n, turn, rows: [(list(ids), False, None)], [prompt],
+        return run_tool_loop(lambda prompts, n, turn, rows: [Sample(list(ids))], [prompt],
                              [ToolRunner(TOOLS, 1.0)], EnvironmentTurns(tokenizer, renderer, eos),
                              lambda i: tokenizer.decode(i), eos, LoopSettings(2, 100, False, fail))
 

@@ -37,10 +37,10 @@ def _losses(student, vocab: int, batch, signals) -> list:
 
 def test_the_server_scores_the_tool_loops_trajectories_as_the_local_teacher(model_dirs, tokenizer, local_teacher, tmp_path,
                                                                              monkeypatch):
-    import distill.training.rollout
+    import distill.training.student_sampler
 
     generate, call_ids, answer_ids = scripted_turns(tokenizer)
-    monkeypatch.setattr(distill.training.rollout, "generate_completions", generate)
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", generate)
     vocab = len(tokenizer)
     rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}]} for i in range(4)]
     with serve_teacher(model_dirs["teacher"], "--max-logprobs", str(vocab)) as (url, _):

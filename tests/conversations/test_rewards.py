@@ -14,6 +14,7 @@ import torch
 from distill.conversations.environments import EnvironmentFactory
 from distill.conversations.layout import Layout, Segment
 from distill.errors import RewardFunctionError
+from distill.generation.sample import Sample
 from distill.methods.sdpo.rewards import Rewards, load_reward_function
 from distill.teachers.self_teacher import DISTILLED, TEACHER_PROMPT
 from distill.training.trainer import Distiller
@@ -70,7 +71,7 @@ def seeded_turns(tokenizer):
         out = []
         for prompt, seed in zip(prompts, seeds):
             ids = answer if "<|im_start|>tool" in tokenizer.decode(prompt) else (call if seed % 2 == 0 else give_up)
-            out.append((list(ids), False) + (([-0.5] * len(ids),) if with_log_probs else ()))
+            out.append(Sample(list(ids), False, [-0.5] * len(ids) if with_log_probs else None))
         return out
 
     return generate
@@ -121,9 +122,9 @@ def test_an_environment_reward_that_fails_names_the_environment_and_the_row(fact
 
 @pytest.mark.parametrize("environment, reward", [(ENVIRONMENT, 1.0), ("tests.conversations.test_rewards:AsyncAdder", 2.0)])
 def test_grpo_learns_from_the_environments_reward(tokenizer, tmp_path, monkeypatch, environment, reward):
-    import distill.training.rollout
+    import distill.training.student_sampler
 
-    monkeypatch.setattr(distill.training.rollout, "generate_completions", seeded_turns(tokenizer))
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", seeded_turns(tokenizer))
     run = sdpo_run(tokenizer, tmp_path, environment, reward_funcs=[], distillation_weight=0.0, loss_type="grpo",
                    success_reward_threshold=reward)
     run.setup()
@@ -146,7 +147,7 @@ def test_grpo_learns_from_the_environments_reward(tokenizer, tmp_path, monkeypat
 def test_a_reward_function_scores_the_answer_not_a_tool_result_that_holds_it(tokenizer, tmp_path, monkeypatch):
     """contains_answer on a conversation reads its last model turn: a trajectory whose tool said "5" but whose answer
     did not is not rewarded."""
-    import distill.training.rollout
+    import distill.training.student_sampler
 
     eos = tokenizer.eos_token_id
     call = tokenizer('<tool_call>\n{"name": "plus", "arguments": {"a": 2, "b": 3}}\n</tool_call>',
@@ -154,9 +155,9 @@ def test_a_reward_function_scores_the_answer_not_a_tool_result_that_holds_it(tok
     wrong = tokenizer("It is 6.", add_special_tokens=False)["input_ids"] + [eos]
 
     def generate(model, prompts, sampling, *args, with_log_probs=False, **kwargs):
-        return [((wrong if "<|im_start|>tool" in tokenizer.decode(p) else call), False) for p in prompts]
+        return [Sample(wrong if "<|im_start|>tool" in tokenizer.decode(p) else call) for p in prompts]
 
-    monkeypatch.setattr(distill.training.rollout, "generate_completions", generate)
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", generate)
     run = sdpo_run(tokenizer, tmp_path, reward_funcs=["contains_answer"], distillation_weight=0.0, loss_type="grpo")
     run.setup()
     batch = run.rollout.take(0, {})[0]
@@ -166,9 +167,9 @@ def test_a_reward_function_scores_the_answer_not_a_tool_result_that_holds_it(tok
 
 
 def test_sdpo_reprompts_a_failed_trajectory_with_a_successful_siblings_transcript(tokenizer, tmp_path, monkeypatch):
-    import distill.training.rollout
+    import distill.training.student_sampler
 
-    monkeypatch.setattr(distill.training.rollout, "generate_completions", seeded_turns(tokenizer))
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", seeded_turns(tokenizer))
     run = sdpo_run(tokenizer, tmp_path, reward_funcs=[], distillation_weight=1.0)
     run.setup()
     completions = [c for mb in run.rollout.take(0, {}) for c in mb.completions]
@@ -189,9 +190,9 @@ def test_sdpo_reprompts_a_failed_trajectory_with_a_successful_siblings_transcrip
 
 
 def test_sdft_shows_its_self_teacher_the_tools_and_the_observation(tokenizer, tmp_path, monkeypatch):
-    import distill.training.rollout
+    import distill.training.student_sampler
 
-    monkeypatch.setattr(distill.training.rollout, "generate_completions", seeded_turns(tokenizer))
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", seeded_turns(tokenizer))
     data = [{**row, "privileged_context": "call plus"} for row in rows(8)]
     values = {**{k: v for k, v in FAST.items() if k not in ("seq_kd", "lmbda_schedule")}, "method": "sdft", "max_new_tokens": 120, "max_prompt_length": 300, "max_teacher_prompt_length": 390,
               "environment": ENVIRONMENT, "max_turns": 3, "output_dir": str(tmp_path / "run")}

@@ -12,6 +12,7 @@ import torch
 from distill.batch import Completion, collate
 from distill.cli import main
 from distill.data import PromptEncoder, examples_from_dataset
+from distill.generation.sample import Sample
 from distill.teachers.local import LocalTeacher
 from tests.conftest import tiny_lm
 from tests.conversations.test_render import CONVERSATION, TOOLS, call
@@ -154,17 +155,17 @@ def scripted_turns(tokenizer):
         out = []
         for prompt in prompts:
             ids = (answer_ids if "<|im_start|>tool" in tokenizer.decode(prompt) else call_ids)[: sampling.max_new_tokens]
-            out.append((list(ids), False) + (([-0.25] * len(ids),) if with_log_probs else ()))
+            out.append(Sample(list(ids), False, [-0.25] * len(ids) if with_log_probs else None))
         return out
 
     return generate, call_ids, answer_ids
 
 
 def test_on_policy_with_tools_samples_conversations_and_trains_only_the_sampled_turns(tokenizer, tmp_path, monkeypatch):
-    import distill.training.rollout
+    import distill.training.student_sampler
 
     generate, call_ids, answer_ids = scripted_turns(tokenizer)
-    monkeypatch.setattr(distill.training.rollout, "generate_completions", generate)
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", generate)
     rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}]} for i in range(8)]
     run = make_distiller(tokenizer, tmp_path, rows=rows, method="on_policy", max_new_tokens=200, max_prompt_length=300,
                          seq_kd=True, lmbda_schedule="step", tools=["tests.conversations.test_loop:plus"], max_turns=3)
@@ -192,10 +193,10 @@ def test_on_policy_with_tools_samples_conversations_and_trains_only_the_sampled_
 def test_a_reused_conversation_rollout_is_checkpointed_with_its_mask(tokenizer, tmp_path, monkeypatch):
     """iw_opd reuses a rollout for num_iterations steps: its checkpointed state gives back the same conversations,
     masks and sampling log-probs (0.0 at the environment's ids, which no loss reads)."""
-    import distill.training.rollout
+    import distill.training.student_sampler
 
     generate, call_ids, answer_ids = scripted_turns(tokenizer)
-    monkeypatch.setattr(distill.training.rollout, "generate_completions", generate)
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", generate)
     rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}]} for i in range(8)]
     run = make_distiller(tokenizer, tmp_path, rows=rows, method="iw_opd", max_new_tokens=200, max_prompt_length=300,
                          seq_kd=True, lmbda_schedule="step", tools=["tests.conversations.test_loop:plus"], num_iterations=2,
@@ -234,10 +235,10 @@ class NoReset:
 
 
 def test_an_environment_is_made_per_row_its_reset_shown_and_its_methods_the_tools(tokenizer, tmp_path, monkeypatch):
-    import distill.training.rollout
+    import distill.training.student_sampler
 
     generate, call_ids, answer_ids = scripted_turns(tokenizer)
-    monkeypatch.setattr(distill.training.rollout, "generate_completions", generate)
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", generate)
     rows = [{"prompt": [{"role": "user", "content": f"Add 2 and 3 to {i}."}], "start": i} for i in range(8)]
     run = make_distiller(tokenizer, tmp_path, rows=rows, method="on_policy", max_new_tokens=200, max_prompt_length=300,
                          seq_kd=True, lmbda_schedule="step", environment="tests.conversations.test_training:Tally")
@@ -256,10 +257,10 @@ def test_an_environment_is_made_per_row_its_reset_shown_and_its_methods_the_tool
 def test_a_sampling_teacher_acts_in_the_conversation_too(tokenizer, tmp_path, monkeypatch):
     """gkd with seq_kd and tools: the teacher's samples are conversations, made by the same loop (its own seeds)."""
     import distill.teachers.local
-    import distill.training.rollout
+    import distill.training.student_sampler
 
     generate, call_ids, answer_ids = scripted_turns(tokenizer)
-    monkeypatch.setattr(distill.training.rollout, "generate_completions", generate)
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", generate)
     monkeypatch.setattr(distill.teachers.local, "generate_completions", generate)
     rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}]} for i in range(8)]
     run = make_distiller(tokenizer, tmp_path, rows=rows, method="gkd", lmbda=0.0, seq_kd=True, max_new_tokens=200,
@@ -279,10 +280,10 @@ def test_the_evaluation_runs_the_conversations_and_reports_tool_use_and_the_fina
         tokenizer, tmp_path, monkeypatch):
     import distill.evaluation.evaluator
     import distill.teachers.local
-    import distill.training.rollout
+    import distill.training.student_sampler
 
     generate, call_ids, answer_ids = scripted_turns(tokenizer)
-    for module in (distill.training.rollout, distill.teachers.local, distill.evaluation.evaluator):
+    for module in (distill.training.student_sampler, distill.teachers.local, distill.evaluation.evaluator):
         monkeypatch.setattr(module, "generate_completions", generate)
     rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}], "answer": "5"} for i in range(8)]
     held_out = datasets.Dataset.from_list(rows[:3])

@@ -77,12 +77,12 @@ def test_generation_uses_the_teachers_own_prompt_with_special_tokens_budgeted_at
 
     monkeypatch.setattr(smol_teacher, "generate", spy)
     torch.manual_seed(0)
-    [(ids, _)] = teacher.generate([[5, 6, 7]], SamplingParams(1.0, 1.0, 0, 8, engine="hf"), examples=[Example(0, CHAT, None)])
+    [sample] = teacher.generate([[5, 6, 7]], SamplingParams(1.0, 1.0, 0, 8, engine="hf"), examples=[Example(0, CHAT, None)])
     full = smol_tokenizer(smol_tokenizer.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True), add_special_tokens=False)["input_ids"]
     assert len(full) > 12 and seen["prompt"] == full[-12:]  # keep-end budget, in teacher tokens
     im_start = smol_tokenizer.convert_tokens_to_ids("<|im_start|>")
     assert im_start in seen["prompt"] and seen["eos"] == [2]  # special tokens kept: the assistant header
-    assert all(0 <= i < len(tokenizer) for i in ids) and len(ids) <= 8  # student ids
+    assert all(0 <= i < len(tokenizer) for i in sample.ids) and len(sample.ids) <= 8  # student ids
 
 
 def test_teacher_without_eos_runs_to_max_new_tokens(smol_tokenizer, tokenizer):
@@ -100,8 +100,8 @@ def test_teacher_without_eos_runs_to_max_new_tokens(smol_tokenizer, tokenizer):
     assert teacher.eos_ids == [] and teacher.pad_id == 0
     torch.manual_seed(0)
     outputs = teacher.generate([[1], [1]], SamplingParams(1.0, 1.0, 0, 6), examples=[Example(0, CHAT, None), Example(1, "texte brut 🙂", None)])
-    for ids, clipped in outputs:
-        assert tokenizer.eos_token_id not in ids and clipped
+    for sample in outputs:
+        assert tokenizer.eos_token_id not in sample.ids and sample.hit_max
     # Scoring a student completion that ended with EOS: the student EOS has no teacher counterpart and is not trained.
     body = tokenizer("déjà", add_special_tokens=False)["input_ids"]
     mapped = teacher.map_completion(Example(0, CHAT, None), body + [tokenizer.eos_token_id])
@@ -218,8 +218,8 @@ def test_teacher_sampling_stops_at_the_students_byte_budget_and_padding_is_not_a
     examples = [Example(i, CHAT, None) for i in range(3)]
     outputs = teacher.generate([[1]] * 3, SamplingParams(1.0, 1.0, 0, 6, engine=engine), batch_size=2, examples=examples)
     assert len(outputs) == 3 and len(widths) == 2 and max(widths) < 6  # stopped long before 6 teacher tokens
-    for ids, clipped in outputs:
-        assert len(ids) == 6 and student_tokenizer.eos_token_id not in ids and clipped
+    for sample in outputs:
+        assert len(sample.ids) == 6 and student_tokenizer.eos_token_id not in sample.ids and sample.hit_max
 
 
 def test_with_one_tokenizer_on_both_sides_ids_pass_through_unchanged(tokenizer):

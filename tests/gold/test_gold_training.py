@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from distill.config import DistillConfig
+from distill.generation.sample import Sample
 from distill.training.trainer import Distiller
 from tests.conftest import tiny_lm
 from tests.distributed import first_step_gradient, run_in_processes
@@ -157,7 +158,7 @@ def test_a_step_of_empty_teacher_completions_trains_without_a_crash(tokenizer, s
     distiller = gold_distiller(tokenizer, smol_tokenizer, smol_teacher, tmp_path, lmbda=0.0, seq_kd=True, max_steps=1)
     half_character = smol_tokenizer.convert_tokens_to_ids(["ð"])
     assert distiller.teacher.to_student(half_character, True, 10) == ([], True)
-    distiller.teacher.generate = lambda prompts, sampling, batch_size=None, examples=None, seeds=None, extras=None: [([], True) for _ in prompts]
+    distiller.teacher.generate = lambda prompts, sampling, batch_size=None, examples=None, seeds=None, extras=None: [Sample([], True) for _ in prompts]
     before = {n: p.detach().clone() for n, p in distiller.student_model.named_parameters()}
     distiller.setup()
     micro_batches = distiller.rollout.take(0, {})

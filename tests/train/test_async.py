@@ -1,4 +1,4 @@
-"""Asynchronous rollouts (`max_staleness`, `distill.training.ahead`): s = 0 is the synchronous loop, s = 1 samples each
+"""Asynchronous rollouts (`max_staleness`, `distill.training.async_rollout`): s = 0 is the synchronous loop, s = 1 samples each
 step from the weights of the step before and is reproducible, split invariant and resumable; a failing producer
 fails the step as a teacher server does, and nothing is lost."""
 
@@ -12,7 +12,7 @@ import torch
 
 from distill import DistillConfig
 from distill.generation import register_engine, unregister_engine
-from distill.training.ahead import RolloutProducerError
+from distill.training.async_rollout import RolloutProducerError
 from distill.training.metrics import read_metrics
 from distill.training.step import StepTimer
 from distill.training.trainer import Distiller

@@ -226,12 +226,12 @@ def test_a_stop_set_apart_from_the_end_of_completion_cuts_the_turn_there(tokeniz
     model = tiny_lm(len(tokenizer), layers=2, seed=5, eos_token_id=tokenizer.eos_token_id)
     greedy = SamplingParams(1.0, 1.0, 0, 8, do_sample=False, engine=engine)
     eos = [tokenizer.eos_token_id]
-    (ids, _), = generate_completions(model, [[3, 4, 5]], greedy, eos, tokenizer.pad_token_id, CPU)
+    ids = generate_completions(model, [[3, 4, 5]], greedy, eos, tokenizer.pad_token_id, CPU)[0].ids
     body = [t for t in ids if t not in eos]
     assert len(body) >= 3
     stop = body[1]
-    (turn, hit_max), = generate_completions(model, [[3, 4, 5]], greedy, eos, tokenizer.pad_token_id, CPU, stop_ids=[stop, *eos])
-    assert turn == ids[: ids.index(stop) + 1] and not hit_max
+    [turn] = generate_completions(model, [[3, 4, 5]], greedy, eos, tokenizer.pad_token_id, CPU, stop_ids=[stop, *eos])
+    assert turn.ids == ids[: ids.index(stop) + 1] and not turn.hit_max
 
 
 @pytest.mark.parametrize("engine", ["lean", "hf"])
@@ -249,9 +249,9 @@ def test_seeded_rows_sample_each_row_from_its_own_seed_whatever_the_process_rng_
     whole = sample([0, 1, 2], rng_seed=0)
     assert sample([0, 1, 2], rng_seed=1) == whole  # the process RNG plays no part
     alone = sample([2], rng_seed=5)[0]
-    assert alone[0] == whole[2][0]  # nor the other rows of the batch
-    assert alone[2] == pytest.approx(whole[2][2], abs=1e-5)
-    assert len({tuple(ids) for ids, *_ in whole}) == 3
+    assert alone.ids == whole[2].ids  # nor the other rows of the batch
+    assert alone.log_probs == pytest.approx(whole[2].log_probs, abs=1e-5)
+    assert len({tuple(sample.ids) for sample in whole}) == 3
     torch.manual_seed(0)  # and the process RNG is left as it was: the draws after sampling are the draws without it
     before = torch.rand(2)
     torch.manual_seed(0)
@@ -265,9 +265,9 @@ def test_seeded_rows_draw_the_same_tokens_in_the_lean_loop_and_in_generate(token
     outputs = {engine: generate_completions(model, prompts, SamplingParams(0.7, 0.9, 20, 10, engine=engine), [1], 0, CPU,
                                             vocab_size=len(tokenizer), with_log_probs=True, seeds=[7, 8], seeded_rows=True)
                for engine in ("lean", "hf")}
-    for (lean_ids, lean_max, lean_lp), (hf_ids, hf_max, hf_lp) in zip(outputs["lean"], outputs["hf"]):
-        assert lean_ids == hf_ids and lean_max == hf_max
-        assert lean_lp == pytest.approx(hf_lp, abs=1e-4)
+    for lean, hf in zip(outputs["lean"], outputs["hf"]):
+        assert lean.ids == hf.ids and lean.hit_max == hf.hit_max
+        assert lean.log_probs == pytest.approx(hf.log_probs, abs=1e-4)
 
 
 def test_seeded_rows_without_seeds_is_an_error(tokenizer):

@@ -14,6 +14,7 @@ import torch
 
 from distill import DistillConfig
 from distill.cli import main
+from distill.generation.sample import Sample
 from distill.losses import LogitHead
 from distill.objectives.base import StudentTokens
 from distill.objectives.sampled import teacher_token_log_probs
@@ -147,9 +148,10 @@ def test_fresh_rollouts_have_ratio_one_whatever_the_recorded_log_probs():
 
 def test_each_reused_rollout_takes_the_next_batch_of_prompts(tokenizer, tmp_path):
     run = distiller(tokenizer, tmp_path, max_steps=4, num_iterations=2)
-    sampler = run.rollout.sampler
-    assert run.rollout.prompt_groups(0) == run.rollout.prompt_groups(1) == sampler.micro_batch_indices(0)
-    assert run.rollout.prompt_groups(2) == run.rollout.prompt_groups(3) == sampler.micro_batch_indices(1)
+    schedule = run.rollout.schedule
+    sampler = schedule.sampler
+    assert schedule.prompt_groups(0) == schedule.prompt_groups(1) == sampler.micro_batch_indices(0)
+    assert schedule.prompt_groups(2) == schedule.prompt_groups(3) == sampler.micro_batch_indices(1)
     assert [run.rollout.generations(s) for s in (0, 1, 2, 3, 4)] == [0, 1, 1, 2, 2]
 
 
@@ -181,10 +183,10 @@ def test_a_prompt_only_dataset_trains_through_warm_up_and_on_policy(tokenizer, t
 
 
 def test_a_step_of_empty_completions_trains_nothing_and_stays_finite(tokenizer, tmp_path, monkeypatch):
-    import distill.training.rollout
+    import distill.training.student_sampler
 
-    monkeypatch.setattr(distill.training.rollout, "generate_completions",
-                        lambda model, prompts, *args, **kwargs: [([], False, []) for _ in prompts])
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions",
+                        lambda model, prompts, *args, **kwargs: [Sample([], False, []) for _ in prompts])
     run = distiller(tokenizer, tmp_path, max_steps=1)
     before = {n: p.detach().clone() for n, p in run.student_model.named_parameters()}
     run.setup()
@@ -197,15 +199,15 @@ def test_a_step_of_empty_completions_trains_nothing_and_stays_finite(tokenizer, 
 
 def fixed_completions(model, prompts, sampling, *args, **kwargs):
     """Deterministic "samples" (a function of the prompt), without log-probs: pi_old is recomputed."""
-    return [([5 + (p * 7) % 40 for p in prompt[-(2 + len(prompt) % 9):]], False) for prompt in prompts]
+    return [Sample([5 + (p * 7) % 40 for p in prompt[-(2 + len(prompt) % 9):]]) for prompt in prompts]
 
 
 def _iw_opd_step_gradient(rank, world_size, tmp, batch, accumulation, fsdp=False):
     from pathlib import Path
 
-    import distill.training.rollout
+    import distill.training.student_sampler
 
-    original, distill.training.rollout.generate_completions = distill.training.rollout.generate_completions, fixed_completions
+    original, distill.training.student_sampler.generate_completions = distill.training.student_sampler.generate_completions, fixed_completions
     try:  # restored: the single-process call runs inside the test process
         torch.manual_seed(0)
         tokenizer = train_tiny_tokenizer()
@@ -213,7 +215,7 @@ def _iw_opd_step_gradient(rank, world_size, tmp, batch, accumulation, fsdp=False
                                gradient_accumulation_steps=accumulation, max_grad_norm=0.0, fsdp=fsdp)
         return first_step_gradient(distiller(tokenizer, None, rows=chat_rows(8), config=config))
     finally:
-        distill.training.rollout.generate_completions = original
+        distill.training.student_sampler.generate_completions = original
 
 
 @pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp"])

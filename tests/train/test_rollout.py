@@ -5,6 +5,7 @@ import torch
 
 from distill.batch import Completion, collate
 from distill.generation import SamplingParams, first_eos_mask, generate_completions
+from distill.generation.sample import Sample
 from distill.methods.mixing import draw_sources
 from tests.distributed import run_in_processes
 
@@ -38,7 +39,7 @@ def test_generation_keeps_the_terminating_eos_and_flags_cut_completions():
     model = ScriptedModel([[5, 6, EOS], [7, 8, 9, 10, 11, 12], [EOS]])
     sampling = SamplingParams(1.0, 1.0, 0, max_new_tokens=4)
     out = generate_completions(model, [[3, 4], [3], [2, 3, 4]], sampling, [EOS, 99], pad_id=EOS, device=torch.device("cpu"))
-    assert out == [([5, 6, EOS], False), ([7, 8, 9, 10], True), ([EOS], False)]
+    assert out == [Sample([5, 6, EOS], False), Sample([7, 8, 9, 10], True), Sample([EOS], False)]
     call = model.calls[0]
     assert call["input_ids"][1].tolist() == [EOS, EOS, 3]  # left padding
     assert call["attention_mask"][1].tolist() == [0, 0, 1]
@@ -91,9 +92,9 @@ def test_padded_embedding_rows_are_never_sampled(tokenizer):
     prompts = [[5, 6, 7]] * 4
     sampling = SamplingParams(1.0, 1.0, 0, 8)
     unguarded = generate_completions(model, prompts, sampling, [tokenizer.eos_token_id], 1, torch.device("cpu"))
-    assert any(i >= vocab for ids, _ in unguarded for i in ids)  # the hazard is real
+    assert any(i >= vocab for sample in unguarded for i in sample.ids)  # the hazard is real
     guarded = generate_completions(model, prompts, sampling, [tokenizer.eos_token_id], 1, torch.device("cpu"), vocab_size=vocab)
-    assert all(i < vocab for ids, _ in guarded for i in ids)
+    assert all(i < vocab for sample in guarded for i in sample.ids)
 
 
 def _reference_log_probs(model, prompt, completion, temperature, top_k=0, top_p=1.0):
@@ -124,12 +125,13 @@ def test_rollout_log_probs_are_the_sampling_distribution(tokenizer, temperature,
     torch.manual_seed(0)
     outputs = generate_completions(model, prompts, SamplingParams(temperature, top_p, top_k, 12), [tokenizer.eos_token_id],
                                    tokenizer.pad_token_id, torch.device("cpu"), with_log_probs=True)
-    for prompt, (ids, _, log_probs) in zip(prompts, outputs):
-        assert len(log_probs) == len(ids) > 0
+    for prompt, sample in zip(prompts, outputs):
+        ids, log_probs = sample.ids, sample.log_probs
+        assert log_probs is not None and len(log_probs) == len(ids) > 0
         expected = _reference_log_probs(model, prompt, ids, temperature, top_k, top_p)
         torch.testing.assert_close(torch.tensor(log_probs, dtype=torch.float64), expected, rtol=1e-4, atol=1e-4)
-    # Without the flag the outputs keep their two fields.
-    assert all(len(out) == 2 for out in generate_completions(model, prompts, SamplingParams(1.0, 1.0, 0, 3), [tokenizer.eos_token_id],
+    # Without the flag the samples have no log-probs.
+    assert all(out.log_probs is None for out in generate_completions(model, prompts, SamplingParams(1.0, 1.0, 0, 3), [tokenizer.eos_token_id],
                                                              tokenizer.pad_token_id, torch.device("cpu")))
 
 
@@ -142,3 +144,19 @@ def test_rollout_log_probs_are_collated_in_completion_token_order():
     assert batch.rollout_log_probs.tolist() == pytest.approx([-0.1, -0.2, -0.3, -0.4])
     assert batch.rollout_log_probs.shape[0] == batch.num_completion_tokens
     assert collate([Completion([5], [7], "dataset")], "dataset", pad_id=EOS).rollout_log_probs is None
+
+
+def test_checkpoints_keep_samples_in_one_form_and_read_the_forms_written_before_it():
+    from distill.conversations.layout import Layout, Segment
+    from distill.generation.sample import sample_from_plain, sample_to_plain
+
+    layout = Layout((Segment(2, True), Segment(1, False, ({"role": "tool", "content": "4"},))), " (starts at 3)", 1.0)
+    sample = Sample([5, 6, 7], True, [-0.5, -0.25, 0.0], (True, True, False), [1, 2], layout, 3)
+    assert sample_from_plain(sample_to_plain(sample)) == sample
+    # The synchronous producer's rows before weights versions, trained masks, prompts and layouts were kept.
+    assert sample_from_plain({"ids": [5, 6], "hit_max": False, "log_probs": None}) == Sample([5, 6])
+    # The asynchronous producer's positional rows: (ids, hit_max[, log_probs[, trained, prompt, layout]]).
+    assert sample_from_plain([[5, 6], True]) == Sample([5, 6], True)
+    assert sample_from_plain([[5, 6], False, [-0.5, -0.5]]) == Sample([5, 6], False, [-0.5, -0.5])
+    assert (sample_from_plain([[5, 6, 7], True, None, [True, True, False], [1, 2], layout.to_plain()])
+            == Sample([5, 6, 7], True, None, (True, True, False), [1, 2], layout))

@@ -14,6 +14,7 @@ from distill import DistillConfig
 from distill.batch import Completion, collate, skipping_first, untrained
 from distill.cli import main
 from distill.data import Example
+from distill.generation.sample import Sample
 from distill.methods.self_teacher_prompts import (
     DEFAULT_TEACHER_PROMPT_TEMPLATE,
     check_template,
@@ -55,8 +56,8 @@ def distiller(tokenizer, tmp_path, rows=None, config=None, resume=False, **overr
 
 def fixed_completions(model, prompts, sampling, *args, with_log_probs=False, **kwargs):
     """Deterministic "samples" of unequal lengths (a function of the prompt); no log-probs recorded."""
-    out = [([5 + (p * 7) % 40 for p in prompt[-(2 + len(prompt) % 9):]], False) for prompt in prompts]
-    return [o + ([-1.0] * len(o[0]),) for o in out] if with_log_probs else out
+    out = [[5 + (p * 7) % 40 for p in prompt[-(2 + len(prompt) % 9):]] for prompt in prompts]
+    return [Sample(ids, False, [-1.0] * len(ids) if with_log_probs else None) for ids in out]
 
 
 # ------------------------------------------------------------------------------------ bad input --
@@ -158,9 +159,9 @@ def test_truncated_teacher_prompts_keep_their_end_and_are_counted(tokenizer, tmp
 
 # ---------------------------------------------------------------------------------- the teacher --
 def test_the_self_teacher_scores_the_students_positions_after_its_own_prompt(tokenizer, tmp_path, monkeypatch):
-    import distill.training.rollout
+    import distill.training.student_sampler
 
-    monkeypatch.setattr(distill.training.rollout, "generate_completions", fixed_completions)
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", fixed_completions)
     rows = context_rows(8)
     rows[1]["privileged_context"] = None
     run = distiller(tokenizer, tmp_path, rows=rows, teacher_model_kind="base", num_loss_tokens_to_skip=2,
@@ -200,9 +201,9 @@ def test_skipped_rows_and_tokens_leave_the_loss_and_the_denominator():
 def test_at_step_zero_the_three_teacher_kinds_give_one_gradient(tokenizer, tmp_path, monkeypatch):
     """base (a copy), live (the student itself under no_grad) and ema (a copy) hold the same weights before
     the first update: any gradient leaking through a live teacher's side would make them differ."""
-    import distill.training.rollout
+    import distill.training.student_sampler
 
-    monkeypatch.setattr(distill.training.rollout, "generate_completions", fixed_completions)
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", fixed_completions)
     gradients = {}
     for kind in ("base", "live", "ema"):
         run = distiller(tokenizer, tmp_path / kind, rows=context_rows(8), teacher_model_kind=kind, max_grad_norm=0.0)
@@ -242,9 +243,9 @@ def test_a_base_teacher_keeps_the_initial_weights(tokenizer, tmp_path):
 
 
 def test_a_lora_base_teacher_switches_the_adapter_off_without_a_copy(tokenizer, tmp_path, monkeypatch):
-    import distill.training.rollout
+    import distill.training.student_sampler
 
-    monkeypatch.setattr(distill.training.rollout, "generate_completions", fixed_completions)
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", fixed_completions)
     run = distiller(tokenizer, tmp_path, teacher_model_kind="base", use_peft=True, lora_r=4, lora_target_modules=["q_proj", "v_proj"],
                     learning_rate=0.1, max_steps=2)
     assert run.teacher.copy is None and run.teacher.adapter_off
@@ -329,9 +330,9 @@ def test_generate_from_teacher_samples_after_the_teacher_prompt(tokenizer, tmp_p
 def _sdft_step(rank, world_size, tmp, batch, accumulation):
     from pathlib import Path
 
-    import distill.training.rollout
+    import distill.training.student_sampler
 
-    original, distill.training.rollout.generate_completions = distill.training.rollout.generate_completions, fixed_completions
+    original, distill.training.student_sampler.generate_completions = distill.training.student_sampler.generate_completions, fixed_completions
     try:
         torch.manual_seed(0)
         tokenizer = train_tiny_tokenizer()
@@ -342,7 +343,7 @@ def _sdft_step(rank, world_size, tmp, batch, accumulation):
         result["local_tokens"] = sum(mb.num_completion_tokens for mb in run.rollout.take(0, {}))
         return result
     finally:
-        distill.training.rollout.generate_completions = original
+        distill.training.student_sampler.generate_completions = original
 
 
 def test_gradient_and_metrics_are_split_invariant_across_processes_with_unequal_token_counts(tmp_path):

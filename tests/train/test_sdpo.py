@@ -12,6 +12,7 @@ import torch
 
 from distill import DistillConfig
 from distill.errors import RewardFunctionError
+from distill.generation.sample import Sample
 from distill.methods.sdpo.reprompts import (
     DEFAULT_FEEDBACK_TEMPLATE,
     DEFAULT_REPROMPT_TEMPLATE,
@@ -72,8 +73,9 @@ def group_completions(rows_per_process: int):
         out = []
         for place, prompt in enumerate(prompts):
             row = rank * rows_per_process + place
-            out.append(([5 + (p * 7 + row) % 40 for p in prompt[-(1 + (len(prompt) + row) % 5):]], False))
-        return [o + ([-1.0] * len(o[0]),) for o in out] if with_log_probs else out
+            ids = [5 + (p * 7 + row) % 40 for p in prompt[-(1 + (len(prompt) + row) % 5):]]
+            out.append(Sample(ids, False, [-1.0] * len(ids) if with_log_probs else None))
+        return out
 
     return generate
 
@@ -217,9 +219,9 @@ def test_dataset_and_batch_problems_fail_before_any_model_loads(tmp_path, model_
 
 # ------------------------------------------------------------------------------------- training --
 def test_grpo_builds_no_self_teacher_and_trains_on_advantages(tokenizer, tmp_path, monkeypatch):
-    import distill.training.rollout
+    import distill.training.student_sampler
 
-    monkeypatch.setattr(distill.training.rollout, "generate_completions", group_completions(8))
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", group_completions(8))
     run = distiller(tokenizer, tmp_path, distillation_weight=0.0, per_device_train_batch_size=4,
                     gradient_accumulation_steps=2, num_generations=4)
     assert run.teacher is None and run.parts.sampler.prompts_per_step == 2
@@ -237,9 +239,9 @@ def test_grpo_builds_no_self_teacher_and_trains_on_advantages(tokenizer, tmp_pat
 
 
 def test_failed_rollouts_are_distilled_toward_the_teacher_shown_a_successful_sibling(tokenizer, tmp_path, monkeypatch):
-    import distill.training.rollout
+    import distill.training.student_sampler
 
-    monkeypatch.setattr(distill.training.rollout, "generate_completions", group_completions(8))
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", group_completions(8))
     run = distiller(tokenizer, tmp_path, per_device_train_batch_size=4, gradient_accumulation_steps=2, num_generations=4)
     run.setup()
     micro_batches = run.rollout.take(0, {})
@@ -251,7 +253,7 @@ def test_failed_rollouts_are_distilled_toward_the_teacher_shown_a_successful_sib
         sibling = next((j for j in group if success[j] and j != i), None)
         assert DISTILLED.of(c) == (sibling is not None)
         if sibling is not None:
-            expected = run.rollout.stage.reprompts.ids(c.example, texts[sibling], None)
+            expected = run.rollout.parts.stage.stage.reprompts.ids(c.example, texts[sibling], None)
             assert TEACHER_PROMPT.of(c) == expected and texts[sibling] in tokenizer.decode(TEACHER_PROMPT.of(c)[0])
         assert ADVANTAGE.of(c) == pytest.approx(naive_advantages([float(s) for s in success], 4, "group")[i], rel=1e-6)
     assert torch.equal(micro_batches[0].advantages, torch.tensor([ADVANTAGE.of(c) for c in completions[:4]], dtype=torch.float32))
@@ -265,9 +267,9 @@ def test_failed_rollouts_are_distilled_toward_the_teacher_shown_a_successful_sib
 def test_rows_without_a_demonstration_get_no_distillation_gradient(tokenizer, tmp_path, monkeypatch):
     """w = 1 with no success anywhere: no distillation loss, a zero gradient (the denominator still counts
     the tokens), and a warning that nothing succeeded."""
-    import distill.training.rollout
+    import distill.training.student_sampler
 
-    monkeypatch.setattr(distill.training.rollout, "generate_completions", group_completions(4))
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", group_completions(4))
     run = distiller(tokenizer, tmp_path, reward_funcs=["contains_answer"])  # random tokens never hold the answer
     run.setup()
     window = run._new_window()
@@ -280,9 +282,9 @@ def test_rows_without_a_demonstration_get_no_distillation_gradient(tokenizer, tm
 
 
 def test_a_warning_is_logged_when_no_rollout_succeeds_or_a_group_is_all_equal(tokenizer, tmp_path, monkeypatch, caplog):
-    import distill.training.rollout
+    import distill.training.student_sampler
 
-    monkeypatch.setattr(distill.training.rollout, "generate_completions", group_completions(4))
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", group_completions(4))
     run = distiller(tokenizer, tmp_path, reward_funcs=["contains_answer"], max_steps=1)
     with caplog.at_level(logging.WARNING, logger="distill.methods.sdpo.stage"):
         run.train()
@@ -331,10 +333,10 @@ def test_a_resumed_run_equals_an_uninterrupted_one_ema_teacher_and_reused_rollou
 def _sdpo_step(rank, world_size, tmp, batch, accumulation, overrides):
     from pathlib import Path
 
-    import distill.training.rollout
+    import distill.training.student_sampler
 
-    original = distill.training.rollout.generate_completions
-    distill.training.rollout.generate_completions = group_completions(batch * accumulation)
+    original = distill.training.student_sampler.generate_completions
+    distill.training.student_sampler.generate_completions = group_completions(batch * accumulation)
     try:
         torch.manual_seed(0)
         tokenizer = train_tiny_tokenizer()
@@ -348,7 +350,7 @@ def _sdpo_step(rank, world_size, tmp, batch, accumulation, overrides):
         result["reprompts"] = [None if TEACHER_PROMPT.of(c) is None else tokenizer.decode(TEACHER_PROMPT.of(c)[0]) for c in completions]
         return result
     finally:
-        distill.training.rollout.generate_completions = original
+        distill.training.student_sampler.generate_completions = original
 
 
 @pytest.mark.parametrize("overrides", [
@@ -416,9 +418,9 @@ def test_processes_holding_the_same_prompt_sample_different_completions(tmp_path
 
 
 def test_sdpo_model_card_cites_the_paper(tokenizer, tmp_path, monkeypatch):
-    import distill.training.rollout
+    import distill.training.student_sampler
 
-    monkeypatch.setattr(distill.training.rollout, "generate_completions", group_completions(4))
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", group_completions(4))
     distiller(tokenizer, tmp_path, max_steps=1).train()
     card = (tmp_path / "run" / "model" / "README.md").read_text()
     assert "2601.20802" in card and "hubotter2026sdpo" in card and "SDPO" in card

@@ -121,12 +121,12 @@ def test_a_holed_mask_trains_its_tokens_only_and_keeps_the_holes_attended(beta):
 
 def test_the_self_teacher_scores_the_holed_mask_of_its_row(tokenizer, tmp_path, monkeypatch):
     """sdft's teacher row carries the student row's mask: its hidden states are at the same trained positions."""
-    import distill.training.rollout
+    import distill.training.student_sampler
     from distill.teachers.hidden import backbone_hidden
     from tests.train.helpers import with_holes
     from tests.train.test_sdft import context_rows, distiller, fixed_completions
 
-    monkeypatch.setattr(distill.training.rollout, "generate_completions", fixed_completions)
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", fixed_completions)
     run = distiller(tokenizer, tmp_path, rows=context_rows(8), teacher_model_kind="base")
     run.setup()
     whole = run.rollout.take(0, {})[0]

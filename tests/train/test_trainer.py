@@ -104,7 +104,7 @@ def test_a_step_without_trained_tokens_moves_neither_the_weights_nor_the_schedul
 
 
 def _record_generate(distiller, log):
-    from distill.training.rollout import generate_completions as original
+    from distill.training.student_sampler import generate_completions as original
 
     def recording(model, prompts, *args, **kwargs):
         who = "teacher" if model is distiller.teacher.model else "student"
@@ -118,7 +118,7 @@ def test_seq_kd_with_lmbda_1_never_calls_teacher_generation(tokenizer, tmp_path,
     distiller = make_distiller(tokenizer, tmp_path, lmbda=1.0, seq_kd=True, rows=chat_rows(16, with_completion=False))
     calls = []
     recording = _record_generate(distiller, calls)  # made before patching: it wraps the real generate_completions
-    for module in ("distill.training.rollout", "distill.teachers.local"):
+    for module in ("distill.training.student_sampler", "distill.teachers.local"):
         monkeypatch.setattr(f"{module}.generate_completions", recording)
     distiller.train()
     assert calls and all(who == "student" for who, _ in calls)
@@ -130,7 +130,7 @@ def _mixed_seq_kd(tokenizer, tmp_path, monkeypatch, max_steps, generation_steps)
                                rows=chat_rows(16, with_completion=False), seq_kd_generation_steps=generation_steps)
     calls = []
     recording = _record_generate(distiller, calls)  # made before patching: it wraps the real generate_completions
-    for module in ("distill.training.rollout", "distill.teachers.local"):
+    for module in ("distill.training.student_sampler", "distill.teachers.local"):
         monkeypatch.setattr(f"{module}.generate_completions", recording)
     distiller.setup()
     return distiller, calls

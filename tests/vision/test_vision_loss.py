@@ -164,7 +164,7 @@ def test_image_tokens_are_never_sampled_even_where_the_model_prefers_them(pair):
         for sampling in (SamplingParams(1.0, 1.0, 0, 6), SamplingParams(1.0, 1.0, 0, 6, do_sample=False)):
             out = generate_completions(student, prompts, sampling, [tokenizer.eos_token_id], tokenizer.pad_token_id,
                                        torch.device("cpu"), extras=extras, seeds=[1, 2])
-            assert all(ids and not set(ids) & set(image_tokens) for ids, _ in out)
+            assert all(s.ids and not set(s.ids) & set(image_tokens) for s in out)
         # Without the suppression the same model would write them (the test could fail).
         with torch.no_grad():
             batch = collate(rows, "student", tokenizer.pad_token_id)

@@ -58,9 +58,9 @@ def test_greedy_tokens_equal_generates_including_a_stop_at_the_eos(tokenizer):
     engine = SamplingParams(1.0, 1.0, 0, 12, do_sample=False, engine="vllm")
     assert sample(m, PROMPTS, engine, tokenizer, row_seeds(4, 0)) == expected
     # A model whose greedy continuation reaches the EOS: both stop there, the EOS kept.
-    stop = expected[1][0][3]
+    stop = expected[1].ids[3]
     stopped = generate_completions(m, PROMPTS, greedy, [stop], tokenizer.pad_token_id, CPU, vocab_size=len(tokenizer))
-    assert stopped[1][0][-1] == stop and len(stopped[1][0]) <= 4
+    assert stopped[1].ids[-1] == stop and len(stopped[1].ids) <= 4
     assert generate_completions(m, PROMPTS, engine, [stop], tokenizer.pad_token_id, CPU, vocab_size=len(tokenizer),
                                 seeds=row_seeds(4, 0)) == stopped
 
@@ -93,7 +93,7 @@ def test_two_replicas_decoding_from_two_threads_sample_what_each_samples_alone(t
 def _first_token_frequencies(m, tokenizer, sampling, n):
     outputs = sample(m, [[5, 6, 7]] * n, SamplingParams(*sampling, max_new_tokens=1, engine="vllm"), tokenizer,
                      row_seeds(n, 11, "frequencies"))
-    counts = torch.bincount(torch.tensor([ids[0] for ids, *_ in outputs]), minlength=len(tokenizer)).double()
+    counts = torch.bincount(torch.tensor([s.ids[0] for s in outputs]), minlength=len(tokenizer)).double()
     return counts / n
 
 
@@ -147,7 +147,7 @@ def test_each_row_draws_from_its_own_seed(tokenizer):
     sampling = SamplingParams(1.0, 1.0, 0, 10, engine="vllm")
     same_prompt = [[5, 6, 7]] * 4
     first = sample(m, same_prompt, sampling, tokenizer, row_seeds(4, 0, "student", 3, 0))
-    assert len({tuple(ids) for ids, _ in first}) == 4  # identical prompts, different samples
+    assert len({tuple(s.ids) for s in first}) == 4  # identical prompts, different samples
     again = sample(m, same_prompt, sampling, tokenizer, row_seeds(4, 0, "student", 3, 0))
     assert again == first  # the same seeds, the same samples (what a resumed run relies on)
     with pytest.raises(ValueError, match="generation_engine vllm seeds every row"):
@@ -159,7 +159,7 @@ def test_padded_vocabulary_rows_are_never_sampled(tokenizer):
     with torch.no_grad():
         m.lm_head.weight[len(tokenizer):] = 5.0  # the padded rows would win every draw
     outputs = sample(m, [[5, 6, 7]] * 8, SamplingParams(1.0, 1.0, 0, 8, engine="vllm"), tokenizer, row_seeds(8, 1))
-    assert all(t < len(tokenizer) for ids, _ in outputs for t in ids)
+    assert all(t < len(tokenizer) for s in outputs for t in s.ids)
 
 
 # --------------------------------------------------------------------------------- weight sync --
@@ -182,7 +182,7 @@ def _run(tokenizer, tmp_path, **overrides):
 def _gap_after_steps(distiller, checked_steps):
     """Max |vLLM's log-prob of each sampled token - the student's own forward log-prob| of the rollouts of
     the steps in `checked_steps` (sampled after that many optimizer steps), measured as the run trains."""
-    gaps, generate = {}, distiller.rollout._generate
+    gaps, generate = {}, distiller.rollout.sample_here
 
     def checked(step, timings):
         micro_batches = generate(step, timings)
@@ -192,7 +192,7 @@ def _gap_after_steps(distiller, checked_steps):
                              for mb in micro_batches for c in mb.completions)
         return micro_batches
 
-    distiller.rollout._generate = checked
+    distiller.rollout.sample_here = checked
     distiller.train()
     return gaps
 
@@ -245,8 +245,8 @@ def test_a_lora_model_with_its_adapters_switched_off_is_sampled_as_its_base(toke
         out = sample(m, prompts, sampling, tokenizer, row_seeds(2, 4), with_log_probs=True)
         from distill.batch import Completion
 
-        return max((torch.tensor(lp) - _forward_log_probs(m, Completion(p, ids, "student"))).abs().max().item()
-                   for p, (ids, _, lp) in zip(prompts, out))
+        return max((torch.tensor(s.log_probs) - _forward_log_probs(m, Completion(p, s.ids, "student"))).abs().max().item()
+                   for p, s in zip(prompts, out))
 
     assert gap(student) < TOLERANCE
     with student.disable_adapter():
@@ -345,19 +345,20 @@ def stale_sampling_gaps(distiller, steps) -> dict[int, tuple[int, float, float]]
     import copy
 
     versions, rollouts = {}, {}
-    publish, assemble = distiller.rollout.after_optimizer_step, distiller.rollout._assemble
+    assembler = distiller.rollout.parts.assembler
+    publish, assemble = distiller.rollout.after_optimizer_step, assembler.assemble
 
     def remember_version(step):
         versions[step + 1] = copy.deepcopy(distiller.parts.with_student.current().state_dict())
         publish(step)
 
-    def remember_rollout(step, outputs, version, timings):
+    def remember_rollout(step, samples, version, timings, loop_metrics_into):
         if not versions:
             versions[0] = copy.deepcopy(distiller.parts.with_student.current().state_dict())
-        rollouts[step] = (version, assemble(step, outputs, version, timings))
+        rollouts[step] = (version, assemble(step, samples, version, timings, loop_metrics_into))
         return rollouts[step][1]
 
-    distiller.rollout.after_optimizer_step, distiller.rollout._assemble = remember_version, remember_rollout
+    distiller.rollout.after_optimizer_step, assembler.assemble = remember_version, remember_rollout
     distiller.train()
     model = copy.deepcopy(distiller.parts.with_student.current())
 

@@ -118,7 +118,7 @@ def test_a_server_that_dies_fails_the_step_and_a_resume_on_a_new_server_ends_wit
     rows are sent one at a time here: then two servers draw the same tokens, and the weights compare exactly."""
     import torch
 
-    from distill.training.ahead import RolloutProducerError
+    from distill.training.async_rollout import RolloutProducerError
 
     monkeypatch.setattr(vllm_server.ENGINE, "concurrency", 1)
 

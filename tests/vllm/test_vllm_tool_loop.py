@@ -8,6 +8,8 @@ is replaced, a call to `add`), and half the vocabulary ends a turn, so turns are
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -56,7 +58,7 @@ def _trajectories(tokenizer, m, engine: str):
         outputs = generate_completions(m, batch, SamplingParams(1.0, 1.0, 0, max_new_tokens, do_sample=False, engine=engine),
                                        ends, tokenizer.pad_token_id, CPU, vocab_size=len(tokenizer),
                                        seeds=[seeds[r] for r in rows])
-        return [(ids, hit_max, None) for ids, hit_max in outputs]
+        return [replace(sample, log_probs=None) for sample in outputs]
 
     trajectories, _ = loop.run(generate, prompts, examples, ends)
     return trajectories

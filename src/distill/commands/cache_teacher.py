@@ -278,7 +278,7 @@ def _score_shard(job: CacheJob, shard: int, examples, teacher, encoder: PromptEn
         with torch.random.fork_rng(devices=[teacher.device] if teacher.device.type == "cuda" else []):
             torch.manual_seed(job.seed * 1_000_003 + shard)
             seeds = row_seeds(len(prompts), job.seed, "cache", shard)
-            completions = [ids for ids, _ in teacher.generate(prompts, sampling, job.batch_size, seeds=seeds, extras=extras)]
+            completions = [sample.ids for sample in teacher.generate(prompts, sampling, job.batch_size, seeds=seeds, extras=extras)]
     else:
         # Every token is scored (a conversation's tool turns too): a run selects the ones it trains on.
         completions = [list(row.completion_ids or []) for row in encoded]

@@ -11,7 +11,7 @@ renders those messages (`distill.teachers.cross_tokenizer`). Plain values only, 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,14 @@ class Segment:
     length: int
     assistant: bool
     messages: tuple[dict[str, Any], ...] = ()
+
+
+class Span(NamedTuple):
+    """A segment with its place in the completion: tokens `start` .. `end` - 1."""
+
+    start: int
+    end: int
+    segment: Segment
 
 
 @dataclass(frozen=True)
@@ -38,11 +46,11 @@ class Layout:
     def length(self) -> int:
         return sum(segment.length for segment in self.segments)
 
-    def spans(self) -> list[tuple[int, int, Segment]]:
-        """(start, end, segment) per segment, positions in the completion."""
+    def spans(self) -> list[Span]:
+        """Each segment with its place in the completion, in order."""
         out, start = [], 0
         for segment in self.segments:
-            out.append((start, start + segment.length, segment))
+            out.append(Span(start, start + segment.length, segment))
             start += segment.length
         return out
 

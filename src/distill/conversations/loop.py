@@ -28,10 +28,11 @@ from distill.conversations.render import ConversationRenderer
 from distill.conversations.tool_calls import parse_tool_calls
 from distill.conversations.tools import FAILURES, Tool, ToolResult, ToolRunner, run_calls
 from distill.data import Example
+from distill.generation.sample import Sample
 
-# generate(prompts, max_new_tokens, turn, rows) -> per prompt (new ids, hit max_new_tokens, log-probs or None); `rows`:
-# the indices of the prompts' rows among all the loop's (for per-row seeds and extras)
-Generate = Callable[[list[list[int]], int, int, list[int]], list[tuple[list[int], bool, list[float] | None]]]
+# generate(prompts, max_new_tokens, turn, rows) -> per prompt its next turn, a `Sample` (its ids, hit_max, log_probs;
+# the rest unread); `rows`: the indices of the prompts' rows among all the loop's (for per-row seeds and extras)
+Generate = Callable[[list[list[int]], int, int, list[int]], list[Sample]]
 
 
 class EnvironmentTurns:
@@ -107,6 +108,12 @@ class Trajectory:
     def layout(self) -> Layout:
         return self.segments.layout(self.observation, self.reward)
 
+    def sample(self, prompt_ids: list[int], with_log_probs: bool = True) -> Sample:
+        """The trajectory as the sample of a conversation that followed `prompt_ids` (its trained mask and layout;
+        its log-probs unless `with_log_probs` is False)."""
+        return Sample(self.ids, self.hit_max, self.log_probs if with_log_probs else None, tuple(self.trained), prompt_ids,
+                      self.layout)
+
 
 @dataclass(frozen=True)
 class LoopSettings:
@@ -161,13 +168,13 @@ def run_tool_loop(generate: Generate, prompts: list[list[int]], runners: list[To
         room = {i: settings.budget - len(trajectories[i].ids) for i in going}
         outputs = generate([prompts[i] + trajectories[i].ids for i in going], max(room.values()), turn, list(going))
         pending: list[tuple[int, list]] = []
-        for i, (ids, hit_max, log_probs) in zip(going, outputs):
-            trajectory = trajectories[i]
+        for i, sample in zip(going, outputs):
+            trajectory, ids, log_probs = trajectories[i], sample.ids, sample.log_probs
             cut = len(ids) > room[i]
             ids = ids[: room[i]]
             trajectory.extend(ids, True, None if log_probs is None else log_probs[: room[i]])
             trajectory.turns += 1
-            if hit_max or cut or not ids or ids[-1] not in eos_ids:
+            if sample.hit_max or cut or not ids or ids[-1] not in eos_ids:
                 trajectory.hit_max = True
                 continue
             parsed = parse_tool_calls(decode(ids))

@@ -143,7 +143,7 @@ def _sample(generate, prompts, settings: EvalSettings, device, greedy: bool) -> 
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(settings.seed)
         outputs = generate(prompts, sampling, settings.batch_size, seeds)
-    return [ids for ids, _ in outputs]
+    return [sample.ids for sample in outputs]
 
 
 @dataclass(frozen=True)
@@ -207,8 +207,7 @@ class Evaluator:
         def turn(batch, max_new_tokens: int, number: int, rows: list[int]):
             seeds = row_seeds(len(self.prompts), self.settings.seed, "evaluation" if number == 0 else f"evaluation turn {number}")
             sampling = SamplingParams(1.0, 1.0, 0, max_new_tokens, do_sample=not greedy, engine=self.settings.generation_engine)
-            return [(ids, hit, None) for ids, hit, *_ in generate(batch, sampling, self.settings.batch_size,
-                                                                  [seeds[r] for r in rows])]
+            return generate(batch, sampling, self.settings.batch_size, [seeds[r] for r in rows])
 
         return loop.run(turn, self.prompts, self.examples, self.eos_ids)
 

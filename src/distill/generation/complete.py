@@ -19,6 +19,7 @@ from distill.generation.engine import (
     engine_names,
     get_engine,
 )
+from distill.generation.sample import Sample
 from distill.models.inputs import RowExtras, collate_extras
 from distill.models.kinds import model_kind_of
 
@@ -84,11 +85,11 @@ def generate_completions(
     stop_ids: list[int] | None = None,
     extras: list[RowExtras] | None = None,
     seeded_rows: bool = False,
-) -> list[tuple]:
+) -> list[Sample]:
     """Sample a completion for each prompt with the engine `sampling.engine` names (module docstring).
 
-    Returns, per prompt, (completion ids ending at the first EOS, whether it stopped at max_new_tokens), and
-    with `with_log_probs` a third item: each token's log-prob under the sampling distribution.
+    Returns one `Sample` per prompt: its ids ending at the first EOS, whether it stopped at max_new_tokens
+    (`hit_max`), and with `with_log_probs` each token's log-prob under the sampling distribution (else None).
     `stopping_criteria` (a transformers StoppingCriteriaList) may end rows early; the caller then cuts them.
     `vocab_size`: the tokenizer's size; rows of an output embedding padded past it (e.g. to a multiple of 64)
     are never sampled, since those ids mean nothing to the tokenizer or the loss.
@@ -106,7 +107,7 @@ def generate_completions(
     if extras is not None and len(extras) != len(prompts):
         raise ValueError(f"generate_completions: {len(extras)} rows of extras for {len(prompts)} prompts; give one per prompt")
     stops = list(eos_ids) if stop_ids is None else list(stop_ids)
-    results: list[tuple] = []
+    results: list[Sample] = []
     batch_size = batch_size or max(len(prompts), 1)
     engine = choose_engine(sampling.engine, model, device, tuple(sorted(extras[0])) if extras else ())
     kind = model_kind_of(model)
@@ -133,8 +134,8 @@ def generate_completions(
             for row in range(len(chunk)):
                 ids = generated[row][keep[row]].tolist()
                 ended = bool(ids) and ids[-1] in eos_ids
-                result = (ids, not ended and len(ids) >= sampling.max_new_tokens)
-                results.append(result + (log_probs[row][: len(ids)].tolist(),) if with_log_probs else result)
+                results.append(Sample(ids, not ended and len(ids) >= sampling.max_new_tokens,
+                                      log_probs[row][: len(ids)].tolist() if with_log_probs else None))
     finally:
         model.train(was_training)
     return results

@@ -24,3 +24,11 @@ def row_seed(*key: int | str) -> int:
 def row_seeds(count: int, *key: int | str) -> list[int]:
     """`row_seed(*key, row)` for rows 0..count-1."""
     return [row_seed(*key, row) for row in range(count)]
+
+
+def teacher_window_seed(seed: int, first_step: int, process_index: int) -> int:
+    """The torch seed the seq_kd teacher samples its window of steps from `first_step` with on process
+    `process_index` (its own RNG: the process RNG the student samples on is untouched). One integer per (run seed,
+    window, process), so a run resumed inside a window samples the window again alike; the two primes keep windows
+    and processes of nearby run seeds apart."""
+    return seed * 1_000_003 + first_step + 104_729 * (process_index + 1)

@@ -213,7 +213,7 @@ class VllmEngine(Engine):
             replica = self._start(model, fingerprint)
         elif replica.fingerprint != fingerprint:
             start = time.perf_counter()
-            replica.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": checkpoint_weights(model),
+            replica.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(checkpoint_weights(model).items()),
                                                                  "is_checkpoint_format": True})
             replica.llm.reset_prefix_cache()  # cached prefixes hold the old weights' keys and values
             replica.fingerprint, replica.syncs = fingerprint, replica.syncs + 1
@@ -235,7 +235,8 @@ class VllmEngine(Engine):
                        dtype=str(weight.dtype).removeprefix("torch."), seed=0, enforce_eager=weight.device.type == "cpu",
                        kv_cache_memory_bytes=self.kv_cache_bytes, generation_config="vllm",
                        logprobs_mode="processed_logprobs", disable_log_stats=True)
-        llm.collective_rpc("reload_weights", kwargs={"weights_iterator": checkpoint_weights(model), "is_checkpoint_format": True})
+        llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(checkpoint_weights(model).items()),
+                                                     "is_checkpoint_format": True})
         replica = _Replica(llm, weakref.ref(model), fingerprint, directory)
         self._replicas[self._key(model)] = replica
         logger.info("vLLM replica of a %s started in %.1f s", type(model).__name__, time.perf_counter() - start)

@@ -169,7 +169,7 @@ class VllmServerEngine(Engine):
             self._pushed, self.adapter_pushes = fingerprint, self.adapter_pushes + 1
             logger.debug("pushed the student's adapters to %s in %.2f s", self.url, time.perf_counter() - start)
             return
-        weights = {name: tensor.detach().contiguous().cpu() for name, tensor in checkpoint_weights(model)}
+        weights = {name: tensor.detach().contiguous().cpu() for name, tensor in checkpoint_weights(model).items()}
         partial = self._directory / (WEIGHTS_FILE + ".partial")
         save_file(_untied(weights), str(partial))
         partial.replace(self._directory / WEIGHTS_FILE)  # the server never reads a half-written file

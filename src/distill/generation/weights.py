@@ -29,8 +29,8 @@ def adapters_off(model: nn.Module) -> bool:
     return any(getattr(module, "disable_adapters", False) for module in model.modules() if hasattr(module, "lora_A"))
 
 
-def checkpoint_weights(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """`model`'s weights under their names in a transformers checkpoint (its state dict: a tied lm_head is
+def checkpoint_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """`model`'s weights by their names in a transformers checkpoint, in its order (its state dict: a tied lm_head is
     listed, which vLLM's in-place reload needs to finish the layer), a LoRA model's merged:
     W + scaling * B @ A for each adapted linear layer (W alone while the adapters are off), the adapters
     themselves left out."""
@@ -40,7 +40,7 @@ def checkpoint_weights(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
     except ImportError:
         PeftModel = None
     if PeftModel is None or not isinstance(model, PeftModel):
-        return list(model.state_dict().items())
+        return dict(model.state_dict())
     base = model.get_base_model()
     merged = {}
     for module_name, module in base.named_modules():
@@ -50,12 +50,12 @@ def checkpoint_weights(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
                 if adapter in module.lora_A:
                     weight = weight + module.get_delta_weight(adapter).detach().to(weight.dtype)
             merged[f"{module_name}.weight"] = weight
-    weights = []
+    weights = {}
     for name, tensor in base.state_dict().items():
         if ".lora_" in name:
             continue
         plain = name.replace(".base_layer.", ".")
-        weights.append((plain, merged.get(plain, tensor)))
+        weights[plain] = merged.get(plain, tensor)
     return weights
 
 

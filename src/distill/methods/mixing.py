@@ -29,7 +29,7 @@ def draw_sources(lmbda: float, seq_kd: bool, seed: int, step: int, num_micro_bat
 
 @dataclass(frozen=True)
 class MixedSources:
-    """A source plan (`distill.training.rollout.SourcePlan`): lmbda per step, seq_kd for the off-policy source."""
+    """A source plan (`distill.training.plan.SourcePlan`): lmbda per step, seq_kd for the off-policy source."""
 
     lmbda_end: float
     schedule: str = "constant"

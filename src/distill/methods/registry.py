@@ -18,7 +18,7 @@ from distill.registry import Registry
 if TYPE_CHECKING:  # annotations only: this module stays a leaf
     from distill.config import DistillConfig
     from distill.objectives.base import Objective
-    from distill.training.rollout import SourcePlan, StepStage
+    from distill.training.plan import SourcePlan, StepStage
 
 TEACHER_KINDS = ("external", "self", "none")
 
@@ -112,7 +112,7 @@ class Method:
 
     # ------------------------------------------------------------------------------------ required --
     def sources(self, config: DistillConfig) -> SourcePlan:
-        """Which completions each micro-batch uses (`distill.training.rollout.SourcePlan`)."""
+        """Which completions each micro-batch uses (`distill.training.plan.SourcePlan`)."""
         raise NotImplementedError
 
     def objective(self, config: DistillConfig) -> Objective:
@@ -147,7 +147,7 @@ class Method:
         return True
 
     def stage(self, config: DistillConfig, parts: StageParts) -> StepStage | None:
-        """Work run on each rollout before any loss (`distill.training.rollout.StepStage`: sdpo's rewards and
+        """Work run on each rollout before any loss (`distill.training.plan.StepStage`: sdpo's rewards and
         demonstrations), or None."""
         return None
 

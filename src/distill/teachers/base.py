@@ -18,6 +18,7 @@ from typing import Callable
 from distill.batch import MicroBatch
 from distill.data import Example
 from distill.generation import SamplingParams
+from distill.generation.sample import Sample
 from distill.models.inputs import RowExtras
 
 
@@ -61,9 +62,9 @@ class Teacher(ABC):
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
                  examples: list[Example] | None = None, seeds: list[int] | None = None,
-                 extras: list[RowExtras] | None = None) -> list[tuple[list[int], bool]]:
-        """Completions in student ids for the student's `prompts`; `examples` (the same prompts as dataset
-        examples) are for teachers that render their own prompts (another tokenizer); `seeds`: one per prompt
+                 extras: list[RowExtras] | None = None) -> list[Sample]:
+        """Completions in student ids for the student's `prompts`, one `Sample` each; `examples` (the same prompts as
+        dataset examples) are for teachers that render their own prompts (another tokenizer); `seeds`: one per prompt
         (`distill.generation.seeds`); `extras`: the prompts' model inputs beyond the ids (a teacher of the
         student's kind takes them; one rendering its own prompts, its own)."""
         raise TypeError(f"{type(self).__name__} cannot sample completions (can_generate is False)")

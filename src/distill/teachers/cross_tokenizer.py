@@ -47,6 +47,7 @@ from distill.conversations.layout import Layout, with_observation
 from distill.conversations.loop import EnvironmentTurns
 from distill.data import Example, PromptEncoder
 from distill.generation import SamplingParams, generate_completions
+from distill.generation.sample import Sample
 from distill.losses.uld import Alignment, ULDSettings, VocabularyMatch
 from distill.methods.gold_fields import GoldFields
 from distill.models import eos_token_ids, logit_head
@@ -263,7 +264,7 @@ class CrossTokenizerTeacher(Teacher):
     # ------------------------------------------------------------------------------ the protocol --
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
                  examples: list[Example] | None = None, seeds: list[int] | None = None,
-                 extras=None) -> list[tuple[list[int], bool]]:
+                 extras=None) -> list[Sample]:
         """Sample from the teacher's own prompts (`examples`; the student's `prompts` and `extras` are not its inputs)."""
         if examples is None or len(examples) != len(prompts):
             raise ValueError("a cross-tokenizer teacher renders its own prompts: generate needs the examples")
@@ -282,10 +283,12 @@ class CrossTokenizerTeacher(Teacher):
                                            vocab_size=len(self.teacher_bytes.table),
                                            seeds=None if seeds is None else seeds[start : start + size],
                                            extras=teacher_extras[start : start + size])
-            for (ids, hit_max), stopped_at in zip(outputs, budget.stop_lengths(len(chunk)), strict=True):
+            for sample, stopped_at in zip(outputs, budget.stop_lengths(len(chunk)), strict=True):
+                ids = sample.ids
                 if stopped_at is not None and len(ids) > stopped_at:  # what follows a budget stop is padding, not an EOS
                     ids = ids[:stopped_at]
-                results.append(self.to_student(ids, hit_max or stopped_at is not None, sampling.max_new_tokens))
+                student_ids, hit_max = self.to_student(ids, sample.hit_max or stopped_at is not None, sampling.max_new_tokens)
+                results.append(Sample(student_ids, hit_max))
         return results
 
     @torch.no_grad()

@@ -7,6 +7,7 @@ from torch import nn
 
 from distill.batch import MicroBatch
 from distill.generation import SamplingParams, generate_completions
+from distill.generation.sample import Sample
 from distill.models import logit_head
 from distill.signals import DenseSignal
 from distill.teachers.base import Teacher
@@ -43,7 +44,7 @@ class LocalTeacher(Teacher):
         visit(self.model)
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
-                 examples=None, seeds: list[int] | None = None, extras=None) -> list[tuple[list[int], bool]]:
+                 examples=None, seeds: list[int] | None = None, extras=None) -> list[Sample]:
         """Samples from the student's prompt ids (same tokenizer) and extras; `examples` is not needed."""
         return generate_completions(self.model, prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size,
                                     vocab_size=self.head.vocab_size, seeds=seeds, extras=extras)

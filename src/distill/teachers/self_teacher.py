@@ -31,6 +31,7 @@ from torch import nn
 from distill.batch import Annotation, Completion, MicroBatch, collate
 from distill.data import Example, RowPrompt
 from distill.generation import SamplingParams, generate_completions
+from distill.generation.sample import Sample
 from distill.losses import LogitHead
 from distill.methods.self_teacher_prompts import TeacherPrompts
 from distill.models import logit_head
@@ -150,7 +151,7 @@ class SelfTeacher(Teacher):
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
                  examples: list[Example] | None = None, seeds: list[int] | None = None,
-                 extras=None) -> list[tuple[list[int], bool]]:
+                 extras=None) -> list[Sample]:
         """Samples after each example's teacher prompt (`prompts`, the student's, are not used: the teacher's
         differ by the privileged context), with the rows' own extras (`extras`, the student's kind), or the teacher
         prompt's where it shows other images (the privileged context's)."""

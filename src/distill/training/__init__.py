@@ -9,7 +9,11 @@
   `start_checks.py`: the doctor's start-of-run checks on the assembly.
 - `state.py`: the `TrainingState` set-up prepares (the wrapped student, optimizer, schedule, hooks, run directory);
   `step.py`: one step's passes (rollout, teacher signals, forward and backward) and the doctor's `StepTimer`.
-- `rollout.py`: the rollout producer (request the rollout of step k; take it) and a step's micro-batches.
+- `plan.py`: completion sources, the method's `SourcePlan` and `StepStage`, `RolloutSettings`, the `RolloutProducer`
+  interface (request the rollout of step k; take it). `rollout.py`: the synchronous producer; `async_rollout.py` (and
+  `async_worker.py`): the asynchronous one (`max_staleness`). Both are composed of `rollout_parts.py`: the student
+  sampler (`student_sampler.py`), the teacher's seq_kd window (`teacher_window.py`), the dataset's completions and the
+  micro-batches made of the samples (`completions.py`), the method's stage (`stage.py`).
 - `metrics.py`: token-weighted metric windows, reduced over processes once.
 - `runtime.py`: accelerate, the device and precision; `sharding.py`: FSDP for the student; `cpu_memory.py`:
   glibc's mmap threshold for a training process on CPU.

@@ -47,7 +47,9 @@ from distill.models import (
 from distill.models.kinds import model_kind_of
 from distill.models.vision import image_token_ids, is_vision_language, split_processor
 from distill.teachers.build import load_model
-from distill.training.rollout import RolloutSettings, StepRollout
+from distill.training.plan import RolloutSettings
+from distill.training.rollout import StepRollout
+from distill.training.rollout_parts import RolloutParts
 from distill.training.teacher_assembly import Comparison, assemble_teachers, comparison
 
 if TYPE_CHECKING:
@@ -285,15 +287,14 @@ def make_optimizer(config: DistillConfig, params: list[nn.Parameter]):
 def rollout_producer(config: DistillConfig, plan, sampler, examples, encoded, settings: RolloutSettings, with_student,
                      teacher, eos_ids: list[int], pad_id: int, vocab_size: int, device, process_index: int, stage):
     """The run's rollout producer: synchronous (`StepRollout`), or with `max_staleness` > 0 sampling ahead in a worker
-    thread (`distill.training.ahead.AheadRollout`), which pushes the weights to an engine that keeps its own."""
-    args = (plan, sampler, examples, encoded, settings, with_student, teacher, eos_ids, pad_id, vocab_size, device,
-            process_index, stage)
+    thread (`distill.training.async_rollout.AsyncRollout`), which pushes the weights to an engine that keeps its own."""
+    parts = RolloutParts.build(plan, sampler, examples, encoded, settings, with_student, teacher, eos_ids, pad_id, vocab_size,
+                               device, process_index, stage, sampler.first_row if config.max_staleness else None)
     if not config.max_staleness:
-        return StepRollout(*args)
+        return StepRollout(parts)
     from distill.generation.engine import AUTO, get_engine
-    from distill.training.ahead import AheadRollout
+    from distill.training.async_rollout import AsyncRollout
 
     engine = None if config.generation_engine == AUTO else get_engine(config.generation_engine)
-    return AheadRollout(*args, max_staleness=config.max_staleness, first_row=sampler.first_row,
-                        engine=engine if engine is not None and engine.keeps_weights else None,
-                        pacing=config.staleness_pacing)
+    return AsyncRollout(parts, config.max_staleness, engine if engine is not None and engine.keeps_weights else None,
+                        config.staleness_pacing)

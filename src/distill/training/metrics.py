@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from distill.losses import STAT_NAMES, all_reduce_sum
 from distill.objectives.staleness import STALENESS_MAXIMA, STALENESS_METRICS, STALENESS_MINIMA
-from distill.training.rollout import ASYNC_TIMERS, SOURCES
+from distill.training.plan import ASYNC_TIMERS, SOURCES
 
 
 class MetricWindow:

@@ -1,6 +1,6 @@
 """The reward stage of a group RL step (sdpo, and grpo as its special case), between rollout and loss.
 
-It runs once per rollout, on every process at once (`distill.training.rollout.StepStage`):
+It runs once per rollout, on every process at once (`distill.training.plan.StepStage`):
 
   1. each process scores its own completions with the reward functions (`distill.methods.sdpo.rewards`); a failure on
      any process stops every process with the `RewardFunctionError` (the trainer checkpoints first). A conversation

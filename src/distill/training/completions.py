@@ -1,0 +1,72 @@
+"""A step's micro-batches from its samples: the student's (sampled by a producer), the teacher's (its seq_kd window)
+and the dataset's own completions, each row made a `Completion` with what the method trains of it."""
+
+from __future__ import annotations
+
+from distill.batch import Completion, MicroBatch, collate, skipping_first, untrained
+from distill.data import EncodedExample, Example
+from distill.generation.sample import Sample
+from distill.training.plan import RolloutSchedule, RolloutSettings
+from distill.training.student_sampler import Metrics
+from distill.training.teacher_window import TeacherWindow
+
+
+class RolloutAssembler:
+    """Builds `step`'s micro-batches (`assemble`) and single completions (`completion`: a checkpoint's restored)."""
+
+    def __init__(self, schedule: RolloutSchedule, examples: list[Example], encoded: list[EncodedExample],
+                 settings: RolloutSettings, teacher: TeacherWindow, eos_ids: list[int], pad_id: int):
+        self.schedule, self.examples, self.encoded, self.settings = schedule, examples, encoded, settings
+        self.teacher, self.eos_ids, self.pad_id = teacher, eos_ids, pad_id
+
+    def assemble(self, step: int, student: dict[int, list[Sample]], version: int, timings: dict[str, float],
+                 loop_metrics_into: Metrics) -> list[MicroBatch]:
+        """`step`'s micro-batches: the student's samples `student` (by micro-batch index, drawn by the weights of
+        `version`), the teacher's (sampled here, a window at a time; a conversation's loop metrics added to
+        `loop_metrics_into`) and the dataset's completions."""
+        sources = self.schedule.sources(step)
+        groups = self.schedule.prompt_groups(step)
+        generated = dict(student)
+        if "teacher" in sources:
+            window = self.teacher.samples(step, timings, loop_metrics_into)
+            generated.update({i: window[(step, i)] for i, s in enumerate(sources) if s == "teacher"})
+        micro_batches = []
+        for i, (source, group) in enumerate(zip(sources, groups)):
+            samples = [self.dataset_sample(j) for j in group] if source == "dataset" else generated[i]
+            completions = [self.completion(j, source, sample, version if source == "student" else None)
+                           for j, sample in zip(group, samples)]
+            micro_batches.append(collate(completions, source, self.pad_id))
+        return micro_batches
+
+    def dataset_sample(self, j: int) -> Sample:
+        """Example `j`'s own completion: hit_max where it was cut to fit (a conversation's), or where it ends without
+        an EOS; its trained mask and layout are the row's (`completion`)."""
+        encoded = self.encoded[j]
+        assert encoded.completion_ids is not None, "a dataset completion is drawn only for rows that have one"
+        ids = list(encoded.completion_ids)
+        hit_max = encoded.completion_cut if encoded.completion_trained is not None else bool(ids) and ids[-1] not in self.eos_ids
+        return Sample(ids, hit_max)
+
+    def completion(self, j: int, source: str, sample: Sample, weights_version: int | None) -> Completion:
+        """Example `j`'s completion `sample`, with what the method trains of it; `weights_version`: the student
+        weights that sampled it (the optimizer steps applied when it was sampled), None for another source;
+        `sample.trained`: a sampled conversation's own mask (its sampled turns), None for a completion sampled whole;
+        `sample.prompt_ids`: the prompt it followed, when not the row's own (an environment's observation appended);
+        `sample.layout`: a sampled conversation's model and environment segments (a dataset conversation's are the
+        row's)."""
+        ids, trains_row, encoded = sample.ids, self.settings.trains_row, self.encoded[j]
+        mask = (skipping_first(len(ids), self.settings.loss_skip) if trains_row is None or trains_row(self.examples[j])
+                else untrained(len(ids)))
+        conversation = encoded.completion_trained if source == "dataset" else sample.trained
+        if conversation is not None:  # a conversation's own turns: only the assistant's trained
+            mask = tuple(a and b for a, b in zip(mask, conversation))
+        prompt = encoded.prompt_ids if sample.prompt_ids is None else sample.prompt_ids
+        layout = encoded.completion_layout if source == "dataset" else sample.layout
+        return Completion(prompt, ids, source, sample.hit_max, encoded.prompt_truncated, self.examples[j],
+                          sample.log_probs, mask, weights_version, extras=encoded.extras, layout=layout)
+
+
+def sample_of(completion: Completion) -> Sample:
+    """The sample a completion holds (what a checkpoint keeps of it: `distill.generation.sample.sample_to_plain`)."""
+    return Sample(completion.completion_ids, completion.hit_max_new_tokens, completion.rollout_log_probs, completion.mask,
+                  completion.prompt_ids, completion.layout, completion.weights_version)
