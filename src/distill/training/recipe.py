@@ -41,7 +41,7 @@ from distill.training.assembly import (
     rollout_settings,
     student_source,
 )
-from distill.training.rollout import RolloutProducer, SourcePlan, StepStage
+from distill.training.plan import RolloutProducer, SourcePlan, StepStage
 from distill.training.runtime import Runtime, start_runtime
 from distill.training.student_access import StudentAccess
 

@@ -10,11 +10,7 @@ from __future__ import annotations
 from distill.batch import MicroBatch, collate
 from distill.generation.sample import sample_from_plain, sample_to_plain
 from distill.training.completions import sample_of
-from distill.training.plan import RolloutProducer, SourcePlan, StepStage
 from distill.training.rollout_parts import ComposedRollout, RolloutParts
-
-# The interface's names too, for importers of their former home (the trainer; `distill.training.plan` is their home).
-__all__ = ["RolloutProducer", "SourcePlan", "StepRollout", "StepStage"]
 
 
 class StepRollout(ComposedRollout):

@@ -32,8 +32,8 @@ from distill.rundir import checkpoint as ckpt
 from distill.rundir.directory import disk_full_message, disk_is_full
 from distill.training import sharding
 from distill.training.metrics import MetricWindow, add_throughput, log_record, progress_bar, show_on_progress_bar
+from distill.training.plan import RolloutProducer
 from distill.training.recipe import Assembly, Given, assemble
-from distill.training.rollout import RolloutProducer
 from distill.training.runtime import StopRequest
 from distill.training.start_checks import start_checks
 from distill.training.state import TrainingState, prepare_training
