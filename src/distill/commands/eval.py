@@ -74,7 +74,7 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
                                                                      settings.max_new_tokens, against.eos_ids, student))
     settings = dataclasses.replace(settings, tool_loop=tool_loop(config, encoder, settings.max_new_tokens))
     teachers = assemble_teachers(location, EVAL, config, method, tokenizer, against, device,
-                                 probe_ids=encoder.prompt_ids(examples[0].prompt)[0], teacher_model=teacher_model,
+                                 probe_ids=encoder.prompt(examples[0]).ids, teacher_model=teacher_model,
                                  teacher_tokenizer=teacher_tokenizer)
     configure_engine(config)  # the run's engine samples the evaluation, as it did in training
     try:
