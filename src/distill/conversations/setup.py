@@ -13,11 +13,11 @@ if TYPE_CHECKING:
     from distill.rendering import Renderer
 
 
-def offering_tools(config: DistillConfig, encoder: Renderer) -> Renderer:
-    """`encoder`, showing the run's tools (and its environment's) in every prompt; itself without any."""
+def offering_tools(config: DistillConfig, renderer: Renderer) -> Renderer:
+    """`renderer`, showing the run's tools (and its environment's) in every prompt; itself without any."""
     if not config.tools and config.environment is None:
-        return encoder
-    return encoder.offering(offered_schemas(config))
+        return renderer
+    return renderer.offering(offered_schemas(config))
 
 
 def offered_schemas(config: DistillConfig) -> list[dict]:
@@ -27,14 +27,14 @@ def offered_schemas(config: DistillConfig) -> list[dict]:
     return [tool.schema for tool in tools.values()] + (list(factory.schemas) if factory is not None else [])
 
 
-def tool_loop(config: DistillConfig, encoder: Renderer, budget: int, record_log_probs: bool = False) -> ToolLoop | None:
+def tool_loop(config: DistillConfig, renderer: Renderer, budget: int, record_log_probs: bool = False) -> ToolLoop | None:
     """The run's tool-call loop (None without tools or an environment): its tools and environment, the template's tool
     turns, `max_turns` and `budget` completion tokens per conversation (max_new_tokens; the evaluation's own)."""
     if not config.tools and config.environment is None:
         return None
-    tokenizer = encoder.tokenizer
+    tokenizer = renderer.tokenizer
     tools = load_tools(list(config.tools))
     factory = EnvironmentFactory.load(config.environment, set(tools)) if config.environment is not None else None
-    environment = encoder.environment_turns()  # checked before any rollout: the template appends tool turns
+    environment = renderer.environment_turns()  # checked before any rollout: the template appends tool turns
     return ToolLoop(tools, config.tool_timeout, environment, lambda ids: tokenizer.decode(ids),
-                    LoopSettings(config.max_turns, budget, record_log_probs, config.fail_on_token_drift), factory, encoder)
+                    LoopSettings(config.max_turns, budget, record_log_probs, config.fail_on_token_drift), factory, renderer)
