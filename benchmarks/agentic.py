@@ -37,12 +37,13 @@ from curves import curve, metrics, parse_arm_arguments, train  # noqa: E402  (a 
 
 from distill.config import DistillConfig
 from distill.conversations.setup import offering_tools, tool_loop
-from distill.data import PromptEncoder, examples_from_dataset
+from distill.data import examples_from_dataset
 from distill.data_files import load_dataset_spec
 from distill.evaluation.answers import contains_answer
 from distill.evaluation.evaluator import _last_run, tool_use
 from distill.generation import SamplingParams, generate_completions
 from distill.models import DEFAULT_TEACHER, eos_token_ids
+from distill.rendering import TextRenderer
 from distill.teachers.build import load_model
 
 RUNS = Path("runs/bench_agentic")
@@ -72,7 +73,7 @@ def measure(student_dir: Path) -> dict:
     model, tokenizer = load_model(str(student_dir), "student", device)
     eos = eos_token_ids(tokenizer, model)
     config = DistillConfig(tools=[TOOL], max_new_tokens=MAX_NEW_TOKENS)
-    encoder = offering_tools(config, PromptEncoder(tokenizer, 256, MAX_NEW_TOKENS, eos))
+    encoder = offering_tools(config, TextRenderer(tokenizer, 256, MAX_NEW_TOKENS, eos))
     loop = tool_loop(config, encoder, MAX_NEW_TOKENS)
     assert loop is not None
     examples = examples_from_dataset(load_dataset_spec(TASK, "heldout", "eval_dataset"), "eval_dataset")

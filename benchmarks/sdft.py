@@ -31,7 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arms import run_arms  # noqa: E402  (a sibling script)
 
-from distill.data import PromptEncoder, examples_from_dataset
+from distill.data import examples_from_dataset
 from distill.data_files import BUNDLED_DATASET, load_dataset_spec
 from distill.evaluation.answers import contains_answer
 from distill.evaluation.evaluator import EvalSettings, Evaluator
@@ -42,6 +42,7 @@ from distill.methods.self_teacher_prompts import (
     TeacherPrompts,
 )
 from distill.models import DEFAULT_TEACHER, eos_token_ids, student_vocab_size
+from distill.rendering import TextRenderer
 from distill.teachers.build import load_model
 from distill.teachers.self_teacher import SelfTeacher
 
@@ -77,16 +78,16 @@ class Measure:
         self.original, self.tokenizer = load_model(DEFAULT_TEACHER, "model", device)
         self.eos_ids = eos_token_ids(self.tokenizer, self.original)
         self.vocab = student_vocab_size(self.tokenizer, self.original)
-        self.encoder = PromptEncoder(self.tokenizer, 256, ANSWER_TOKENS, self.eos_ids)
+        self.encoder = TextRenderer(self.tokenizer, 256, ANSWER_TOKENS, self.eos_ids)
         self.heldout = examples_from_dataset(load_dataset_spec(facts, "heldout", "dataset"), "dataset")
         self.train_questions = examples_from_dataset(load_dataset_spec(facts, "train", "dataset"), "dataset")
         if questions:  # a quick check of the script, not a measurement
             self.heldout, self.train_questions = self.heldout[:questions], self.train_questions[:questions]
         general = examples_from_dataset(load_dataset_spec(BUNDLED_DATASET, "heldout", "dataset"), "dataset")[:GENERAL_PROMPTS]
         # The original model is the teacher; general prompts have no privileged context, so it sees them bare.
-        prompts = TeacherPrompts(PromptEncoder(self.tokenizer, 512, 48, self.eos_ids), DEFAULT_TEACHER_PROMPT_TEMPLATE)
+        prompts = TeacherPrompts(TextRenderer(self.tokenizer, 512, 48, self.eos_ids), DEFAULT_TEACHER_PROMPT_TEMPLATE)
         self.teacher = SelfTeacher("live", self.original, prompts, self.vocab, self.eos_ids, self.tokenizer.pad_token_id, device)
-        self.forgetting = Evaluator(self.teacher, self.tokenizer, PromptEncoder(self.tokenizer, 256, 48, self.eos_ids), general,
+        self.forgetting = Evaluator(self.teacher, self.tokenizer, TextRenderer(self.tokenizer, 256, 48, self.eos_ids), general,
                                     self.vocab, self.eos_ids, self.tokenizer.pad_token_id, device, EvalSettings(48, 8, 3, 42))
 
     def accuracy(self, model, examples, with_context: bool = False) -> dict:

@@ -29,11 +29,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arms import run_arms  # noqa: E402  (a sibling script)
 
-from distill.data import PromptEncoder, examples_from_dataset
+from distill.data import examples_from_dataset
 from distill.data_files import load_dataset_spec
 from distill.evaluation.answers import contains_answer
 from distill.generation import SamplingParams, generate_completions
 from distill.models import DEFAULT_TEACHER, eos_token_ids, student_vocab_size
+from distill.rendering import TextRenderer
 from distill.teachers.build import load_model
 
 TASK = "bundled:arithmetic"
@@ -71,7 +72,7 @@ class Measure:
         self.original, self.tokenizer = load_model(DEFAULT_TEACHER, "model", device)
         self.eos_ids = eos_token_ids(self.tokenizer, self.original)
         self.vocab = student_vocab_size(self.tokenizer, self.original)
-        self.encoder = PromptEncoder(self.tokenizer, 128, MAX_NEW_TOKENS, self.eos_ids)
+        self.encoder = TextRenderer(self.tokenizer, 128, MAX_NEW_TOKENS, self.eos_ids)
         self.heldout = examples_from_dataset(load_dataset_spec(TASK, "heldout", "dataset"), "dataset")
         if prompts:  # a quick check of the script, not a measurement
             self.heldout = self.heldout[:prompts]

@@ -39,9 +39,10 @@ def _free_port() -> int:
 
 def scoring(args, work: Path) -> list[dict]:
     from distill.commands.serve_teacher import wait_until_healthy
-    from distill.data import PromptEncoder, examples_from_dataset
+    from distill.data import examples_from_dataset
     from distill.data_files import load_dataset_spec
     from distill.models import load_tokenizer, resolve_model_source
+    from distill.rendering import TextRenderer
     from distill.teachers.server import ServerSettings, ServerTeacher
 
     port = _free_port()
@@ -51,7 +52,7 @@ def scoring(args, work: Path) -> list[dict]:
         wait_until_healthy(f"http://127.0.0.1:{port}", 300.0, server)
         tokenizer = load_tokenizer(resolve_model_source(TEACHER, "teacher"))
         examples = examples_from_dataset(load_dataset_spec("bundled", "train", "dataset"), "dataset")[: args.sequences * 2]
-        encoder = PromptEncoder(tokenizer, 256, args.new_tokens, [tokenizer.eos_token_id])
+        encoder = TextRenderer(tokenizer, 256, args.new_tokens, [tokenizer.eos_token_id])
         prompts = [encoder.prompt_ids(e.prompt)[0] for e in examples]
         # A completion-sized continuation: another prompt's tokens (throughput does not depend on the text).
         sequences = [p + prompts[-1 - i][: args.new_tokens] for i, p in enumerate(prompts[: args.sequences])]

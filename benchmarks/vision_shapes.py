@@ -89,7 +89,7 @@ def accuracy(model_dir: Path, held_out: Path) -> dict:
     examples = examples_from_dataset(datasets.load_dataset("json", data_files=str(held_out), split="train"), "held_out",
                                      held_out.parent)
     encoder = model_kind_of(model).encoder(tokenizer, 64, 8, [tokenizer.eos_token_id], model)
-    encoded = [encoder.encode(e) for e in examples]
+    encoded = [encoder.row(e) for e in examples]
     out = generate_completions(model, [e.prompt_ids for e in encoded], SamplingParams(1.0, 1.0, 0, 8, do_sample=False),
                                [tokenizer.eos_token_id], tokenizer.pad_token_id, torch.device("cpu"), batch_size=16,
                                extras=[e.extras for e in encoded])

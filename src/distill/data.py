@@ -1,4 +1,4 @@
-"""Datasets of prompts (and optional completions): loading, validation, chat rendering, tokenization.
+"""Datasets of prompts (and optional completions): loading and validation, and the records of a row in a model's ids.
 
 A row holds either `prompt` (a string, or a list of chat messages) or `messages` (a chat: the turns before its
 first assistant turn are the prompt, the rest its completion). Optional columns: `completion` (a string, or a list
@@ -13,13 +13,13 @@ it); `feedback` (text) is environment feedback an SDPO self-teacher may be re-pr
 routes the row to one of several teachers; `images` (a list) are the images its chat messages show through
 `{"type": "image"}` content blocks (`distill.images`: paths, bytes or PIL images, decoded only when a
 micro-batch needs them). Every problem is reported when the run is set up, before any model is loaded, with the
-column or row at fault. Loading files and splits is `distill.data_files`. The step sampler (which prompts
-each optimizer step trains on) is here too.
+column or row at fault. Loading files and splits is `distill.data_files`; rendering a row in a model's ids
+(`EncodedExample`, `RowPrompt`) is `distill.rendering`. The step sampler (which prompts each optimizer step trains
+on) is here too.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -27,7 +27,6 @@ from typing import Any, NamedTuple
 import torch
 
 from distill.conversations.layout import Layout
-from distill.conversations.render import ConversationRenderer
 from distill.conversations.tool_calls import check_tools, tool_calls_of, tool_names
 from distill.data_files import check_columns
 from distill.images import ImageRef, context_images, is_block_list, row_images
@@ -279,103 +278,6 @@ def _check_conversation(prompt: list[dict], turns: list[dict], tools: list[dict]
             pending -= 1
         else:
             pending = len(calls)
-
-
-class PromptEncoder:
-    """Renders and tokenizes prompts and completions for one tokenizer.
-
-    Prompts go through the tokenizer's chat template (with the generation prompt) when they are messages;
-    text prompts are tokenized as they are. Prompts longer than `max_prompt_length` keep their end, where
-    the question and the assistant header are. A dataset completion is its text followed by EOS (what
-    ChatML-style templates render for an assistant turn), ending at its first EOS, cut to `max_new_tokens`.
-    """
-
-    def __init__(self, tokenizer, max_prompt_length: int, max_new_tokens: int, eos_token_ids: list[int]):
-        self.tokenizer = tokenizer
-        self.max_prompt_length = max_prompt_length
-        self.max_new_tokens = max_new_tokens
-        self.eos_token_ids = list(eos_token_ids)
-        self._conversations: ConversationRenderer | None = None
-        self.offered_tools: list[dict] | None = None  # the run's tools' schemas, shown to rows without a `tools` column
-
-    def offering(self, tools: list[dict] | None) -> "PromptEncoder":
-        """This encoder, showing `tools` (JSON schemas: the run's `tools`) in the prompt of every row without its own."""
-        encoder = copy.copy(self)
-        encoder.offered_tools = list(tools) if tools else None
-        return encoder
-
-    def tools_of(self, example: Example) -> list[dict] | None:
-        return example.tools if example.tools is not None else self.offered_tools
-
-    def conversations(self) -> ConversationRenderer:
-        """The renderer of multi-turn rows and rows with tools (made once: it probes the template)."""
-        if self._conversations is None:
-            self._check_template()
-            self._conversations = ConversationRenderer(self.tokenizer, self.eos_token_ids)
-        return self._conversations
-
-    def _check_template(self) -> None:
-        if getattr(self.tokenizer, "chat_template", None) is None:
-            raise ValueError("the tokenizer has no chat template, so chat-message prompts cannot be rendered; give text prompts")
-
-    def render(self, prompt: str | list[dict[str, str]], tools: list[dict] | None = None) -> str:
-        """The prompt's text: as it is, or chat messages through the template with the generation prompt (and the
-        row's tools, as the template or distill's tool-call format shows them)."""
-        if isinstance(prompt, str):
-            return prompt
-        self._check_template()
-        messages, extra = self.conversations().template_messages(prompt, tools, "prompt") if tools else (prompt, {})
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
-
-    def prompt_ids(self, prompt: str | list[dict[str, str]], tools: list[dict] | None = None) -> tuple[list[int], bool]:
-        """(token ids, whether the prompt was truncated)."""
-        text = self.render(prompt, tools)
-        # Chat templates already hold the special tokens (BOS etc.); plain text gets the tokenizer's own.
-        ids = self.tokenizer(text, add_special_tokens=isinstance(prompt, str))["input_ids"]
-        if len(ids) > self.max_prompt_length:
-            return ids[-self.max_prompt_length :], True
-        return ids, False
-
-    def row_prompt(self, example: Example, prompt: str | list[dict], images: tuple[ImageRef, ...] = ()) -> RowPrompt:
-        """`prompt`, another prompt for `example`'s row (a self-teacher's, with privileged context), in this encoder's
-        ids, shown with the row's tools; `images`: the images it shows (a text model's encoder takes none)."""
-        if images:
-            raise ValueError(f"row {example.index}: its self-teacher prompt shows {len(images)} image(s), and this model "
-                             "reads text only; use a vision-language model or give the privileged context as text")
-        return RowPrompt(*self.prompt_ids(prompt, self.tools_of(example)))
-
-    def extras(self, example: "Example") -> RowExtras:
-        """The row's model inputs beyond its token ids: none for a text model (a model kind's encoder adds them)."""
-        return {}
-
-    def encode(self, example: Example) -> EncodedExample:
-        """A row in this tokenizer's ids: its prompt and, when it brings one, its completion (a conversation's with
-        its trained mask: every assistant turn trained, the rest attended only)."""
-        if example.turns is not None:
-            return self.conversation(example)
-        ids, truncated = self.prompt_ids(example.prompt, self.tools_of(example))
-        completion = self.completion_ids(example.completion) if example.completion is not None else None
-        return EncodedExample(ids, truncated, completion, self.extras(example))
-
-    def conversation(self, example: Example) -> EncodedExample:
-        """A conversation row (`Example.turns`), encoded: the prompt keeps its end; the completion (every turn after
-        the prompt) is cut to `max_new_tokens`, its trained mask with it."""
-        assert isinstance(example.prompt, list) and example.turns is not None
-        rendered = self.conversations().render(list(example.prompt) + list(example.turns), self.tools_of(example),
-                                               f"row {example.index}")
-        ids, truncated = rendered.prompt_ids, len(rendered.prompt_ids) > self.max_prompt_length
-        if truncated:
-            ids = ids[-self.max_prompt_length :]
-        budget = self.max_new_tokens
-        return EncodedExample(ids, truncated, rendered.completion_ids[:budget], self.extras(example),
-                              rendered.trained[:budget], len(rendered.completion_ids) > budget,
-                              rendered.layout.cut(budget))
-
-    def completion_ids(self, completion: str) -> list[int]:
-        """Token ids of a dataset completion, ending at its first EOS (an EOS string inside the text counts)."""
-        ids = self.tokenizer(completion, add_special_tokens=False)["input_ids"] + [self.eos_token_ids[0]]
-        first_eos = next(i for i, token in enumerate(ids) if token in self.eos_token_ids)
-        return ids[: first_eos + 1][: self.max_new_tokens]
 
 
 class StepSampler:

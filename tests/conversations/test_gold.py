@@ -13,9 +13,9 @@ import torch
 
 from distill.align import TokenBytes
 from distill.batch import Completion, collate
-from distill.conversations.render import ConversationRenderer
-from distill.data import PromptEncoder, examples_from_dataset
+from distill.data import examples_from_dataset
 from distill.losses.uld import ULDSettings
+from distill.rendering import ConversationRenderer, TextRenderer
 from distill.teachers.cross_tokenizer import CrossTokenizerTeacher
 from distill.training.trainer import Distiller
 from tests.conftest import tiny_lm
@@ -44,7 +44,7 @@ def teacher_tokenizer(smol_tokenizer, family: str):
 def conversation_completion(tokenizer, messages, tools) -> Completion:
     rows = datasets.Dataset.from_list([{"messages": messages, "tools": tools}])
     example = examples_from_dataset(rows, "dataset")[0]
-    encoded = PromptEncoder(tokenizer, 512, 512, [tokenizer.eos_token_id]).encode(example)
+    encoded = TextRenderer(tokenizer, 512, 512, [tokenizer.eos_token_id]).row(example)
     return Completion(encoded.prompt_ids, encoded.completion_ids, "dataset", example=example,
                       trained_mask=encoded.completion_trained, layout=encoded.completion_layout)
 

@@ -6,8 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from distill.data import PromptEncoder, examples_from_dataset
+from distill.data import examples_from_dataset
 from distill.data_files import BUNDLED_SETS, load_dataset_spec
+from distill.rendering import TextRenderer
 from distill.tasks.lookup import REGISTRY, lookup_code
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +31,6 @@ def test_the_rows_are_the_scripts_and_held_out_entries_are_never_trained_on(tmp_
     assert not {e.row["entry"] for e in train} & {e.row["entry"] for e in held_out}
     example = train[0]
     assert example.turns is not None and example.answer in example.turns[-1]["content"]
-    encoded = PromptEncoder(tokenizer, 512, 512, [tokenizer.eos_token_id]).encode(example)
+    encoded = TextRenderer(tokenizer, 512, 512, [tokenizer.eos_token_id]).row(example)
     trained = tokenizer.decode([t for t, f in zip(encoded.completion_ids, encoded.completion_trained) if f])
     assert '"name": "lookup_code"' in trained and example.answer in trained

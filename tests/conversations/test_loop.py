@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from distill.conversations.loop import EnvironmentTurns, LoopSettings, loop_metrics, run_tool_loop
-from distill.conversations.render import ConversationRenderer
+from distill.conversations.loop import LoopSettings, loop_metrics, run_tool_loop
 from distill.conversations.tool_calls import ToolCall, render_tool_calls
 from distill.conversations.tools import Tool, ToolRunner, load_tools, tool_schema
 from distill.generation.sample import Sample
+from distill.rendering import ConversationRenderer, EnvironmentTurns
 from tests.conversations.conftest import family_tokenizer
 
 

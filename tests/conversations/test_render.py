@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from distill.conversations.render import ConversationRenderer, renders_tool_calls
 from distill.conversations.tool_calls import ToolCall, parse_tool_calls, render_tool_calls
+from distill.rendering import ConversationRenderer, renders_tool_calls
 
 TOOLS = [{"type": "function", "function": {"name": "calc", "description": "arithmetic",
                                            "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}}}}]

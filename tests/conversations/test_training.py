@@ -11,8 +11,9 @@ import torch
 
 from distill.batch import Completion, collate
 from distill.cli import main
-from distill.data import PromptEncoder, examples_from_dataset
+from distill.data import examples_from_dataset
 from distill.generation.sample import Sample
+from distill.rendering import TextRenderer
 from distill.teachers.local import LocalTeacher
 from tests.conftest import tiny_lm
 from tests.conversations.test_render import CONVERSATION, TOOLS, call
@@ -74,8 +75,8 @@ def test_the_rollout_trains_the_assistant_turns_only(tokenizer, tmp_path):
 
 def test_a_conversation_cut_at_max_new_tokens_cuts_its_mask_with_it(tokenizer):
     example = examples_from_dataset(datasets.Dataset.from_list(conversation_rows(1)), "dataset")[0]
-    whole = PromptEncoder(tokenizer, 256, 1000, [tokenizer.eos_token_id]).encode(example)
-    cut = PromptEncoder(tokenizer, 256, 9, [tokenizer.eos_token_id]).encode(example)
+    whole = TextRenderer(tokenizer, 256, 1000, [tokenizer.eos_token_id]).row(example)
+    cut = TextRenderer(tokenizer, 256, 9, [tokenizer.eos_token_id]).row(example)
     assert len(cut.completion_ids) == len(cut.completion_trained) == 9 and cut.completion_cut and not whole.completion_cut
     assert cut.completion_ids == whole.completion_ids[:9] and cut.completion_trained == whole.completion_trained[:9]
 
@@ -83,9 +84,9 @@ def test_a_conversation_cut_at_max_new_tokens_cuts_its_mask_with_it(tokenizer):
 def test_the_teachers_signal_over_a_conversation_is_each_turn_scored_with_its_full_prefix(tokenizer):
     """Scored once, whole: the teacher's hidden states at the trained tokens equal those of each assistant turn scored
     with everything before it (a causal model; the tool turns between are attended)."""
-    encoder = PromptEncoder(tokenizer, 256, 1000, [tokenizer.eos_token_id])
+    encoder = TextRenderer(tokenizer, 256, 1000, [tokenizer.eos_token_id])
     example = examples_from_dataset(datasets.Dataset.from_list([{"messages": CONVERSATION, "tools": TOOLS}]), "d")[0]
-    encoded = encoder.encode(example)
+    encoded = encoder.row(example)
     teacher = LocalTeacher(tiny_lm(len(tokenizer), layers=2, seed=5, eos_token_id=tokenizer.eos_token_id), len(tokenizer),
                            [tokenizer.eos_token_id], tokenizer.pad_token_id, torch.device("cpu"))
     whole = Completion(encoded.prompt_ids, encoded.completion_ids, "dataset", trained_mask=encoded.completion_trained)

@@ -157,15 +157,15 @@ def test_a_check_that_raises_is_a_warning_not_a_crash(tokenizer, monkeypatch):
 
 
 def test_prompts_longer_than_max_prompt_length(tokenizer):
-    from distill.data import PromptEncoder
+    from distill.rendering import TextRenderer
 
     rows = chat_rows(4)
     ctx = context(tokenizer, rows=rows, max_prompt_length=8)
-    ctx.encoded = [PromptEncoder(tokenizer, 8, 16, [tokenizer.eos_token_id]).encode(e) for e in ctx.examples]
+    ctx.encoded = [TextRenderer(tokenizer, 8, 16, [tokenizer.eos_token_id]).row(e) for e in ctx.examples]
     [found] = findings_of("prompt_truncation", ctx)
     assert found.severity == "warning" and "4 of 4 prompts are longer than max_prompt_length (8 tokens" in found.measured
     roomy = context(tokenizer, rows=rows)
-    roomy.encoded = [PromptEncoder(tokenizer, 512, 16, [tokenizer.eos_token_id]).encode(e) for e in roomy.examples]
+    roomy.encoded = [TextRenderer(tokenizer, 512, 16, [tokenizer.eos_token_id]).row(e) for e in roomy.examples]
     assert findings_of("prompt_truncation", roomy) == []
 
 

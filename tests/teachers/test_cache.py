@@ -60,10 +60,10 @@ def test_cache_holds_the_teachers_top_k_within_the_byte_budget(cache_dir, model_
     from transformers import AutoModelForCausalLM
 
     from distill.batch import Completion, collate
-    from distill.data import PromptEncoder
+    from distill.rendering import TextRenderer
 
     model = AutoModelForCausalLM.from_pretrained(model_dirs["teacher"], dtype=torch.float32)
-    encoder = PromptEncoder(tokenizer, 48, 12, [tokenizer.eos_token_id])
+    encoder = TextRenderer(tokenizer, 48, 12, [tokenizer.eos_token_id])
     row = cache_rows()[5]
     entry = cache.get(5)
     prompt = encoder.prompt_ids(row["prompt"])[0]
@@ -239,11 +239,11 @@ def test_generated_completions_are_the_teachers_and_reproducible(model_dirs, dat
 
     from transformers import AutoModelForCausalLM
 
-    from distill.data import PromptEncoder
+    from distill.rendering import TextRenderer
 
     # The stored log-probs are the teacher's at the generated tokens: recomputed here from its logits, in float64.
     model = AutoModelForCausalLM.from_pretrained(model_dirs["teacher"], dtype=torch.float32)
-    encoder = PromptEncoder(tokenizer, 48, 12, [tokenizer.eos_token_id])
+    encoder = TextRenderer(tokenizer, 48, 12, [tokenizer.eos_token_id])
     for i, row in enumerate(cache_rows()):
         entry = cache.get(i)
         tokens = entry.tokens.tolist()

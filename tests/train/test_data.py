@@ -3,8 +3,9 @@
 import datasets
 import pytest
 
-from distill.data import PromptEncoder, examples_from_dataset
+from distill.data import examples_from_dataset
 from distill.data_files import BUNDLED_PROMPTS, load_dataset_spec
+from distill.rendering import TextRenderer
 
 
 def test_bundled_prompt_set_has_a_fixed_heldout_split():
@@ -65,13 +66,13 @@ def test_local_jsonl_file_and_missing_path(tmp_path):
 
 
 def test_long_prompts_keep_their_end(tokenizer):
-    encoder = PromptEncoder(tokenizer, max_prompt_length=12, max_new_tokens=5, eos_token_ids=[tokenizer.eos_token_id])
+    encoder = TextRenderer(tokenizer, max_prompt_length=12, max_new_tokens=5, eos_token_ids=[tokenizer.eos_token_id])
     long_prompt = [{"role": "user", "content": "word " * 50 + "final question?"}]
     ids, truncated = encoder.prompt_ids(long_prompt)
     full = tokenizer(encoder.render(long_prompt), add_special_tokens=False)["input_ids"]
     assert truncated and len(ids) == 12 and ids == full[-12:]
     assert tokenizer.decode(ids).endswith("<|im_start|>assistant\n")
-    roomy = PromptEncoder(tokenizer, max_prompt_length=64, max_new_tokens=5, eos_token_ids=[tokenizer.eos_token_id])
+    roomy = TextRenderer(tokenizer, max_prompt_length=64, max_new_tokens=5, eos_token_ids=[tokenizer.eos_token_id])
     short_ids, short_truncated = roomy.prompt_ids([{"role": "user", "content": "hi"}])
     assert not short_truncated and short_ids == tokenizer(roomy.render([{"role": "user", "content": "hi"}]))["input_ids"]
     completion = encoder.completion_ids("a b c d e f g h")

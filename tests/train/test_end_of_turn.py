@@ -9,9 +9,10 @@ import logging
 import pytest
 import torch
 
-from distill.data import Example, PromptEncoder
+from distill.data import Example
 from distill.generation import first_eos_mask
 from distill.models import end_of_turn_id, eos_token_ids
+from distill.rendering import TextRenderer
 from distill.teachers.cross_tokenizer import CrossTokenizerTeacher
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
 from tests.train.helpers import make_distiller
@@ -52,7 +53,7 @@ def test_the_end_of_turn_comes_from_the_chat_template_and_is_appended_first(eos_
     model.generation_config.eos_token_id = [llama3_style.eos_token_id, eot, 7]  # a list, as Llama-3's
     assert eos_token_ids(llama3_style, model) == [eot, llama3_style.eos_token_id, 7]
 
-    encoder = PromptEncoder(llama3_style, 48, 20, eos_token_ids(llama3_style, model))
+    encoder = TextRenderer(llama3_style, 48, 20, eos_token_ids(llama3_style, model))
     ids = encoder.completion_ids("a short answer")
     assert ids[-1] == eot and llama3_style.eos_token_id not in ids
     # generation stops at any of them: everything after the first is masked

@@ -12,10 +12,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from distill import DistillConfig
 from distill.batch import Completion, collate
-from distill.data import PromptEncoder
 from distill.generation import SamplingParams, generate_completions
 from distill.models.inputs import Extra, collate_extras
 from distill.models.kinds import ModelKind, model_kind_of, register_model_kind, unregister_model_kind
+from distill.rendering import TextRenderer
 from distill.teachers.hidden import backbone_hidden
 from distill.training.trainer import Distiller
 from tests.conftest import chat_rows
@@ -52,7 +52,7 @@ def feature_lm(vocab_size: int, layers: int, seed: int, eos_token_id: int) -> Fe
     return FeatureLlama(config)
 
 
-class FeatureEncoder(PromptEncoder):
+class FeatureEncoder(TextRenderer):
     def extras(self, example):
         return {"row_feature": Extra(torch.tensor(example.row["feature"], dtype=torch.float32))}
 

@@ -145,9 +145,10 @@ def test_demonstrations_are_the_first_successful_sibling_in_the_group():
 
 
 def test_reprompts_fill_the_last_user_turn_and_leave_absent_blocks_empty(tokenizer):
-    from distill.data import Example, PromptEncoder
+    from distill.data import Example
+    from distill.rendering import TextRenderer
 
-    encoder = PromptEncoder(tokenizer, 400, 8, [tokenizer.eos_token_id])
+    encoder = TextRenderer(tokenizer, 400, 8, [tokenizer.eos_token_id])
     reprompts = Reprompts(encoder, DEFAULT_REPROMPT_TEMPLATE, DEFAULT_SOLUTION_TEMPLATE, DEFAULT_FEEDBACK_TEMPLATE)
     chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 3?"}]
     example = Example(0, chat, None)
@@ -157,7 +158,7 @@ def test_reprompts_fill_the_last_user_turn_and_leave_absent_blocks_empty(tokeniz
         "attempt:\n\nYou wrote 6.\n\n\n\nCorrectly solve the original question.\n")
     assert reprompts.text(example, None, "x")[1]["content"].startswith("What is 2 + 3?\nThe following is feedback")
     assert reprompts.text(Example(0, "Q?", None), "A", None) == "Q?\nCorrect solution:\n\nA\n\n\n\nCorrectly solve the original question.\n"
-    short = Reprompts(PromptEncoder(tokenizer, 12, 8, [tokenizer.eos_token_id]), DEFAULT_REPROMPT_TEMPLATE,
+    short = Reprompts(TextRenderer(tokenizer, 12, 8, [tokenizer.eos_token_id]), DEFAULT_REPROMPT_TEMPLATE,
                       DEFAULT_SOLUTION_TEMPLATE, DEFAULT_FEEDBACK_TEMPLATE)
     ids, cut, _ = short.ids(example, "5 " * 40, None)
     assert cut and len(ids) == 12 and ids == reprompts.ids(example, "5 " * 40, None)[0][-12:]

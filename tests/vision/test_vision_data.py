@@ -82,13 +82,13 @@ def test_pixels_are_decoded_when_a_micro_batch_needs_them_and_long_image_prompts
     loads = []
     original = ImageRef.load
     monkeypatch.setattr(ImageRef, "load", lambda self: loads.append(self) or original(self))
-    encoded = encoder.encode(examples[0])
+    encoded = encoder.row(examples[0])
     assert loads == [] and encoded.prompt_ids.count(model.config.image_token_id) == 8
     batch = collate([Completion(encoded.prompt_ids, [5, 6], "dataset", extras=encoded.extras)], "dataset", 0)
     assert len(loads) == 2 and batch.extras["pixel_values"].shape == (32, 1176)
     tight = model_kind_of(model).encoder(processor.tokenizer, 12, 8, [processor.tokenizer.eos_token_id], model)
     with pytest.raises(ValueError, match=r"row 0: its prompt with its 2 image\(s\) is \d+ tokens, more than its budget of 12 \(max_prompt_length"):
-        tight.encode(examples[0])
+        tight.row(examples[0])
 
 
 def test_an_image_replaced_during_the_run_is_an_error(tmp_path):
@@ -103,7 +103,7 @@ def test_an_image_replaced_during_the_run_is_an_error(tmp_path):
     attach_processor(model, processor)
     encoder = model_kind_of(model).encoder(tokenizer, 64, 8, [tokenizer.eos_token_id], model)
     rows = datasets.load_dataset("json", data_files=path, split="train")
-    encoded = encoder.encode(examples_from_dataset(rows, "dataset", tmp_path)[0])
+    encoded = encoder.row(examples_from_dataset(rows, "dataset", tmp_path)[0])
     shape_image("red", side=112).save(tmp_path / "images" / "0-0.png")  # 4x the pixels: 4x the image tokens
     with pytest.raises(ValueError, match="row 0: its images give other image tokens than when the run started"):
         collate([Completion(encoded.prompt_ids, [5], "dataset", extras=encoded.extras)], "dataset", 0)

@@ -45,7 +45,7 @@ def _rows(processor, student, counts=(1, 0, 2, 1)) -> list[Completion]:
         images = tuple(ImageRef(image=shape_image(("red", "green", "blue")[(i + k) % 3], ("circle", "square")[k % 2]))
                        for k in range(count))
         prompt = [{"role": "user", "content": [{"type": "image"}] * count + [{"type": "text", "text": f"What is shown {i}?"}]}]
-        encoded = encoder.encode(Example(i, prompt, None, images=images))
+        encoded = encoder.row(Example(i, prompt, None, images=images))
         completion = [rng.choice(text_ids) for _ in range(5 + i)] + [tokenizer.eos_token_id]
         rows.append(Completion(encoded.prompt_ids, completion, "student", extras=encoded.extras))
     return rows

@@ -144,7 +144,7 @@ def test_the_self_teacher_reads_the_prompts_images_then_the_contexts(tmp_path, s
     text_ids = [i for i in range(len(tokenizer)) if i not in set(image_token_ids(model)) | {tokenizer.eos_token_id}]
     rows = []
     for example in examples:
-        encoded = encoder.encode(example)
+        encoded = encoder.row(example)
         prompt = teacher.teacher_prompt(example)
         shown = len(example.images) + len(example.privileged_images)
         assert prompt.ids.count(placeholder) == 4 * shown and not prompt.truncated
@@ -189,12 +189,12 @@ def test_sdpo_reprompts_show_the_contexts_images_as_feedback(tmp_path, student):
 
 @pytest.mark.parametrize("method", ["sdft", "sdpo"])
 def test_sdft_and_sdpo_train_on_rows_whose_privileged_context_shows_images(tmp_path, method, monkeypatch):
-    from distill.models.vision import ImagePromptEncoder
+    from distill.rendering import ImageRenderer
 
     own_inputs = []
-    row_prompt = ImagePromptEncoder.row_prompt
-    monkeypatch.setattr(ImagePromptEncoder, "row_prompt", lambda self, *a: own_inputs.append(row_prompt(self, *a).extras)
-                        or row_prompt(self, *a))
+    prompt = ImageRenderer.prompt
+    monkeypatch.setattr(ImageRenderer, "prompt", lambda self, *a, **k: own_inputs.append(prompt(self, *a, **k).extras)
+                        or prompt(self, *a, **k))
     data = _write(tmp_path, _rows(tmp_path))
     student_dir = save_qwen_vl(tmp_path / "student", layers=2, seed=2)
     fast = {k: v for k, v in FAST.items() if k not in GKD_ONLY}

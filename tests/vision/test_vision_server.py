@@ -37,7 +37,7 @@ def _batch(model, tokenizer, counts=(1, 0, 2)):
                        for k in range(count))
         example = Example(i, [{"role": "user", "content": [{"type": "image"}] * count + [{"type": "text", "text": "Colour?"}]}],
                           None, images=images)
-        encoded = encoder.encode(example)
+        encoded = encoder.row(example)
         rows.append(Completion(encoded.prompt_ids, [40 + i, 50, 60, tokenizer.eos_token_id], "dataset", example=example,
                                extras=encoded.extras))
     return collate(rows, "dataset", tokenizer.pad_token_id)
@@ -111,7 +111,7 @@ def test_an_offline_cache_of_a_vision_language_teacher_is_keyed_by_its_images(tm
     encoder = model_kind_of(model).encoder(tokenizer, 64, 6, [tokenizer.eos_token_id], model)
     cached = TeacherCache(tmp_path / "hidden")
     for example in examples[:3]:  # 1, 1 and 2 images
-        encoded = encoder.encode(example)
+        encoded = encoder.row(example)
         batch = collate([Completion(encoded.prompt_ids, encoded.completion_ids, "dataset", extras=encoded.extras)], "dataset",
                         tokenizer.pad_token_id)
         entry = cached.get(example.index)

@@ -14,11 +14,12 @@ import pytest
 import torch
 
 from distill import DistillConfig
-from distill.conversations.loop import EnvironmentTurns, LoopSettings, ToolLoop
+from distill.conversations.loop import LoopSettings, ToolLoop
 from distill.conversations.tools import load_tools
-from distill.data import Example, PromptEncoder
+from distill.data import Example
 from distill.generation import SamplingParams, generate_completions, get_engine
 from distill.generation.seeds import row_seeds
+from distill.rendering import EnvironmentTurns, TextRenderer
 from tests.skip_guard import needs_extra
 from tests.vllm.servers import save_models, start_server, stop_server
 from tests.vllm.test_vllm_engine import CPU, model
@@ -41,7 +42,7 @@ def fresh_replicas():
 def _loop(tokenizer):
     """The loop and its prompts: the tool's schema in each (over 128 tokens: vLLM's CPU cache block)."""
     tools = load_tools(["tests.conversations.test_loop:add"])
-    encoder = PromptEncoder(tokenizer, 400, 60, [tokenizer.eos_token_id]).offering([t.schema for t in tools.values()])
+    encoder = TextRenderer(tokenizer, 400, 60, [tokenizer.eos_token_id]).offering([t.schema for t in tools.values()])
     environment = EnvironmentTurns(tokenizer, encoder.conversations(), [tokenizer.eos_token_id])
     loop = ToolLoop(tools, 5.0, environment, lambda ids: CALL.replace("plus", "add"), LoopSettings(max_turns=4, budget=60))
     prompts = [encoder.prompt_ids([{"role": "user", "content": q}], encoder.offered_tools)[0] for q in QUESTIONS]

@@ -19,13 +19,14 @@ import numpy as np
 import torch
 
 from distill.batch import Completion, collate
-from distill.data import PromptEncoder, examples_from_dataset
+from distill.data import examples_from_dataset
 from distill.data_files import data_root, load_dataset_spec
 from distill.generation import SamplingParams
 from distill.generation.seeds import row_seeds
 from distill.losses import DEFAULT_CHUNK_SIZE
 from distill.losses.sparse import DEFAULT_MIN_TAIL_MASS, teacher_cells
 from distill.models.kinds import model_kind_of
+from distill.rendering import Renderer
 from distill.signals import DenseSignal, SparseSignal
 from distill.teachers.cache import (
     FORMAT,
@@ -270,8 +271,8 @@ def _check_out(out: Path, overwrite: bool) -> None:
                      f"write the cache next to what is there ({ONLY_CACHE_FILES})")
 
 
-def _score_shard(job: CacheJob, shard: int, examples, teacher, encoder: PromptEncoder, pad_id: int, eos_ids) -> ShardRecords:
-    encoded = [encoder.encode(e) for e in examples]
+def _score_shard(job: CacheJob, shard: int, examples, teacher, encoder: Renderer, pad_id: int, eos_ids) -> ShardRecords:
+    encoded = [encoder.row(e) for e in examples]
     prompts, extras = [row.prompt_ids for row in encoded], [row.extras for row in encoded]
     if job.generate:
         sampling = SamplingParams(job.sampling_temperature, 1.0, 0, job.max_new_tokens)

@@ -70,7 +70,7 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
                                                                      config.eval_max_new_tokens, against.eos_ids, student))
     settings = eval_settings(config, method, encoder, args.batch_size)
     teachers = assemble_teachers(location, EVAL, config, method, tokenizer, against, device,
-                                 probe_ids=encoder.prompt_ids(examples[0].prompt)[0], teacher_model=teacher_model,
+                                 probe_ids=encoder.prompt(examples[0]).ids, teacher_model=teacher_model,
                                  teacher_tokenizer=teacher_tokenizer)
     configure_engine(config)  # the run's engine samples the evaluation, as it did in training
     try:

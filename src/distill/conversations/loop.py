@@ -5,9 +5,8 @@ the conversation as the template renders them; the model writes the next turn; u
 Token-in, token-out: a trajectory's ids are the prompt's, then exactly the ids the engine sampled for each turn,
 then the ids of what the template adds after the turn's end-of-turn token (the newline after `<|im_end|>`, the tool
 turns, the next turn's header), and so on. Nothing already in the trajectory is re-tokenized. The environment's ids
-come from rendering a stand-in conversation with and without the tool turns (`EnvironmentTurns`): the text the
-template adds after an assistant's end of turn does not depend on what the turn said, in a template that preserves
-prefixes (checked at every render).
+come from the model's renderer (`distill.rendering.environment.EnvironmentTurns`), which renders a stand-in
+conversation with and without the tool turns.
 
 The sampled turns are trained (their mask is True), the environment's ids are attended only. A turn that reaches
 the budget ends the trajectory (cut). Tool results that would not fit in the budget with room for another turn are
@@ -20,59 +19,22 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from distill.conversations.environments import EnvironmentFactory
 from distill.conversations.layout import Layout, LayoutBuilder
-from distill.conversations.render import ConversationRenderer
 from distill.conversations.tool_calls import parse_tool_calls
-from distill.conversations.tools import FAILURES, Tool, ToolResult, ToolRunner, run_calls
+from distill.conversations.tools import FAILURES, Tool, ToolRunner, run_calls
 from distill.data import Example
 from distill.generation.sample import Sample
+
+if TYPE_CHECKING:  # the renderer builds them; the loop only calls them
+    from distill.rendering.base import Renderer
+    from distill.rendering.environment import EnvironmentTurns
 
 # generate(prompts, max_new_tokens, turn, rows) -> per prompt its next turn, a `Sample` (its ids, hit_max, log_probs;
 # the rest unread); `rows`: the indices of the prompts' rows among all the loop's (for per-row seeds and extras)
 Generate = Callable[[list[list[int]], int, int, list[int]], list[Sample]]
-
-
-class EnvironmentTurns:
-    """The ids a template adds after an assistant's end of turn for some tool results, through the next header."""
-
-    def __init__(self, tokenizer, renderer: ConversationRenderer, eos_ids: list[int]):
-        self.tokenizer, self.renderer = tokenizer, renderer
-        self.end_of_turn = tokenizer.decode([eos_ids[0]])
-
-    def ids(self, results: list[ToolResult]) -> list[int]:
-        """The ids of `results`' tool turns after an assistant's end of turn, through the next turn's header."""
-        return self.after_turn([result.message() for result in results])
-
-    def after_turn(self, messages: list[dict[str, Any]]) -> list[int]:
-        """The ids the template adds after an assistant's end of turn for `messages` (tool results, user turns),
-        through the next assistant turn's header. The stand-in assistant turn calls the tools the messages answer."""
-        calls = [{"type": "function", "function": {"name": m.get("name") or "tool", "arguments": {}}}
-                 for m in messages if m["role"] == "tool"]
-        base: list[dict[str, Any]] = [{"role": "user", "content": "question"},
-                                      {"role": "assistant", "content": "", **({"tool_calls": calls} if calls else {})}]
-        shown, extra = self.renderer.template_messages(base + list(messages), None, "the tool turns")
-        tokenizer = self.tokenizer
-        before = tokenizer.apply_chat_template(shown[: len(shown) - len(messages)], tokenize=False, **extra)
-        after = tokenizer.apply_chat_template(shown, tokenize=False, add_generation_prompt=True, **extra)
-        if not after.startswith(before):
-            raise ValueError("the chat template renders an assistant turn differently once tool turns follow it, so the "
-                             "tool results cannot be appended to the sampled ids (a template that preserves prefixes is "
-                             "needed; see docs/usage.md, conversations)")
-        end = before.rfind(self.end_of_turn)
-        cut = end + len(self.end_of_turn) if end >= 0 else len(before)
-        return tokenizer(after[cut:], add_special_tokens=False)["input_ids"]
-
-    def retokenized(self, ids: list[int]) -> list[int]:
-        """`ids` decoded to text and tokenized again (special tokens kept): what a trainer that re-tokenizes trains."""
-        text = self.tokenizer.decode(ids, skip_special_tokens=False)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-
-    def check(self) -> None:
-        """At start: a tool turn can be appended to an assistant turn (the template preserves prefixes)."""
-        self.ids([ToolResult("probe", "probe result", None, 0.0)])
 
 
 @dataclass
@@ -126,7 +88,7 @@ class LoopSettings:
 @dataclass(frozen=True)
 class ToolLoop:
     """What a rollout needs to sample conversations: the tools (and an environment per row), the template's tool
-    turns, how a turn is read; `prompt_ids(example, observation)`: a row's prompt with its environment's observation."""
+    turns, how a turn is read; `renderer`: renders a row's prompt with its environment's observation."""
 
     tools: dict[str, Tool]
     timeout: float
@@ -134,7 +96,7 @@ class ToolLoop:
     decode: Callable[[list[int]], str]
     settings: LoopSettings
     factory: EnvironmentFactory | None = None
-    prompt_ids: Callable[[Example, str], list[int]] | None = None
+    renderer: Renderer | None = None
 
     def run(self, generate: Generate, prompts: list[list[int]], examples: list[Example],
             eos_ids: list[int]) -> tuple[list[Trajectory], list[list[int]]]:
@@ -144,8 +106,8 @@ class ToolLoop:
         else:
             made = [self.factory.make(example.row, self.tools, self.timeout) for example in examples]
             runners = [runner for runner, _, _ in made]
-            assert self.prompt_ids is not None
-            prompts = [prompt if observation is None else self.prompt_ids(example, observation)
+            assert self.renderer is not None
+            prompts = [prompt if observation is None else self.renderer.prompt(example, observation=observation).ids
                        for prompt, example, (_, observation, _) in zip(prompts, examples, made)]
         trajectories = run_tool_loop(generate, prompts, runners, self.environment, self.decode, eos_ids, self.settings)
         if self.factory is not None:

@@ -5,20 +5,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from distill.conversations.environments import EnvironmentFactory
-from distill.conversations.layout import with_observation
-from distill.conversations.loop import EnvironmentTurns, LoopSettings, ToolLoop
+from distill.conversations.loop import LoopSettings, ToolLoop
 from distill.conversations.tools import load_tools
-from distill.data import Example, PromptEncoder
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
+    from distill.rendering import Renderer
 
 
-def offering_tools(config: DistillConfig, encoder: PromptEncoder) -> PromptEncoder:
-    """`encoder`, showing the run's tools (and its environment's) in every prompt; itself without any."""
+def offering_tools(config: DistillConfig, renderer: Renderer) -> Renderer:
+    """`renderer`, showing the run's tools (and its environment's) in every prompt; itself without any."""
     if not config.tools and config.environment is None:
-        return encoder
-    return encoder.offering(offered_schemas(config))
+        return renderer
+    return renderer.offering(offered_schemas(config))
 
 
 def offered_schemas(config: DistillConfig) -> list[dict]:
@@ -28,19 +27,14 @@ def offered_schemas(config: DistillConfig) -> list[dict]:
     return [tool.schema for tool in tools.values()] + (list(factory.schemas) if factory is not None else [])
 
 
-def tool_loop(config: DistillConfig, encoder: PromptEncoder, budget: int, record_log_probs: bool = False) -> ToolLoop | None:
+def tool_loop(config: DistillConfig, renderer: Renderer, budget: int, record_log_probs: bool = False) -> ToolLoop | None:
     """The run's tool-call loop (None without tools or an environment): its tools and environment, the template's tool
     turns, `max_turns` and `budget` completion tokens per conversation (max_new_tokens; the evaluation's own)."""
     if not config.tools and config.environment is None:
         return None
-    tokenizer = encoder.tokenizer
+    tokenizer = renderer.tokenizer
     tools = load_tools(list(config.tools))
     factory = EnvironmentFactory.load(config.environment, set(tools)) if config.environment is not None else None
-
-    def prompt_ids(example: Example, observation: str) -> list[int]:  # the environment's observation after the prompt
-        return encoder.prompt_ids(with_observation(example.prompt, observation), encoder.tools_of(example))[0]
-
-    environment = EnvironmentTurns(tokenizer, encoder.conversations(), encoder.eos_token_ids)
-    environment.check()  # before any rollout: the template appends tool turns to what was sampled
+    environment = renderer.environment_turns()  # checked before any rollout: the template appends tool turns
     return ToolLoop(tools, config.tool_timeout, environment, lambda ids: tokenizer.decode(ids),
-                    LoopSettings(config.max_turns, budget, record_log_probs, config.fail_on_token_drift), factory, prompt_ids)
+                    LoopSettings(config.max_turns, budget, record_log_probs, config.fail_on_token_drift), factory, renderer)

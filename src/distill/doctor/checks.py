@@ -4,7 +4,7 @@ Enforced elsewhere as errors, before any model loads or as models load (listed o
 prompt + completion lengths against each model's context (`distill.models.loading.check_context`), the sampling
 settings against the estimator that reads the sampling distribution (`distill.methods.sampling_rules`), the
 vocabularies of a same-tokenizer pair (`distill.models.shared_vocab_size`), and a conversation template that does
-not preserve prefixes when the run trains on conversations (`distill.conversations.render`).
+not preserve prefixes when the run trains on conversations (`distill.rendering.probes`).
 """
 
 from __future__ import annotations
@@ -76,37 +76,21 @@ def plain_text_prompts(context: DoctorContext) -> list[Finding]:
                     "`messages` column), or use a model without a chat template")]
 
 
-PROBE = [{"role": "user", "content": "What is 2 + 2?"},
-         {"role": "assistant", "content": "<think>\nadding\n</think>\n\n4"},
-         {"role": "user", "content": "And 3 + 3?"},
-         {"role": "assistant", "content": "6"}]
-
-
 @register_check("template_prefixes", "The chat template preserves prefixes (multi-turn rows, tool calls)",
                 "templates that strip earlier `<think>` blocks (Qwen3) re-render history: verl#6854, verl#3720")
 def template_prefixes(context: DoctorContext) -> list[Finding]:
-    from distill.conversations.render import ConversationRenderer
+    from distill.rendering.probes import prefix_problem
 
     if getattr(context.tokenizer, "chat_template", None) is None:
         return []
-    try:
-        ConversationRenderer(context.tokenizer, context.eos_ids).render(PROBE, None, "a two-turn probe")
-    except ValueError as error:
+    problem = prefix_problem(context.tokenizer, context.eos_ids)
+    if problem is not None:
         uses = any(e.is_conversation for e in context.examples) or bool(context.config.tools) or (
             context.config.environment is not None)
-        return [Finding("template_prefixes", "error" if uses else "warning", str(error).split(". distill trains")[0],
+        return [Finding("template_prefixes", "error" if uses else "warning", problem.split(". distill trains")[0],
                         "for multi-turn rows and tool calls: a template that keeps earlier turns as they were rendered "
                         "(e.g. one that keeps <think> blocks); single-turn runs are not affected")]
     return []
-
-
-def _generation_prompt(tokenizer) -> str | None:
-    if getattr(tokenizer, "chat_template", None) is None:
-        return None
-    probe = [{"role": "user", "content": "question"}]
-    with_prompt = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
-    without = tokenizer.apply_chat_template(probe, tokenize=False)
-    return with_prompt[len(without):] if with_prompt.startswith(without) else with_prompt
 
 
 @register_check("thinking_boundary", "Teacher and student templates open the answer alike (thinking mode)",
@@ -115,7 +99,9 @@ def _generation_prompt(tokenizer) -> str | None:
 def thinking_boundary(context: DoctorContext) -> list[Finding]:
     if context.teacher_tokenizer is None or context.teacher_tokenizer is context.tokenizer:
         return []
-    student, teacher = _generation_prompt(context.tokenizer), _generation_prompt(context.teacher_tokenizer)
+    from distill.rendering.probes import generation_prompt
+
+    student, teacher = generation_prompt(context.tokenizer), generation_prompt(context.teacher_tokenizer)
     if student is None or teacher is None or ("<think>" in student) == ("<think>" in teacher):
         return []
     opens, other = ("teacher", "student") if "<think>" in teacher else ("student", "teacher")
@@ -271,7 +257,7 @@ def eos_in_completions(context: DoctorContext) -> list[Finding]:
                 "templates without tool support drop `tool_calls` silently in other trainers (the reference library "
                 "probes with sentinels)")
 def tool_format(context: DoctorContext) -> list[Finding]:
-    from distill.conversations.render import renders_tool_calls
+    from distill.rendering.probes import renders_tool_calls
 
     uses_tools = bool(context.config.tools) or context.config.environment is not None or any(
         e.tools is not None for e in context.examples)

@@ -20,7 +20,7 @@ from distill.batch import Completion, collate
 from distill.conversations.layout import Layout
 from distill.conversations.setup import tool_loop
 from distill.conversations.tools import FAILURES
-from distill.data import Example, PromptEncoder
+from distill.data import Example
 from distill.evaluation.answers import contains_answer
 from distill.evaluation.leakage import LEAK_WORDS, template_leakage
 from distill.evaluation.repetition import MAX_PERIOD, MIN_REPEATS, repetition
@@ -28,6 +28,7 @@ from distill.generation import AUTO, SamplingParams, generate_completions
 from distill.generation.seeds import row_seeds
 from distill.objectives import DivergenceObjective, StepContext
 from distill.objectives.student import student_loss
+from distill.rendering import Renderer
 from distill.teachers import Teacher
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ class EvalSettings:
     tool_loop: Any = None  # `distill.conversations.loop.ToolLoop`: greedy answers are conversations (the run's tools)
 
 
-def eval_settings(config: DistillConfig, method: Method, encoder: PromptEncoder, batch_size: int | None = None) -> EvalSettings:
+def eval_settings(config: DistillConfig, method: Method, encoder: Renderer, batch_size: int | None = None) -> EvalSettings:
     """The evaluation's settings from the run's config, the one place they are made (training's evaluation and
     `distill eval`'s): `encoder` renders the tool-call loop's turns when the run has tools; `batch_size` replaces
     `eval_batch_size`; a self-teacher's prompt templates are checked for leaking into answers."""
@@ -165,11 +166,11 @@ class Evaluator:
     only. A teacher acts in the loop when its `generate` continues the ids it is given (`continues_prompts`); one
     that renders its own prompts (another tokenizer, a self-teacher) has no samples or answers of its own there."""
 
-    def __init__(self, teacher: Teacher, tokenizer, encoder: PromptEncoder, examples: list[Example],
+    def __init__(self, teacher: Teacher, tokenizer, encoder: Renderer, examples: list[Example],
                  vocab_size: int, eos_ids: list[int], pad_id: int, device: torch.device, settings: EvalSettings):
         self.teacher, self.tokenizer, self.examples = teacher, tokenizer, examples
         self.vocab_size, self.eos_ids, self.pad_id, self.device, self.settings = vocab_size, eos_ids, pad_id, device, settings
-        self.prompts = [encoder.prompt_ids(e.prompt, encoder.tools_of(e))[0] for e in examples]
+        self.prompts = [encoder.prompt(e).ids for e in examples]
         self.extras = [encoder.extras(e) for e in examples]  # the model kind's inputs beyond the ids
         self.prompt_texts = [e.prompt if isinstance(e.prompt, str) else e.prompt[-1]["content"] for e in examples]
         self._teacher_samples: list[Sample] | None = None

@@ -15,11 +15,10 @@ from __future__ import annotations
 import string
 from typing import TYPE_CHECKING
 
-from distill.conversations.layout import with_observation
-
 if TYPE_CHECKING:  # annotations only: the templates are read by the config, which imports no torch
-    from distill.data import Example, PromptEncoder, RowPrompt
+    from distill.data import Example, RowPrompt
     from distill.images import ImageRef
+    from distill.rendering import Renderer
 
 # SDFT (arXiv 2601.19897): the demonstration is shown as an example answer, and the model is asked for its own.
 DEFAULT_TEACHER_PROMPT_TEMPLATE = ("{prompt}\n\nThis is an example for a response to the question:\n{privileged_context}"
@@ -161,15 +160,15 @@ class TeacherPrompts:
     An example without privileged context gets its bare prompt (a self-teacher then is the model itself,
     which is what the evaluation compares the student with on general prompts)."""
 
-    def __init__(self, encoder: PromptEncoder, template: str):
+    def __init__(self, renderer: Renderer, template: str):
         check_template(template, "teacher_prompt_template")
-        self.encoder, self.template = encoder, template
+        self.renderer, self.template = renderer, template
 
     def ids(self, example: Example, context: Value | None = None, observation: str | None = None) -> RowPrompt:
-        """`example`'s teacher prompt in the encoder's ids (and its own image inputs when it shows other images than
+        """`example`'s teacher prompt in the renderer's ids (and its own image inputs when it shows other images than
         the row's prompt: the privileged context's); `context` replaces the example's own privileged context when
         given; `observation`: an environment's text after the prompt, as the student saw it. The row's tools are
         shown as in the student's prompt."""
         context = context if context is not None else example.privileged_context
         prompt = example.prompt if context is None else for_row(example, lambda: fill(self.template, example.prompt, context))
-        return self.encoder.row_prompt(example, with_observation(prompt, observation), shown_images(example, context))
+        return self.renderer.prompt(example, prompt, images=shown_images(example, context), observation=observation)

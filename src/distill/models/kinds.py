@@ -1,9 +1,9 @@
 """Model kinds: how a dataset row becomes a model's inputs, and how a model gives its hidden states.
 
 A kind is a part (registered like methods and engines). It says which models it `applies` to, builds the
-`PromptEncoder` that turns a row into token ids plus named extra inputs (`distill.batch.Extra`: a row's
-features, later a vision-language model's pixel values), and runs the model's own forward to the last hidden
-states (B, T, H), with those extras, for the student, the teacher and the server alike. Generation passes the
+renderer (`distill.rendering.Renderer`) that turns a row into token ids plus named extra inputs
+(`distill.batch.Extra`: a row's features, later a vision-language model's pixel values), and runs the model's own
+forward to the last hidden states (B, T, H), with those extras, for the student, the teacher and the server alike. Generation passes the
 same extras to the engine (`distill.generation.DecodeRequest.extras`).
 
 The built-in kinds: `causal_lm` applies to every model not claimed by another kind: token ids only, hidden
@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from distill.data import PromptEncoder
-from distill.models.vision import ImagePromptEncoder, image_token_ids, is_vision_language, placeholder_id, processor_of, unwrapped
+from distill.models.vision import image_token_ids, is_vision_language, placeholder_id, processor_of, unwrapped
+
+if TYPE_CHECKING:
+    from distill.rendering import Renderer
 
 
 class ModelKind(ABC):
@@ -33,9 +36,11 @@ class ModelKind(ABC):
         """Whether `model` is of this kind."""
 
     def encoder(self, tokenizer, max_prompt_length: int, max_new_tokens: int, eos_ids: list[int],
-                model: nn.Module | None = None) -> PromptEncoder:
-        """The row encoder of this kind for `model` (its `extras(example)` gives a row's inputs beyond the ids)."""
-        return PromptEncoder(tokenizer, max_prompt_length, max_new_tokens, eos_ids)
+                model: nn.Module | None = None) -> Renderer:
+        """The renderer of this kind for `model` (its `extras(example)` gives a row's inputs beyond the ids)."""
+        from distill.rendering.text import TextRenderer  # rendering sits beside models and imports their leaves
+
+        return TextRenderer(tokenizer, max_prompt_length, max_new_tokens, eos_ids)
 
     def forward_inputs(self, model: nn.Module, input_ids: torch.Tensor,
                        extras: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -73,10 +78,12 @@ class VisionLanguage(ModelKind):
     def applies(self, model: nn.Module) -> bool:
         return is_vision_language(unwrapped(model))
 
-    def encoder(self, tokenizer, max_prompt_length, max_new_tokens, eos_ids, model=None) -> PromptEncoder:
+    def encoder(self, tokenizer, max_prompt_length, max_new_tokens, eos_ids, model=None) -> Renderer:
+        from distill.rendering.images import ImageRenderer
+
         if model is None:
             raise ValueError("the vision_language kind builds its encoder from the model's processor; pass the model")
-        return ImagePromptEncoder(tokenizer, processor_of(model), max_prompt_length, max_new_tokens, eos_ids)
+        return ImageRenderer(tokenizer, processor_of(model), max_prompt_length, max_new_tokens, eos_ids)
 
     def forward_inputs(self, model, input_ids, extras):
         """The batch's image inputs, none when the batch shows no image (a vision tower run on no image fails in

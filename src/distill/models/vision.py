@@ -6,13 +6,8 @@ token ids in which each image is a run of placeholder tokens, plus the images' p
 or sizes). Its processor does both: the chat template renders an image block as the family's placeholder, and
 the processor expands it to as many tokens as the image's size gives and turns the image into pixel values.
 
-How a row with images becomes inputs (`ImagePromptEncoder`):
-- at start (`encode`): the prompt's token ids, placeholders expanded, from the processor run on blank images of
-  each image's size (read from the file's header): the ids depend on the size only, so no image is decoded and
-  a prompt whose image tokens overflow `max_prompt_length` fails naming its row before any model loads;
-- when a micro-batch needs them (`DeferredExtras`): the images decoded and run through the processor again,
-  giving the pixel values (and grids), every input in the "flat" layout (the images of every row, in row order);
-  the ids must come out the same as at start (an image replaced since is an error).
+How a row with images becomes inputs (its ids, placeholders expanded, and its pixel values when a micro-batch needs
+them) is the image renderer's job (`distill.rendering.images.ImageRenderer`), which uses these processors.
 
 The kind derives what depends on the padded batch from the ids (`mm_token_type_ids`: 1 at image tokens), runs the
 model's language backbone (vision tower included) to its last hidden states, and names the placeholder tokens
@@ -31,9 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from distill.data import EncodedExample, Example, PromptEncoder, RowPrompt
-from distill.images import ImageRef, is_block_list
-from distill.models.inputs import DeferredExtras, Extra, RowExtras
+from distill.models.inputs import Extra
 
 # Inputs of a processor's output that follow the tokens (B, T): the batch gives them, or the kind derives them.
 PER_TOKEN = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids")
@@ -223,68 +216,3 @@ def decode_png(text: str, where: str):
         return image.convert("RGB")
     except (binascii.Error, ValueError, OSError) as error:
         raise ValueError(f"{where}: not a base64-encoded image ({type(error).__name__}: {error})") from None
-
-
-class ImagePromptEncoder(PromptEncoder):
-    """Rows with images in a vision-language model's ids and inputs (module docstring); rows without images as
-    a `PromptEncoder` does, with empty image inputs (so that rows with and without images share a batch)."""
-
-    def __init__(self, tokenizer, processor, max_prompt_length: int, max_new_tokens: int, eos_token_ids: list[int]):
-        super().__init__(tokenizer, max_prompt_length, max_new_tokens, eos_token_ids)
-        self.processor = processor
-        # What a row without images carries: each input with no image in it, of the right trailing shape and dtype.
-        self.empty = image_inputs(processor, [])
-
-    def _process(self, text: str, images: list) -> dict[str, torch.Tensor]:
-        """The processor's non-token outputs for `images`, and the prompt's ids (placeholders expanded) as "input_ids"."""
-        out = self.processor(text=[text], images=images, return_tensors="pt", add_special_tokens=False)
-        return {name: value for name, value in out.items() if name not in PER_TOKEN or name == "input_ids"}
-
-    def render(self, prompt, tools=None) -> str:
-        if isinstance(prompt, list) and any(is_block_list(m.get("content")) for m in prompt):
-            if tools:
-                raise ValueError("a prompt with images and tools is not supported yet")
-            template = getattr(self.processor, "chat_template", None)
-            if template:
-                return self.processor.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-            self._check_template()
-            return self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-        return super().render(prompt, tools)
-
-    def encode(self, example: Example) -> EncodedExample:
-        if not example.images:
-            return super().encode(example)
-        from PIL import Image
-
-        text = self.render(example.prompt, self.tools_of(example))
-        sizes = [image.check() for image in example.images]
-        ids = self._process(text, [Image.new("RGB", size) for size in sizes])["input_ids"][0].tolist()
-        if len(ids) > self.max_prompt_length:
-            raise ValueError(f"row {example.index}: its prompt with its {len(sizes)} image(s) is {len(ids)} tokens, more "
-                             f"than its budget of {self.max_prompt_length} (max_prompt_length; a self-teacher's prompt: "
-                             "max_teacher_prompt_length or max_reprompt_length); a prompt with images is never cut (its "
-                             "image tokens would be). Raise the budget, or give smaller images (the processor's max_pixels)")
-        completion = self.completion_ids(example.completion) if example.completion is not None else None
-        return EncodedExample(ids, False, completion, self._deferred(example.index, text, example.images, ids))
-
-    def row_prompt(self, example: Example, prompt, images: tuple[ImageRef, ...] = ()) -> RowPrompt:
-        """Another prompt of the row (a self-teacher's) showing `images`: its placeholders expanded for them (never
-        cut). Its image inputs are the row's own (`extras`) when it shows the row's images, else its own."""
-        if not images:
-            return PromptEncoder.row_prompt(self, example, prompt)
-        encoded = self.encode(Example(example.index, prompt, None, images=images))
-        same = len(images) == len(example.images) and all(a is b for a, b in zip(images, example.images))
-        return RowPrompt(encoded.prompt_ids, False, None if same else encoded.extras)
-
-    def extras(self, example: Example) -> RowExtras:
-        return dict(self.empty) if not example.images else self.encode(example).extras
-
-    def _deferred(self, index: int, text: str, images: tuple[ImageRef, ...], ids: list[int]) -> DeferredExtras:
-        def load() -> dict[str, Extra]:
-            out = self._process(text, [image.load() for image in images])
-            if out.pop("input_ids")[0].tolist() != ids:
-                raise ValueError(f"row {index}: its images give other image tokens than when the run started (an image "
-                                 "file was replaced during the run); restore it, or start the run again")
-            return {name: Extra(value, "flat") for name, value in out.items()}
-
-        return DeferredExtras(tuple(self.empty), load)

@@ -43,9 +43,8 @@ from distill.align import (
     text_and_ends,
 )
 from distill.batch import MicroBatch
-from distill.conversations.layout import Layout, with_observation
-from distill.conversations.loop import EnvironmentTurns
-from distill.data import Example, PromptEncoder
+from distill.conversations.layout import Layout
+from distill.data import Example
 from distill.generation import SamplingParams, generate_completions
 from distill.generation.sample import Sample
 from distill.losses.uld import Alignment, ULDSettings, VocabularyMatch
@@ -59,6 +58,7 @@ from distill.teachers.hidden import backbone_hidden
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
+    from distill.rendering import EnvironmentTurns
 
 
 class ByteBudget:
@@ -135,9 +135,9 @@ class CrossTokenizerTeacher(Teacher):
         self.pad_id = pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0)  # only ever under mask 0
         self.student_eos_ids = list(student_eos_ids)
         # The teacher's own kind renders its prompts: a vision-language teacher its images through its own processor.
-        encoder = model_kind_of(model).encoder(tokenizer, max_prompt_length, 1, self.eos_ids, model) if model is not None \
-            else PromptEncoder(tokenizer, max_prompt_length, 1, self.eos_ids)
-        self.encoder = encoder.offering(offered_tools)
+        # (A teacher on a server renders as a text model: its kind is `causal_lm`.)
+        renderer = model_kind_of(model).encoder(tokenizer, max_prompt_length, 1, self.eos_ids, model)
+        self.renderer = renderer.offering(offered_tools)
         self._environment: EnvironmentTurns | None = None
         self.settings = settings
         self.device = device
@@ -158,10 +158,9 @@ class CrossTokenizerTeacher(Teacher):
             if self.model is None:
                 raise ValueError(f"row {example.index} shows images: a cross-tokenizer teacher on a server does not take "
                                  "images yet; run the teacher in this process")
-            encoded = self.encoder.encode(replace(example, completion=None, turns=None))
+            encoded = self.renderer.row(replace(example, completion=None, turns=None))
             return encoded.prompt_ids, encoded.extras
-        ids = self.encoder.prompt_ids(with_observation(example.prompt, observation), self.encoder.tools_of(example))[0]
-        return ids, self.encoder.extras(example)
+        return self.renderer.prompt(example, observation=observation).ids, self.renderer.extras(example)
 
     def environment(self) -> EnvironmentTurns:
         """The teacher template's environment turns (made once; checked to preserve prefixes)."""
@@ -169,8 +168,7 @@ class CrossTokenizerTeacher(Teacher):
             if not self.eos_ids:
                 raise ValueError("the teacher's tokenizer has no EOS token, so its template's turns cannot be told apart "
                                  "in a conversation; give it one (eos_token in its tokenizer config)")
-            self._environment = EnvironmentTurns(self.tokenizer, self.encoder.conversations(), self.eos_ids)
-            self._environment.check()
+            self._environment = self.renderer.environment_turns()
         return self._environment
 
     def map_completion(self, example: Example, student_ids: list[int], layout: Layout | None = None) -> MappedCompletion:

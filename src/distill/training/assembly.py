@@ -28,7 +28,6 @@ from distill.conversations.setup import offering_tools, tool_loop
 from distill.data import (
     EncodedExample,
     Example,
-    PromptEncoder,
     StepSampler,
     examples_from_dataset,
 )
@@ -46,6 +45,7 @@ from distill.models import (
 )
 from distill.models.kinds import model_kind_of
 from distill.models.vision import image_token_ids, is_vision_language, split_processor
+from distill.rendering import Renderer
 from distill.teachers.build import load_model
 from distill.training.plan import RolloutSettings
 from distill.training.rollout import StepRollout
@@ -134,7 +134,7 @@ class PreparedModels:
     student: nn.Module  # as it trains: layers dropped, LoRA, activation checkpointing
     tokenizer: Any  # the student's
     against: Comparison  # the vocabulary both models are compared over, the EOS ids, the pad id
-    encoder: PromptEncoder
+    encoder: Renderer
     encoded: list[EncodedExample]  # the training rows (a cache's completions replace the dataset's)
     teachers: Teachers  # train: scores training steps (None for a method without a teacher signal); eval: the evaluation's
 
@@ -160,7 +160,7 @@ def prepare_models(config: DistillConfig, method: Method, location: TeacherLocat
     student = prepare_student(student, config.gradient_checkpointing, lora, config.train_vision_tower)
     encoder = model_kind_of(student).encoder(tokenizer, config.max_prompt_length, config.max_new_tokens, eos_ids, student)
     encoder = offering_tools(config, encoder)
-    encoded = [encoder.encode(e) for e in train_examples]
+    encoded = [encoder.row(e) for e in train_examples]
     teachers = assemble_teachers(
         location, TRAIN, config, method, tokenizer, against, runtime.device,
         probe_ids=max((e.prompt_ids for e in encoded), key=len),  # a server's temperature probe scores it
@@ -256,7 +256,7 @@ def make_sampler(config: DistillConfig, method: Method, runtime, num_examples: i
     return sampler
 
 
-def rollout_settings(config: DistillConfig, method: Method, teacher, encoder: PromptEncoder) -> RolloutSettings:
+def rollout_settings(config: DistillConfig, method: Method, teacher, encoder: Renderer) -> RolloutSettings:
     # A teacher whose weights move (a live or EMA self-teacher) samples step by step, never ahead.
     window = config.seq_kd_generation_steps if teacher is not None and teacher.frozen else 1
     c = config

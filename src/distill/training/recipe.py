@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from distill.conversations.support import check_conversation_rows
-from distill.data import EncodedExample, Example, PromptEncoder, StepSampler
+from distill.data import EncodedExample, Example, StepSampler
 from distill.locations import TeacherLocation, Teachers, location_of
 from distill.methods import get_method
 from distill.methods.registry import Method, StageParts
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     import torch
 
     from distill.config import DistillConfig
+    from distill.rendering import Renderer
     from distill.teachers import Teacher
 
 
@@ -110,7 +111,7 @@ class Assembly:
     student_model: nn.Module
     student_given: bool
     tokenizer: Any
-    encoder: PromptEncoder
+    encoder: Renderer
     encoded: list[EncodedExample]
     vocab_size: int
     eos_ids: list[int]

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from distill.conversations.layout import with_observation
 from distill.methods.self_teacher_prompts import Value, check_template, fill_fields, for_row, format_blocks, shown_images
 
 if TYPE_CHECKING:  # annotations only
-    from distill.data import Example, PromptEncoder, RowPrompt
+    from distill.data import Example, RowPrompt
+    from distill.rendering import Renderer
 
 # SDPO (arXiv 2601.20802): the teacher is re-prompted with a successful sibling rollout and/or feedback.
 DEFAULT_REPROMPT_TEMPLATE = "{prompt}{solution}{feedback}\n\nCorrectly solve the original question.\n"
@@ -29,11 +29,11 @@ def check_reprompt_templates(template: str, solution_template: str, feedback_tem
 class Reprompts:
     """Token ids of SDPO's teacher prompts: `reprompt_template` filled with the row's prompt, the solution
     block (`solution_template` around a demonstration, or empty) and the feedback block (`feedback_template`
-    around the feedback, or empty); truncated to the encoder's budget keeping the end."""
+    around the feedback, or empty); truncated to the renderer's budget keeping the end."""
 
-    def __init__(self, encoder: PromptEncoder, template: str, solution_template: str, feedback_template: str):
+    def __init__(self, renderer: Renderer, template: str, solution_template: str, feedback_template: str):
         check_reprompt_templates(template, solution_template, feedback_template)
-        self.encoder, self.template = encoder, template
+        self.renderer, self.template = renderer, template
         self.solution_template, self.feedback_template = solution_template, feedback_template
 
     def text(self, example: Example, demonstration: str | None, feedback: Value | None) -> str | list[dict]:
@@ -44,8 +44,8 @@ class Reprompts:
 
     def ids(self, example: Example, demonstration: str | None, feedback: Value | None,
             observation: str | None = None) -> RowPrompt:
-        """The reprompt in the encoder's ids (truncated keeping its end; its own image inputs when it shows the
+        """The reprompt in the renderer's ids (truncated keeping its end; its own image inputs when it shows the
         privileged context's images); `observation`: an environment's text after the prompt, as the student saw
         it; the row's tools are shown as in the student's prompt."""
-        prompt = with_observation(self.text(example, demonstration, feedback), observation)
-        return self.encoder.row_prompt(example, prompt, shown_images(example, feedback))
+        return self.renderer.prompt(example, self.text(example, demonstration, feedback),
+                                    images=shown_images(example, feedback), observation=observation)

@@ -13,6 +13,8 @@ assistant turns before the last user turn) is refused for that row, with what to
 
 A template without tool support gets the calls in the Hermes format (`distill.conversations.tool_calls`); one with
 it renders `tool_calls` and `tools` itself (probed with sentinels, as the reference library does).
+
+The text renderer (`distill.rendering.text.TextRenderer`) renders multi-turn rows and rows with tools through this.
 """
 
 from __future__ import annotations
