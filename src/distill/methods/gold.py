@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from distill.methods import mixing
 from distill.methods.gold_fields import GoldFields
 from distill.methods.mixing_fields import MixingFields
-from distill.methods.registry import Method, Paper, Reads, register
+from distill.methods.registry import Method, Paper, Reads
 from distill.objectives import DivergenceObjective
 from distill.signals import ALIGNED
 
@@ -73,6 +73,3 @@ class GOLD(Method):
     def describe_loss(self, record: dict) -> str:
         kind = "hybrid ULD (matched tokens: generalized JSD)" if record.get("uld_use_hybrid_loss") else "ULD"
         return f"{kind} on byte-aligned token groups across tokenizers; {mixing.describe_mixing(record)}"
-
-
-register(GOLD())

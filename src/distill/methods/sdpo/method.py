@@ -11,7 +11,7 @@ from distill.conversations.setup import offering_tools
 from distill.conversations.tools import load_tools
 from distill.losses.policy_gradient import ClipSettings
 from distill.methods.mixing import ALWAYS_ON_POLICY
-from distill.methods.registry import Method, Paper, Reads, register
+from distill.methods.registry import Method, Paper, Reads
 from distill.methods.reuse_fields import RolloutReuseFields, check_reuse, stale_samples
 from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
 from distill.methods.sdpo.fields import SdpoFields
@@ -218,6 +218,3 @@ class SDPO(Method):
         if record["distillation_weight"] == 0:
             return "# Student trained with rewards (GRPO, no teacher)"
         return "# Student trained with rewards and distilled from itself, re-prompted with its successes (SDPO)"
-
-
-register(SDPO())

@@ -1,7 +1,8 @@
 """No silent fields: every config field is read by some part of the chosen run, or rejected.
 
 A run is made of parts: the core loop, the method (`Method.reads`), the teacher's location
-(`distill.locations`), student sampling, LoRA, the evaluation, trackers. Each declares the fields it reads
+(`TeacherLocation.reads`), the generation engine, the run features (`Feature.reads`: conversations, asynchronous
+rollouts, vision, the doctor), student sampling, LoRA, the evaluation, trackers. Each declares the fields it reads
 and when it is active. A field changed from its default (the dataclass's, or the method's for a field it
 fills in: `Method.defaults`) that no active part reads is an error that says what would read it.
 """
@@ -11,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Callable
 
-from distill.generation.engine import engine_names, get_engine
-from distill.locations import location_of, location_reads, locations
+from distill.features import features
+from distill.generation.registry import engine_names, get_engine
+from distill.locations.registry import location_of, locations
 from distill.methods.registry import Method, Reads, get_method, method_names
 
 if TYPE_CHECKING:
@@ -22,9 +24,8 @@ CORE = Reads("every run", (
     "method", "dataset", "dataset_split", "output_dir", "overwrite_output_dir", "student", "student_init",
     "max_new_tokens", "max_prompt_length", "generation_engine", "loss_chunk_size", "learning_rate", "weight_decay", "adam_beta1",
     "adam_beta2", "adam_epsilon", "max_grad_norm", "lr_scheduler_type", "warmup_steps", "max_steps", "max_time_minutes",
-    "per_device_train_batch_size", "gradient_accumulation_steps", "seed", "gradient_checkpointing", "train_vision_tower", "use_peft", "fsdp", "device",
-    "dtype", "logging_steps", "save_steps", "save_total_limit", "report_to", "progress_bar", "eval_before_after", "tools",
-    "environment", "strict_checks"))
+    "per_device_train_batch_size", "gradient_accumulation_steps", "seed", "gradient_checkpointing", "use_peft", "fsdp", "device",
+    "dtype", "logging_steps", "save_steps", "save_total_limit", "report_to", "progress_bar", "eval_before_after"))
 
 
 def run_reads(sources: frozenset[str]) -> tuple[Reads, ...]:
@@ -32,19 +33,21 @@ def run_reads(sources: frozenset[str]) -> tuple[Reads, ...]:
     return (
         CORE,
         Reads("warmup_steps: 0 (warmup_steps > 0 overrides it)", ("warmup_ratio",), lambda c: c.warmup_steps == 0),
-        Reads("on-policy micro-batches (the student samples; lmbda > 0)", ("sampling_temperature", "top_p", "top_k",
-                                                                            "max_staleness"),
+        Reads("on-policy micro-batches (the student samples; lmbda > 0)", ("sampling_temperature", "top_p", "top_k"),
               lambda c: "student" in sources),
         *engine_reads(),
-        Reads("max_staleness > 0 (asynchronous rollouts)", ("staleness_pacing",), lambda c: c.max_staleness > 0),
-        Reads("tools or an environment (the tool-call loop)", ("max_turns", "tool_timeout", "fail_on_token_drift"),
-              lambda c: bool(c.tools) or c.environment is not None),
+        *(part for feature in features() for part in feature.reads(sources)),
         Reads("use_peft: true", ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"), lambda c: c.use_peft),
         Reads("eval_before_after: true", ("eval_dataset", "eval_split", "eval_max_prompts", "eval_max_new_tokens",
                                           "eval_batch_size", "eval_examples"), lambda c: c.eval_before_after),
         Reads("a tracker (report_to other than none)", ("run_name",), lambda c: c.report_to.strip() not in ("", "none")),
         *location_reads(),
     )
+
+
+def location_reads() -> tuple[Reads, ...]:
+    """Every registered location's `reads`."""
+    return tuple(part for location in locations() for part in location.reads)
 
 
 def engine_reads() -> tuple[Reads, ...]:
