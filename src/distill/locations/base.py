@@ -26,14 +26,14 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from distill.methods.mixing_fields import MixingFields
-from distill.methods.registry import Method, Reads
 from distill.locations.registry import (  # noqa: F401  (re-exported: the table)
     location_of,
     locations,
     register_location,
     unregister_location,
 )
+from distill.methods.mixing_fields import MixingFields
+from distill.methods.registry import Method, Reads
 from distill.teachers.base import Teacher, check_teacher
 
 if TYPE_CHECKING:

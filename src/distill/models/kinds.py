@@ -21,8 +21,8 @@ import torch
 from torch import nn
 
 from distill.data import PromptEncoder
-from distill.registry import Registry, resolve
 from distill.models.vision import ImagePromptEncoder, image_token_ids, is_vision_language, placeholder_id, processor_of, unwrapped
+from distill.registry import Registry, resolve
 
 
 class ModelKind(ABC):
