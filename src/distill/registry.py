@@ -36,7 +36,11 @@ def settings_tuple(declared: object) -> tuple[type, ...]:
     """A part's `fields` (one settings class, a tuple or list of them, or nothing) as a tuple."""
     if not declared:
         return ()
-    return tuple(declared) if isinstance(declared, (tuple, list)) else (declared,)  # type: ignore[arg-type]
+    if isinstance(declared, (tuple, list)):
+        return tuple(declared)
+    if isinstance(declared, type):
+        return (declared,)
+    raise TypeError(f"a part's settings are a class or a tuple of classes, got {declared!r}")
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ class Registry(Generic[T]):
     function, or its import path when it lives beside the interface)."""
 
     def __init__(self, field: str, kind: str, retired: dict[str, str] | None = None, also: tuple[str, ...] = (),
-                 order: Callable[[str, T], object] | None = None, load: Callable[[], None] | None = None,
+                 order: Callable[[str, T], Any] | None = None, load: Callable[[], object] | None = None,
                  interface: str | None = None, check: Callable[[T], object] | str | None = None):
         self.field, self.kind, self.retired, self.also, self.order = field, kind, retired or {}, also, order
         self.interface, self.check = interface, check
@@ -72,7 +76,7 @@ class Registry(Generic[T]):
             load()
         return self._parts
 
-    def load_with(self, load: Callable[[], None]) -> None:
+    def load_with(self, load: Callable[[], object]) -> None:
         """Declare the built-in parts with `load()` when the table is first used (once)."""
         self._load = load
 
@@ -88,7 +92,7 @@ class Registry(Generic[T]):
         added)."""
         part = self._checked(part)
         self._add(part.name, part)  # type: ignore[attr-defined]
-        return part  # type: ignore[return-value]
+        return part
 
     def _add(self, name: str, entry: T | Declared) -> None:
         if name in self._loaded() or name in self.retired or name in self.also:
@@ -115,7 +119,7 @@ class Registry(Generic[T]):
             if missing:
                 raise TypeError(f"the {self.kind} {cls.__name__} does not implement {', '.join(missing)} (abstract in "
                                 f"{interface.__name__}); it is not registered")
-        instance: T = part() if isinstance(part, type) else part  # type: ignore[assignment]
+        instance: T = part() if isinstance(part, type) else part
         if self.check is not None:
             (resolve(self.check) if isinstance(self.check, str) else self.check)(instance)
         return instance

@@ -300,7 +300,7 @@ def _ordered(parts: tuple[type, ...]) -> list[dataclasses.Field]:
 def _copy(f: dataclasses.Field) -> dataclasses.Field:
     """A fresh field like `f` (a dataclass takes ownership of its Field objects)."""
     return dataclasses.field(default=f.default, default_factory=f.default_factory, init=f.init, repr=f.repr,
-                             hash=f.hash, compare=f.compare, metadata=f.metadata)  # type: ignore[call-overload]
+                             hash=f.hash, compare=f.compare, metadata=f.metadata)
 
 
 registry.on_part_fields(_compose)

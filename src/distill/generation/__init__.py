@@ -21,9 +21,13 @@ only when named. Importing this package imports no engine and no torch: the name
 re-exported here are imported when read.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distill.generation.registry import AUTO, engine_names, get_engine, register_engine, unregister_engine
+
+if TYPE_CHECKING:  # what `__getattr__` gives, for the type checker
+    from distill.generation.complete import first_eos_mask, generate_completions
+    from distill.generation.engine import Engine, SamplingParams
 
 _INTERFACE = ("Engine", "SamplingParams")
 _SAMPLING = ("first_eos_mask", "generate_completions")

@@ -1,4 +1,4 @@
-"""What a generation engine is (its table, re-exported here, is `distill.generation.registry`).
+"""What a generation engine is (its table is `distill.generation.registry`).
 
 An engine decodes one left-padded batch: `decode(model, DecodeRequest)` returns
 the new tokens (B, L) on the CPU (rows that finished padded with `pad_id`) and, when asked, each chosen
@@ -29,16 +29,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from distill.generation.registry import (  # noqa: F401  (re-exported: the table)
-    AUTO,
-    check_engine_name,
-    close_engine,
-    configure_engine,
-    engine_names,
-    get_engine,
-    register_engine,
-    unregister_engine,
-)
+from distill.config.values import AUTO_ENGINE as AUTO
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig

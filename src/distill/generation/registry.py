@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from distill.config.values import AUTO_ENGINE
 from distill.registry import Registry, load_built_in_parts
 
 if TYPE_CHECKING:  # annotations only: this module stays a leaf
     from distill.config import DistillConfig
     from distill.generation.engine import Engine
 
-AUTO = "auto"
+AUTO = AUTO_ENGINE  # `generation_engine: auto`
 
 ENGINES: Registry[Engine] = Registry("generation_engine", "generation engine", also=(AUTO,), load=load_built_in_parts,
                                      order=lambda name, engine: (engine.auto_order is None, engine.auto_order or 0, name),
@@ -42,11 +43,6 @@ def register_engine(engine: Engine | type[Engine]) -> Engine:
 def unregister_engine(name: str) -> None:
     """Remove an engine and its own settings (tests that register a toy clean up with this)."""
     ENGINES.unregister(name)
-
-
-def check_engine_name(name: str) -> None:
-    if name != AUTO:
-        get_engine(name)
 
 
 def configure_engine(config: DistillConfig) -> None:

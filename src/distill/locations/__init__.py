@@ -18,10 +18,13 @@ package imports no location (the interface's names, `TeacherLocation` and the re
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distill.locations.registry import location_of, locations, register_location, unregister_location
 from distill.locations.routes import parse_routes
+
+if TYPE_CHECKING:  # what `__getattr__` gives, for the type checker
+    from distill.locations.base import CACHE, EVAL, TRAIN, TeacherLocation, TeacherRequest, Teachers
 
 _INTERFACE = ("CACHE", "EVAL", "TRAIN", "TeacherLocation", "TeacherRequest", "Teachers")
 

@@ -15,7 +15,7 @@ A `TeacherRequest` carries what a teacher is built against (the student's tokeni
 device, a probe prompt) and the purpose (TRAIN, EVAL, CACHE). The trainer, `distill eval`, the model card
 and the run directory ask the location object; none of them compares location names.
 
-Their table is `distill.locations.registry` (a leaf, re-exported here): torch is imported only by the locations'
+Their table is `distill.locations.registry` (a leaf): torch is imported only by the locations'
 build code.
 """
 
@@ -26,12 +26,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from distill.locations.registry import (  # noqa: F401  (re-exported: the table)
-    location_of,
-    locations,
-    register_location,
-    unregister_location,
-)
 from distill.methods.mixing_fields import MixingFields
 from distill.methods.registry import Method, Reads
 from distill.teachers.base import Teacher, check_teacher

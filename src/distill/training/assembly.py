@@ -290,7 +290,7 @@ def rollout_producer(config: DistillConfig, plan, sampler, examples, encoded, se
             process_index, stage)
     if not config.max_staleness:
         return StepRollout(*args)
-    from distill.generation.engine import AUTO, get_engine
+    from distill.generation.registry import AUTO, get_engine
     from distill.training.ahead import AheadRollout
 
     engine = None if config.generation_engine == AUTO else get_engine(config.generation_engine)

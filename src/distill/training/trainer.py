@@ -34,7 +34,7 @@ from distill.doctor.report import act_on, write_findings
 from distill.doctor.run import run_checks
 from distill.errors import StepFailure
 from distill.evaluation.evaluator import EvalSettings, Evaluator
-from distill.generation.engine import close_engine, configure_engine
+from distill.generation.registry import close_engine, configure_engine
 from distill.generation.sync import weight_sync
 from distill.locations import location_of
 from distill.methods import get_method
