@@ -88,7 +88,8 @@ def holds_the_teacher(location, method: Method) -> Callable[[DistillConfig], boo
 
 def check_fields_read(config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
     """Raise ValueError for the first field changed from its default that no active part of the run reads."""
-    active, inactive = set(), {}
+    active: set[str] = set()
+    inactive: dict[str, str] = {}
     for part in (*run_reads(sources), *method.reads, *implicit_reads(method, sources)):
         if part.when(config):
             active.update(part.names)
@@ -96,7 +97,7 @@ def check_fields_read(config: DistillConfig, method: Method, sources: frozenset[
             for name in part.names:
                 inactive.setdefault(name, part.needs)
     for f in dataclasses.fields(config):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        default = f.default_factory() if callable(f.default_factory) else f.default
         value = getattr(config, f.name)
         if f.name in active or value == default or (f.name in method.defaults and value == method.defaults[f.name]):
             continue

@@ -1,8 +1,9 @@
 """The method registry: what a method declares, and the table of registered methods.
 
 A leaf module: at run time it imports nothing from distill but the generic table (`distill.registry`), and
-no method (the types it names are imported for annotations only). A method module subclasses `Method` and
-calls `register` once; `distill.methods` imports the built-in ones. A method is *what is learned*: its
+no method (the types it names are imported for annotations only). A method module subclasses `Method`; the
+built-in ones are declared by the catalogue (`distill.parts`: name, settings, import path) and imported when first
+asked for, a method of one's own is passed to `register`. A method is *what is learned*: its
 completion sources and its objective. Where the teacher lives (a model, a server, a cache) is a separate
 choice (`distill.locations`); any teacher whose signal kind the objective consumes works with it.
 """
