@@ -9,6 +9,7 @@ import math
 from typing import TYPE_CHECKING
 
 from distill.methods import mixing
+from distill.methods.async_fields import AsyncFields
 from distill.methods.gold_fields import GoldFields
 from distill.methods.mixing_fields import MixingFields
 from distill.methods.registry import Method, Paper, Reads
@@ -57,8 +58,9 @@ class GOLD(Method):
 
     def validate(self, config: DistillConfig) -> None:
         mixing.validate(config)
-        if config.max_staleness > 0 and config.staleness_correction != "none":
-            raise ValueError(f"staleness_correction {config.staleness_correction}: gold's ULD on byte-aligned groups takes "
+        ahead = AsyncFields.of(config)
+        if ahead.max_staleness > 0 and ahead.staleness_correction != "none":
+            raise ValueError(f"staleness_correction {ahead.staleness_correction}: gold's ULD on byte-aligned groups takes "
                              "no per-token importance weights; set staleness_correction: none (stale samples trained as "
                              "fresh ones) or max_staleness: 0")
         own = GoldFields.of(config)

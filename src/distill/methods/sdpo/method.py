@@ -7,6 +7,7 @@ import math
 from typing import TYPE_CHECKING
 
 from distill.conversations.environments import EnvironmentFactory
+from distill.conversations.fields import ConversationFields
 from distill.conversations.setup import offering_tools
 from distill.conversations.tools import load_tools
 from distill.losses.policy_gradient import ClipSettings
@@ -77,9 +78,10 @@ def rewards(config: DistillConfig) -> Rewards:
 
 def environment_owns_reward(config: DistillConfig) -> bool:
     """The run's environment defines get_reward (its reward joins reward_funcs')."""
-    if config.environment is None:
+    talk = ConversationFields.of(config)
+    if talk.environment is None:
         return False
-    return EnvironmentFactory.load(config.environment, set(load_tools(list(config.tools)))).owns_reward
+    return EnvironmentFactory.load(talk.environment, set(load_tools(list(talk.tools)))).owns_reward
 
 
 class SDPO(Method):

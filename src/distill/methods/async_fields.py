@@ -1,5 +1,6 @@
 """The asynchronous rollouts feature's settings (`max_staleness` and how stale samples are paced and corrected): a
-leaf, composed into `DistillConfig` when the feature is declared (`distill.parts`) and read back typed
+leaf beside the other settings of samples drawn by older weights (`reuse_fields`), which the methods' corrections
+read, composed into `DistillConfig` when the feature is declared (`distill.parts`) and read back typed
 (`AsyncFields.of(config)`); its reads and rules are `distill.training.async_feature`."""
 
 from __future__ import annotations
