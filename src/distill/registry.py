@@ -76,10 +76,6 @@ class Registry(Generic[T]):
             load()
         return self._parts
 
-    def load_with(self, load: Callable[[], object]) -> None:
-        """Declare the built-in parts with `load()` when the table is first used (once)."""
-        self._load = load
-
     # ------------------------------------------------------------------------------------ adding --
     def declare(self, name: str, path: str, settings: type | tuple[type, ...] = ()) -> None:
         """Know the part `name` by its settings (composed into the config now) and the import path of its class
