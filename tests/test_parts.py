@@ -90,3 +90,16 @@ def test_a_declared_part_is_imported_when_first_used_and_checked_against_its_dec
     table.declare("misnamed", "distill.methods.sft:SFT")
     with pytest.raises(TypeError, match="declared as the toy 'misnamed' but is named 'sft'"):
         table.get("misnamed")
+
+
+def test_every_built_in_part_imports_as_declared():
+    from distill.features import FEATURES
+    from distill.generation.registry import ENGINES
+    from distill.locations.registry import LOCATIONS
+    from distill.methods.registry import METHODS
+    from distill.models.kinds import MODEL_KINDS
+
+    for table in (ENGINES, LOCATIONS, METHODS, FEATURES, MODEL_KINDS):
+        assert table.parts() and not any(table.declared(name) for name in table.names())
+    assert [f.name for f in FEATURES.parts()] == ["conversations", "doctor", "async_rollouts", "vision"]
+    assert MODEL_KINDS.names() == ("causal_lm", "vision_language")
