@@ -18,9 +18,17 @@ from __future__ import annotations
 import difflib
 import importlib
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, Protocol, TypeVar
 
-T = TypeVar("T")
+
+class Part(Protocol):
+    """What every table's parts have: the name the config and messages use (their own settings, `fields`, are
+    optional: a model kind has none)."""
+
+    name: str
+
+
+T = TypeVar("T", bound=Part)
 
 
 def resolve(path: str) -> Any:
@@ -87,7 +95,7 @@ class Registry(Generic[T]):
         registered once), and its own settings; one that does not implement the table's interface is refused (not
         added)."""
         part = self._checked(part)
-        self._add(part.name, part)  # type: ignore[attr-defined]
+        self._add(part.name, part)
         return part
 
     def _add(self, name: str, entry: T | Declared) -> None:
@@ -165,9 +173,9 @@ class Registry(Generic[T]):
 
     def _imported(self, declared: Declared) -> T:
         part = self._checked(resolve(declared.path))
-        if getattr(part, "name", None) != declared.name:
+        if part.name != declared.name:
             raise TypeError(f"{declared.path} is declared as the {self.kind} {declared.name!r} but is named "
-                            f"{getattr(part, 'name', None)!r}")
+                            f"{part.name!r}")
         own = settings_tuple(getattr(part, "fields", ()))
         if own != declared.settings:
             raise TypeError(f"{declared.path} declares the settings {[c.__name__ for c in own]}, its declaration "
