@@ -22,10 +22,14 @@ from typing import Any, Callable, Generic, Protocol, TypeVar
 
 
 class Part(Protocol):
-    """What every table's parts have: the name the config and messages use (their own settings, `fields`, are
-    optional: a model kind has none)."""
+    """What every table's parts declare: the name the config and messages use, and their own settings (`fields`:
+    a settings class, a tuple of them, or none)."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def fields(self) -> object: ...
 
 
 T = TypeVar("T", bound=Part)
@@ -131,7 +135,7 @@ class Registry(Generic[T]):
     def _settings_of(self, entry: T | Declared) -> tuple[type, ...]:
         if isinstance(entry, Declared):
             return entry.settings
-        return settings_tuple(getattr(entry, "fields", ()))
+        return settings_tuple(entry.fields)
 
     def unregister(self, name: str) -> None:
         """Remove a part and its own settings (tests that register a toy clean up with this)."""
@@ -176,7 +180,7 @@ class Registry(Generic[T]):
         if part.name != declared.name:
             raise TypeError(f"{declared.path} is declared as the {self.kind} {declared.name!r} but is named "
                             f"{part.name!r}")
-        own = settings_tuple(getattr(part, "fields", ()))
+        own = settings_tuple(part.fields)
         if own != declared.settings:
             raise TypeError(f"{declared.path} declares the settings {[c.__name__ for c in own]}, its declaration "
                             f"{[c.__name__ for c in declared.settings]}: make them the same")

@@ -29,6 +29,7 @@ class ModelKind(ABC):
     """A model kind (module docstring). Subclasses set `name` and implement `applies` and `hidden`."""
 
     name: str = ""
+    fields: tuple[type, ...] = ()  # a kind has no settings of its own (every part declares them; the table reads it)
 
     @abstractmethod
     def applies(self, model: nn.Module) -> bool:
