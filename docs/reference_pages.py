@@ -2,7 +2,7 @@
 stale (`docs/hooks.py` adds them to the site; `tests/test_docs.py` checks them against the code):
 
 - `front_page()`: the README, as the home page (one text for both);
-- `config_reference()`: every config field, grouped by the part of a run that reads it (`distill.config.help`),
+- `config_reference()`: every config field, grouped by the part of a run that reads it (`distill.config_rules.help`),
   with its type, default and help (the help includes which methods read it, generated from the registry);
 - `cli_reference()`: every `distill` command's `--help`, as the argument parser prints it;
 - `methods_reference()`: every registered method: what it reads and when, its defaults, metrics and recipes;
@@ -29,14 +29,14 @@ def _type_name(annotation) -> str:
 
 def config_reference() -> str:
     from distill.config import DistillConfig
-    from distill.config.help import field_groups, field_help
+    from distill.config_rules.help import field_groups, field_help
 
     fields = {f.name: f for f in DistillConfig.config_fields()}
     lines = ["# Config fields", "",
              "Every field of `DistillConfig`, generated from the code: the same names are YAML recipe keys, "
              "`distill train --name value` flags and `DistillConfig(name=value)` arguments. Grouped by the part of a "
              "run that reads it; a field set to something other than its default that the run would not read is an "
-             "error (`distill.config.reads`).", ""]
+             "error (`distill.config_rules.reads`).", ""]
     for title, names in field_groups():
         lines += [f"## {title[0].upper()}{title[1:]}", ""]
         for name in names:

@@ -67,7 +67,7 @@ def fields_help() -> str:
     import shutil
 
     width = max(40, min(94, shutil.get_terminal_size((100, 24)).columns - 6))
-    from distill.config.help import field_groups, field_help
+    from distill.config_rules.help import field_groups, field_help
 
     fields = {f.name: f for f in DistillConfig.config_fields()}
     lines = ["config fields (--name value; YAML recipes use the same names), by what reads them:"]

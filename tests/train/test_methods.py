@@ -14,7 +14,7 @@ import torch
 
 from distill.config import DistillConfig
 from distill.config.io import setting
-from distill.config.reads import declared_fields
+from distill.config_rules.reads import declared_fields
 from distill.losses import DistillLoss
 from distill.methods import (
     Method,
@@ -244,7 +244,7 @@ def test_per_method_facts_in_field_help_are_generated_from_the_registry(toy_meth
     """Which methods read a field, their defaults, which can learn from a server or a cache: written by the
     registry, so a method added (here a test's toy) or changed shows up without editing any help text."""
     from distill.cli import fields_help
-    from distill.config.help import field_help
+    from distill.config_rules.help import field_help
 
     url = field_help("teacher_url")
     assert "Methods that can learn from it: gkd, iw_opd, on_policy" in url  # iw_opd's was missing by hand
@@ -260,7 +260,7 @@ def test_per_method_facts_in_field_help_are_generated_from_the_registry(toy_meth
 
 def test_help_groups_every_field_once_by_the_part_that_reads_it():
     from distill.cli import fields_help
-    from distill.config.help import field_groups
+    from distill.config_rules.help import field_groups
 
     groups = dict(field_groups())
     listed = [name for names in groups.values() for name in names]
@@ -278,7 +278,7 @@ def test_no_help_text_names_a_method_that_does_not_read_its_field():
     field's own help may name only methods that read it."""
     import re
 
-    from distill.config.help import method_readers
+    from distill.config_rules.help import method_readers
 
     for f in DistillConfig.config_fields():
         if f.name == "method":

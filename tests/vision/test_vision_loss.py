@@ -182,7 +182,7 @@ def test_the_vllm_engines_refuse_a_vision_language_model_saying_why(pair, engine
     _, _, student = pair
     with pytest.raises(ValueError, match="decode token ids only: a vision-language model's images are not passed to vLLM"):
         if engine == "vllm_server":
-            from distill.generation.engine import get_engine
+            from distill.generation.registry import get_engine
 
             server = get_engine(engine)
             url, server.url = server.url, "http://127.0.0.1:9"

@@ -28,7 +28,7 @@ from distill.evaluation.evaluator import (
     eval_settings,
     write_report,
 )
-from distill.generation.engine import close_engine, configure_engine
+from distill.generation.registry import close_engine, configure_engine
 from distill.locations import EVAL, location_of
 from distill.methods import get_method
 from distill.models import check_context, resolve_model_source

@@ -7,8 +7,12 @@ temperature (`sampling_temperature`, `teacher_sampling_temperature`) is not the 
 
 Sources of values, later ones winning: the defaults below, a YAML recipe, command-line flags
 (`--field value` or `--field-name value`); parsing and coercion are in `config_io`. `validate()` checks
-what needs no model: each field's range here, the method's own rules (`distill.methods`), the teacher's
-location (`distill.locations`), and that every field set is read by the run (`distill.config.reads`).
+what needs no model: each field's range, the features' and the method's own rules, the teacher's location, and
+that every field set is read by the run (`distill.config_rules`, above the parts, reached through the registry).
+
+A leaf: it imports only leaves (the registry, the values, the data files' names). The parts (methods, teacher
+locations, generation engines, run features) are declared by the catalogue `distill.parts`, imported by path
+before the first config is made: their settings are composed here without importing any part's code or torch.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from distill import registry
 from distill.config import io as config_io
@@ -36,7 +40,8 @@ RETIRED_FIELDS = {
 
 @dataclass
 class RunFields:
-    """The core's fields: what every run reads (a part's own settings are declared with the part)."""
+    """The core's fields: what every run reads (a part's own settings are declared with the part; a run feature's,
+    conversations', asynchronous rollouts', vision's and the doctor's, too)."""
 
     # --- what to distil ---------------------------------------------------------------------------------
     method: str = setting("gkd", "What is learned: a registered method (`distill.methods`; listed below with what each "
@@ -96,53 +101,12 @@ class RunFields:
                                            "weights that do not move changes nothing but the batch size, which makes "
                                            "generation cheaper per token; 1 = one call per step. A teacher whose weights "
                                            "move samples step by step.")
-    tools: list = setting([], "Tools the student may call in its rollouts: import paths 'package.module:function' (a "
-                          "function of keyword arguments returning text; `async def` too). Their JSON schemas are shown "
-                          "in every prompt (the template's tool format, or distill's Hermes format where it has none), "
-                          "and each on-policy completion becomes a conversation: a turn, its calls run, their results, "
-                          "the next turn (docs/usage.md, conversations). Empty: single-turn completions.")
-    environment: str | None = setting(None, "An environment for the student's rollouts: the import path of a factory "
-                                      "('package.module:Factory', the reference library's environment_factory "
-                                      "contract): one instance per rollout row, `reset(**row)` called first (its text, "
-                                      "if any, appended to the row's last user message), its public methods the row's "
-                                      "tools beside `tools`.")
-    max_turns: int = setting(4, "With tools: assistant turns per rollout at most (the last one's calls are not run).")
-    strict_checks: bool = setting(False, "Stop at start on a check's warning too, not only on its errors (the checks "
-                                  "`distill doctor` runs; their findings are in the run's checks.json).")
-    fail_on_token_drift: bool = setting(False, "With tools: stop the run when a sampled conversation's text re-tokenizes to "
-                                        "other ids (distill trains the sampled ids either way; "
-                                        "tools/retokenization_drift counts such conversations).")
-    tool_timeout: float = setting(10.0, "With tools: seconds a call may run; a slower one becomes an error message the "
-                                  "model reads as its result.")
     generation_engine: str = setting("auto", "How completions are sampled, in training and evaluation (`distill.generation`): "
                                       "'auto' takes distill's lean decode loop where it applies (a Llama-family model in "
                                       "float32 on CPU: packed weights, preallocated cache; the same distribution as HF "
                                       "generate in about 0.6x its time) and HF generate for any other model; 'lean' or "
                                       "'hf' (or a registered engine's name) forces one; 'vllm' samples with vLLM in the "
                                       "training process (the optional extra; docs/vllm.md).")
-
-    # --- asynchronous rollouts --------------------------------------------------------------------------
-    max_staleness: int = setting(0, "Optimizer steps the student's rollouts may lag the weights they train: the rollout "
-                                 "of step k is sampled by the weights of step k - max_staleness (a worker thread samples "
-                                 "it while the steps before k train, from a copy of those weights), so every sample's "
-                                 "staleness is exactly min(k, max_staleness) and runs are reproducible. 0: the "
-                                 "synchronous loop (docs/guides/async.md).")
-    staleness_pacing: str = setting("wait", "With max_staleness > 0: 'wait' (step k's rollout is sampled by the weights of "
-                                    "step k - max_staleness, exactly: reproducible, nothing discarded) or 'drop' (the "
-                                    "worker samples up to 2 x max_staleness steps ahead from the newest weights it has, "
-                                    "without waiting; a rollout staler than max_staleness when its step comes is "
-                                    "discarded and sampled again; its samples depend on timing).")
-    staleness_correction: str = setting("tis", "With max_staleness > 0, how gkd's, on_policy's and gold's divergences "
-                                        "on stale student samples are corrected: 'tis' weighs each token's loss by the "
-                                        "importance ratio pi_theta / pi_behaviour truncated at staleness_ratio_cap; "
-                                        "'icepop' keeps the ratio inside [1 / cap, cap] and gives no loss outside it; "
-                                        "'none'. (A sampled-token loss uses its own PPO ratio against the recorded "
-                                        "log-probs, clipped by its own epsilons.)")
-    staleness_ratio: str = setting("prefix", "Which importance ratio weighs token t under staleness_correction: "
-                                   "'prefix' (the tokens before t: exact for a full-distribution loss), 'sequence' (the "
-                                   "whole sample), 'token' (token t's own, verl's TIS).")
-    staleness_ratio_cap: float = setting(2.0, "The bound c of staleness_correction: tis truncates the ratio at c, "
-                                         "icepop keeps [1 / c, c].")
 
     # --- optimisation ----------------------------------------------------------------------------------
     learning_rate: float = setting(3e-4, "AdamW peak learning rate (3e-4: the bundled default run, chosen by measurement).")
@@ -162,8 +126,6 @@ class RunFields:
     gradient_accumulation_steps: int = setting(2, "Micro-batches per optimizer step on each process.")
     seed: int = setting(42, "Seed of every random choice (prompt order, lmbda draws, sampling, init).")
     gradient_checkpointing: bool = setting(False, "Recompute student activations in backward to save memory.")
-    train_vision_tower: bool = setting(False, "A vision-language student: train its vision tower and projector too "
-                                       "(frozen by default: the loss is on text, and the teacher sees the same pixels).")
     use_peft: bool = setting(False, "Train LoRA adapters instead of the full student (needs `peft`).")
     lora_r: int = setting(16, "LoRA rank.")
     lora_alpha: int = setting(32, "LoRA alpha.")
@@ -197,8 +159,9 @@ class RunFields:
 
 
 class _ComposedFromParts(type):
-    """`DistillConfig`'s metaclass: the built-in parts (methods, teacher locations, generation engines) register, with
-    their settings, before the first config is made (`distill.parts`), not when this module is imported."""
+    """`DistillConfig`'s metaclass: the built-in parts (methods, teacher locations, generation engines, run features)
+    are declared, with their settings, before the first config is made (`distill.parts`), not when this module is
+    imported."""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         load_parts()
@@ -212,20 +175,25 @@ class _ComposedFromParts(type):
 
 
 def load_parts() -> bool:
-    """Register the built-in parts (once), so that `DistillConfig` holds their settings; True when this call did."""
-    from distill import parts
-
-    return parts.load()
+    """Declare the built-in parts (once), so that `DistillConfig` holds their settings; True when this call did. The
+    catalogue is imported by its path (`distill.registry.BUILT_IN_PARTS`): it sits above the parts' leaves."""
+    return registry.load_built_in_parts()
 
 
 @dataclass
 class DistillConfig(RunFields, metaclass=_ComposedFromParts):
     """Every field of a run, flat (the command line, YAML recipes and `--help` see one namespace): `RunFields`
-    (first in config.yaml), then each registered part's own settings (`PartFields` subclasses declared by the
-    part: a method's beside it in `distill/methods/*_fields.py`, a location's or an engine's in its module), in
-    the order the parts registered. A part's code reads its settings typed: `MixingFields.of(config).lmbda`."""
+    (first in config.yaml), then each registered part's own settings (`PartFields` subclasses declared with the
+    part: a method's beside it in `distill/methods/*_fields.py`, a location's in `distill/locations/fields.py`, an
+    engine's in `distill/generation/vllm_fields.py`, a run feature's in its package), in the order the parts
+    registered, except settings placed among the core's (`PartFields.placed_after`). A part's code reads its
+    settings typed: `MixingFields.of(config).lmbda`."""
 
     RETIRED_FIELDS: ClassVar[dict[str, str]] = RETIRED_FIELDS
+
+    if TYPE_CHECKING:
+        def __getattr__(self, name: str) -> Any:
+            """A registered part's setting (composed at run time; typed through its settings class: `X.of(config)`)."""
 
     @classmethod
     def config_fields(cls) -> tuple[dataclasses.Field, ...]:
@@ -254,13 +222,12 @@ class DistillConfig(RunFields, metaclass=_ComposedFromParts):
         return dataclasses.asdict(self)
 
     def validate(self) -> "DistillConfig":
-        """Checks that need no model or data (`distill.config.checks`); raises ValueError naming the field and
+        """Checks that need no model or data (`distill.config_rules.checks`); raises ValueError naming the field and
         the fix. Returns the resolved config: a copy with the method's defaults (`Method.defaults`, e.g. beta)
-        in the fields left at None; this one is not changed. The checks know every registered part (methods, teacher locations, engines), so they
-        are imported here, when asked for: `import distill.config` stays a leaf (no torch, no method)."""
-        from distill.config.checks import validate
-
-        return validate(self)
+        in the fields left at None; this one is not changed. The checks know every registered part (methods, teacher
+        locations, engines, features), so they sit above the parts and are reached through the registry (the
+        catalogue registers them by import path): `import distill.config` stays a leaf (no torch, no method)."""
+        return registry.config_rules()(self)
 
     def resolved_student_init(self, student_given: bool) -> str:
         if self.student_init is not None:
@@ -278,6 +245,7 @@ class DistillConfig(RunFields, metaclass=_ComposedFromParts):
 _BUILT_IN = frozenset(DistillConfig.__dataclass_fields__)
 _GENERATED = ("__init__", "__repr__", "__eq__", "__match_args__", "__dataclass_fields__", "__dataclass_params__")
 _PRISTINE = {name: DistillConfig.__dict__[name] for name in _GENERATED if name in DistillConfig.__dict__}
+_CORE_FIELDS = dataclasses.fields(DistillConfig)
 _DEFAULTS_SET: list[str] = []  # class attributes set for the parts' defaults
 
 
@@ -305,8 +273,7 @@ def _compose() -> None:
         delattr(DistillConfig, _DEFAULTS_SET.pop())
     if not parts:
         return
-    # The parts' settings come after the built-in fields (config.yaml and --help keep their order).
-    composed = dataclasses.make_dataclass("DistillConfig", [], bases=(*reversed(parts), DistillConfig))
+    composed = dataclasses.make_dataclass("DistillConfig", [(f.name, f.type, _copy(f)) for f in _ordered(parts)])
     for name in _GENERATED:
         if name in composed.__dict__:
             setattr(DistillConfig, name, composed.__dict__[name])
@@ -315,6 +282,25 @@ def _compose() -> None:
             if f.default is not dataclasses.MISSING:  # a dataclass keeps a field's default as a class attribute
                 setattr(DistillConfig, f.name, f.default)
                 _DEFAULTS_SET.append(f.name)
+
+
+def _ordered(parts: tuple[type, ...]) -> list[dataclasses.Field]:
+    """The built-in fields, then each part's settings in registration order (config.yaml and --help keep it), or
+    right after the field its class names (`PartFields.placed_after`) when that field is there."""
+    order = list(_CORE_FIELDS)
+    for fields_class in parts:
+        own = list(dataclasses.fields(fields_class))
+        after = getattr(fields_class, "placed_after", None)
+        names = [f.name for f in order]
+        at = names.index(after) + 1 if after in names else len(order)
+        order[at:at] = own
+    return order
+
+
+def _copy(f: dataclasses.Field) -> dataclasses.Field:
+    """A fresh field like `f` (a dataclass takes ownership of its Field objects)."""
+    return dataclasses.field(default=f.default, default_factory=f.default_factory, init=f.init, repr=f.repr,
+                             hash=f.hash, compare=f.compare, metadata=f.metadata)
 
 
 registry.on_part_fields(_compose)

@@ -11,7 +11,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import yaml
 
@@ -24,7 +24,12 @@ PartFieldsT = TypeVar("PartFieldsT", bound="PartFields")
 class PartFields:
     """A part's own settings (a method's, a teacher location's, a generation engine's): subclass it as a dataclass of
     `setting(...)` fields with defaults and declare it on the part (`fields`). Registering the part composes them into
-    `DistillConfig`, flat (`distill.config`); `of(config)` reads them back typed, as the part's code does."""
+    `DistillConfig`, flat (`distill.config`); `of(config)` reads them back typed, as the part's code does.
+
+    placed_after: the config field after which these fields appear in the flat namespace (config.yaml, `--help`); None:
+    after every field known before them (a run feature's settings keep the place they had in the core's)."""
+
+    placed_after: ClassVar[str | None] = None
 
     @classmethod
     def of(cls: type[PartFieldsT], config: Any) -> PartFieldsT:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable
 
-from distill.registry import Registry
+from distill.registry import Registry, resolve
 
 if TYPE_CHECKING:
     from distill.doctor.context import DoctorContext
@@ -46,10 +46,16 @@ class Check:
     source: str  # the failure it comes from: an upstream issue, or a measurement here
     run: Callable[["DoctorContext"], list[Finding]]
 
+    @property
+    def fields(self) -> tuple[type, ...]:
+        """A check has no settings of its own."""
+        return ()
 
-# The checks by name, reported in registration order (`distill.doctor.run`). The built-in checks are registered when
-# the table is first used: the package (`distill.doctor`) gives it their loader, as `distill.methods` does its methods.
-CHECKS: Registry[Check] = Registry("doctor check", "doctor check")
+
+# The checks by name, reported in registration order (`distill.doctor.run`). The built-in checks register themselves
+# (`register_check`) when their module is imported, which the table does by import path when it is first used.
+BUILT_IN_CHECKS = "distill.doctor.checks"
+CHECKS: Registry[Check] = Registry("doctor check", "doctor check", load=lambda: resolve(BUILT_IN_CHECKS))
 
 
 def register_check(name: str, title: str, source: str):

@@ -11,14 +11,8 @@ import logging
 
 import torch
 
-from distill.generation.engine import (
-    AUTO,
-    DecodeRequest,
-    Engine,
-    SamplingParams,
-    engine_names,
-    get_engine,
-)
+from distill.generation.engine import DecodeRequest, Engine, SamplingParams
+from distill.generation.registry import AUTO, engine_names, get_engine
 from distill.generation.sample import Sample
 from distill.models.inputs import RowExtras, collate_extras
 from distill.models.kinds import model_kind_of

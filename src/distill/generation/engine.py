@@ -1,4 +1,4 @@
-"""What a generation engine is, and the table of registered engines.
+"""What a generation engine is (its table is `distill.generation.registry`).
 
 An engine decodes one left-padded batch: `decode(model, DecodeRequest)` returns
 the new tokens (B, L) on the CPU (rows that finished padded with `pad_id`) and, when asked, each chosen
@@ -29,12 +29,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from distill.registry import Registry
+from distill.config.values import AUTO_ENGINE as AUTO
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
-
-AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -94,7 +92,7 @@ class Engine(ABC):
 
     name: `generation_engine`'s value for it; label: how messages name it;
     auto_order: preference under `auto`, lowest first; None: only when named.
-    reads: the config fields it reads when a run names it (`distill.config.reads`: changed while another engine
+    reads: the config fields it reads when a run names it (`distill.config_rules.reads`: changed while another engine
         runs, they are an error).
     fields: its own settings (`distill.config.io.PartFields` dataclasses, one or a tuple): registering composes
         them into `DistillConfig` (flat); they are read when a run names it.
@@ -150,7 +148,8 @@ class Engine(ABC):
 
 
 def check_engine(engine: object) -> Engine:
-    """An engine registered is an `Engine` with a name (TypeError otherwise, naming what is missing)."""
+    """An engine registered is an `Engine` with a name (TypeError otherwise, naming what is missing); the engine
+    table's check (`distill.generation.registry`)."""
     if not isinstance(engine, Engine):
         raise TypeError(f"register_engine: {type(engine).__name__} is not a distill.generation.engine.Engine; subclass "
                         "Engine (it declares every member callers use, with defaults)")
@@ -160,38 +159,3 @@ def check_engine(engine: object) -> Engine:
         raise TypeError(f"register_engine: {type(engine).__name__} keeps weights but defines no sync_weights")
     return engine
 
-
-_ENGINES: Registry[Engine] = Registry("generation_engine", "generation engine", also=(AUTO,),
-                                     order=lambda name, engine: (engine.auto_order is None, engine.auto_order or 0, name),
-                                     settings=lambda engine: engine.fields)
-
-
-# register_engine(engine), unregister_engine(name), engine_names() (those taking part in `auto` first, in order of
-# preference), get_engine(name) (an unknown name is a ValueError listing the others).
-engine_names, get_engine = _ENGINES.names, _ENGINES.get
-
-
-def register_engine(engine: Engine) -> Engine:
-    return _ENGINES.register(check_engine(engine))
-
-
-def unregister_engine(name: str) -> None:
-    """Remove an engine and its own settings (tests that register a toy clean up with this)."""
-    _ENGINES.unregister(name)
-
-
-def check_engine_name(name: str) -> None:
-    if name != AUTO:
-        get_engine(name)
-
-
-def configure_engine(config: DistillConfig) -> None:
-    """Give the engine a run names its settings (`configure(config)`, optional), before anything is decoded."""
-    if config.generation_engine != AUTO:
-        get_engine(config.generation_engine).configure(config)
-
-
-def close_engine(name: str) -> None:
-    """Release what the engine `name` holds for the run (`close()`, optional: vLLM's replicas)."""
-    if name != AUTO:
-        get_engine(name).close()

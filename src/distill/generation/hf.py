@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from distill.generation.engine import DecodeRequest, Engine, register_engine
+from distill.generation.engine import DecodeRequest, Engine
 
 
 class HFGenerate(Engine):
@@ -85,6 +85,3 @@ def sampled_log_probs(scores: tuple[torch.Tensor, ...], generated: torch.Tensor)
     columns = [torch.log_softmax(step.float(), dim=-1).gather(1, generated[:, t : t + 1].to(step.device)).squeeze(1).cpu()
                for t, step in enumerate(scores)]
     return torch.stack(columns, dim=1) if columns else torch.zeros(generated.shape[0], 0)
-
-
-register_engine(HFGenerate())

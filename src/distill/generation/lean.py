@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from distill.generation.engine import DecodeRequest, Engine, register_engine
+from distill.generation.engine import DecodeRequest, Engine
 from distill.generation.lean_decode import lean_generate, refusal
 
 
@@ -25,6 +25,3 @@ class LeanDecode(Engine):
                              top_p=sampling.top_p, eos_ids=request.stop_ids, pad_id=request.pad_id,
                              suppress_tokens=request.suppress_ids, stopping_criteria=request.stopping_criteria,
                              with_log_probs=request.with_log_probs, generators=request.row_generators())
-
-
-register_engine(LeanDecode())

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from distill.generation.engine import AUTO, get_engine
+from distill.generation.registry import AUTO, get_engine
 
 
 class WeightSync:

@@ -56,8 +56,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from distill.config.io import PartFields, setting
-from distill.generation.engine import DecodeRequest, Engine, register_engine
+from distill.generation.engine import DecodeRequest, Engine
+from distill.generation.vllm_fields import VllmFields
 from distill.generation.weights import (
     adapters_off,
     check_decodable,
@@ -72,13 +72,6 @@ from distill.models.vision import VLLM_REFUSAL, is_vision_language
 if TYPE_CHECKING:
     from distill.config import DistillConfig
 
-
-@dataclass
-class VllmFields(PartFields):
-    """The colocated vLLM engine's own settings."""
-
-    vllm_kv_cache_gib: float = setting(1.0, "KV cache of each vLLM replica, in GiB (generation_engine: vllm; one replica "
-                                       "per model it samples from: the student, a teacher, an EMA self-teacher).")
 
 logger = logging.getLogger("distill.rollout")
 
@@ -255,7 +248,7 @@ class VllmEngine(Engine):
             self._drop(key)
 
 
-ENGINE = register_engine(VllmEngine())
+ENGINE = VllmEngine()  # the instance the engine table serves (declared by distill.parts)
 
 
 def _processes() -> int:

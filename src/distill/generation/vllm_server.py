@@ -38,15 +38,14 @@ import urllib.error
 import urllib.request
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from distill.config.io import PartFields, setting
-from distill.generation.engine import DecodeRequest, Engine, register_engine
+from distill.generation.engine import DecodeRequest, Engine
+from distill.generation.vllm_fields import VllmServerFields
 from distill.generation.weights import (
     check_decodable,
     checkpoint_weights,
@@ -58,17 +57,6 @@ from distill.models.vision import VLLM_REFUSAL, is_vision_language
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
-
-
-@dataclass
-class VllmServerFields(PartFields):
-    """The vLLM server engine's own settings."""
-
-    vllm_server_url: str | None = setting(None, "generation_engine: vllm_server: the address of the vLLM server that "
-                                          "samples the student (started with VLLM_SERVER_DEV_MODE=1; docs/vllm.md).")
-    vllm_weights_dir: str | None = setting(None, "generation_engine: vllm_server: a directory the trainer and the server "
-                                           "both see, where the student's weights are written for the server to reload "
-                                           "after each optimizer step (default: the run directory).")
 
 
 logger = logging.getLogger("distill.rollout")
@@ -281,4 +269,4 @@ def _completion(body, with_log_probs: bool) -> tuple[list[int], list[float] | No
     return ids, values
 
 
-ENGINE = register_engine(VllmServerEngine())
+ENGINE = VllmServerEngine()  # the instance the engine table serves (declared by distill.parts)

@@ -11,52 +11,32 @@
     none      no_teacher.py     a method with teacher "none"  nothing (sft)
 
 A method works with a location when its objective consumes that location's signal kind. A new location is a
-`TeacherLocation` subclass passed to `register_location` (docs/methods.md walks through one).
+`TeacherLocation` subclass passed to `register_location` (docs/methods.md walks through one); the built-in ones are
+declared by `distill.parts` (name, settings, import path) and imported when first asked for, so importing this
+package imports no location (the interface's names, `TeacherLocation` and the rest, are imported when read).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from distill.locations.base import (
-    CACHE,
-    EVAL,
-    TRAIN,
-    TeacherLocation,
-    TeacherRequest,
-    Teachers,
-    location_of,
-    locations,
-    register_location,
-    unregister_location,
-)
-from distill.locations.cache import CacheLocation
-from distill.locations.model import ModelLocation
-from distill.locations.no_teacher import NoTeacher
+from distill.locations.registry import location_of, locations, register_location, unregister_location
 from distill.locations.routes import parse_routes
-from distill.locations.server import ServerLocation
-from distill.locations.student_itself import SelfLocation
 
-if TYPE_CHECKING:
-    from distill.config import DistillConfig
+if TYPE_CHECKING:  # what `__getattr__` gives, for the type checker
+    from distill.locations.base import CACHE, EVAL, TRAIN, TeacherLocation, TeacherRequest, Teachers
 
-for _location in (SelfLocation(), NoTeacher(), CacheLocation(), ServerLocation()):
-    register_location(_location)
-register_location(ModelLocation(), fallback=True)
+_INTERFACE = ("CACHE", "EVAL", "TRAIN", "TeacherLocation", "TeacherRequest", "Teachers")
 
 
-def validate(config: DistillConfig, method, sources: frozenset[str]) -> None:
-    """The teacher's location against the method (its objective's signals, its completion sources)."""
-    named = [loc.selected_by[0] for loc in locations() if loc.selected_by and getattr(config, loc.selected_by[0]) is not None]
-    if len(named) > 1:
-        raise ValueError(f"{' and '.join(sorted(named, reverse=True))}: a run has one teacher location; set one of them")
-    location_of(config, method).validate(config, method, sources)
+def __getattr__(name: str) -> Any:
+    """The interface's names (`distill.locations.base`, which imports the teachers' code), imported when read."""
+    if name in _INTERFACE:
+        from distill.locations import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module 'distill.locations' has no attribute {name!r}")
 
 
-def location_reads() -> tuple:
-    """Every registered location's `reads` (the fields a run reads, `distill.config.reads`)."""
-    return tuple(part for location in locations() for part in location.reads)
-
-
-__all__ = ["CACHE", "EVAL", "TRAIN", "TeacherLocation", "TeacherRequest", "Teachers", "location_of", "location_reads",
-           "locations", "parse_routes", "register_location", "unregister_location", "validate"]
+__all__ = ["CACHE", "EVAL", "TRAIN", "TeacherLocation", "TeacherRequest", "Teachers", "location_of", "locations",
+           "parse_routes", "register_location", "unregister_location"]

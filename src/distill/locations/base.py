@@ -15,18 +15,19 @@ A `TeacherRequest` carries what a teacher is built against (the student's tokeni
 device, a probe prompt) and the purpose (TRAIN, EVAL, CACHE). The trainer, `distill eval`, the model card
 and the run directory ask the location object; none of them compares location names.
 
-A leaf above `distill.methods.registry`: torch is imported only by the locations' build code.
+Their table is `distill.locations.registry` (a leaf): torch is imported only by the locations'
+build code.
 """
 
 from __future__ import annotations
 
 import contextlib
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from distill.methods.mixing_fields import MixingFields
 from distill.methods.registry import Method, Reads
-from distill.registry import Registry
 from distill.teachers.base import Teacher, check_teacher
 
 if TYPE_CHECKING:
@@ -92,14 +93,15 @@ class Teachers:
                 teacher.sampling_models(visit)
 
 
-class TeacherLocation:
-    """Where a teacher lives. Subclasses set `name` and implement `claims`, `signal_kind` and `build`;
-    every other member has a default that fits a location holding an external teacher.
+class TeacherLocation(ABC):
+    """Where a teacher lives. Subclasses set `name` and implement `claims`, `signal_kind`, `card_title`, `build` and
+    `eval_values` (abstract: registering a class that leaves one out is refused, naming it); every other member has
+    a default that fits a location holding an external teacher.
 
     name: the location's name (in messages and the field help).
     fields: its own settings (`distill.config.io.PartFields` dataclasses), composed into `DistillConfig` while it
         is registered; read back typed with `TheFields.of(config)`.
-    reads: the config fields it reads, and when (`distill.config.reads` rejects the unread ones).
+    reads: the config fields it reads, and when (`distill.config_rules.reads` rejects the unread ones).
     samples: it can write completions (seq_kd); a scoring-only teacher cannot.
     scores_ahead: it scores a whole step before any loss, in one round (a remote teacher: the trainer
         agrees over processes whether it failed before anyone enters a collective).
@@ -120,14 +122,14 @@ class TeacherLocation:
     reads_images: bool = False
 
     # ------------------------------------------------------------------------------ choosing it --
+    @abstractmethod
     def claims(self, config: DistillConfig, method: Method) -> bool:
         """Whether this run's teacher lives here."""
-        raise NotImplementedError
 
+    @abstractmethod
     def signal_kind(self, method: Method, config: DistillConfig) -> str | None:
         """The signal kind (`distill.signals`) it gives `method`'s objective with this run's `config`; None: no
         signal."""
-        raise NotImplementedError
 
     # ------------------------------------------------------------------------ checks, no model --
     def validate(self, config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
@@ -138,9 +140,9 @@ class TeacherLocation:
         """Its inputs named by path in `config` (label -> path): the run directory must not lie inside one."""
         return {}
 
+    @abstractmethod
     def card_title(self, record: dict) -> str:
         """The model card's title line for a run of this location (`record`: the run's config.yaml)."""
-        raise NotImplementedError
 
     def check_arguments(self, config: DistillConfig, teacher, teacher_tokenizer) -> None:
         """A teacher model or tokenizer passed from Python that this location would not read is an error."""
@@ -187,14 +189,15 @@ class TeacherLocation:
         from Python comes with `teacher_tokenizer`, or shares the student's `tokenizer`. None when it holds none."""
         return None
 
+    @abstractmethod
     def build(self, request: TeacherRequest) -> Teachers:
-        raise NotImplementedError
+        """The teachers this location holds for `request` (module docstring)."""
 
+    @abstractmethod
     def eval_values(self, method: Method, values: dict, record: dict, args) -> dict:
         """`distill eval`'s config values for a run of this location: the run's (`values`, from `record`, its
         config.yaml; empty for a bare student directory) with what the flags (`args.teacher`,
         `args.teacher_url`) say."""
-        raise NotImplementedError
 
     def hooks(self, teachers: Teachers) -> list:
         """Step hooks for what the built teachers change as training goes (`distill.methods.registry.StepHook`):
@@ -210,35 +213,3 @@ class TeacherLocation:
 
     def check_evaluable(self, config: DistillConfig) -> None:
         """`distill eval` of a run with this location: ValueError when its teacher cannot score new samples here."""
-
-
-# The registered locations, asked in registration order; the fallback (a model) is asked last.
-_LOCATIONS: Registry[TeacherLocation] = Registry("teacher location", "teacher location",
-                                                 settings=lambda location: location.fields)
-_FALLBACK: list[TeacherLocation] = []
-
-
-def register_location(location: TeacherLocation, fallback: bool = False) -> TeacherLocation:
-    """Add a location; `fallback`: the one that holds the teacher when no other claims it (a model)."""
-    _LOCATIONS.register(location)
-    if fallback:
-        _FALLBACK[:] = [location]
-    return location
-
-
-def unregister_location(name: str) -> None:
-    _LOCATIONS.unregister(name)
-
-
-def locations() -> list[TeacherLocation]:
-    """Every registered location, the fallback last."""
-    asked = [_LOCATIONS.get(name) for name in _LOCATIONS.names()]
-    return [loc for loc in asked if loc not in _FALLBACK] + [loc for loc in _FALLBACK if loc in asked]
-
-
-def location_of(config: DistillConfig, method: Method) -> TeacherLocation:
-    """The location that holds this run's teacher: the first that claims it."""
-    for location in locations():
-        if location.claims(config, method):
-            return location
-    raise ValueError(f"no teacher location holds the teacher of method {method.name}")

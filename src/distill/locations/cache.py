@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from distill.locations.base import TeacherRequest, Teachers, location_of
+from distill.locations.base import TeacherRequest, Teachers
 from distill.locations.external import NOT_EVALUABLE
 from distill.locations.fields import CacheFields, RemoteTeacherFields
+from distill.locations.registry import location_of
 from distill.locations.remote import RemoteLocation, hidden_payload
 from distill.locations.routes import parse_routes
 from distill.methods.registry import Method, Reads, get_method

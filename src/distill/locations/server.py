@@ -9,8 +9,9 @@ import urllib.parse
 from typing import TYPE_CHECKING
 
 from distill.conversations.setup import offered_schemas
-from distill.locations.base import TeacherRequest, Teachers, location_of
+from distill.locations.base import TeacherRequest, Teachers
 from distill.locations.fields import RemoteTeacherFields, ServerFields
+from distill.locations.registry import location_of
 from distill.locations.remote import HIDDEN_DTYPES, RemoteLocation, hidden_payload
 from distill.locations.routes import parse_routes
 from distill.methods.registry import Method, Reads, get_method

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from distill.config.io import OBJECT_RECORD
 from distill.config.values import DEFAULT_TEACHER
 from distill.conversations.setup import offering_tools
-from distill.locations.base import TeacherLocation, TeacherRequest, Teachers, locations
+from distill.locations.base import TeacherLocation, TeacherRequest, Teachers
+from distill.locations.registry import locations
 from distill.methods.registry import Method
 from distill.methods.self_teacher_fields import SelfTeacherFields
 from distill.methods.self_teacher_prompts import TeacherPrompts

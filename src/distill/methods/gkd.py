@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from distill.methods import mixing
 from distill.methods.mixing_fields import MixingFields
-from distill.methods.registry import Method, Paper, Reads, register
+from distill.methods.registry import Method, Paper, Reads
 from distill.methods.reuse_fields import STALENESS_CORRECTION, staleness_correction
 from distill.methods.sampling_rules import check_staleness_correction
 from distill.objectives import DivergenceObjective
@@ -59,6 +59,3 @@ class GKD(Method):
 
     def describe_loss(self, record: dict) -> str:
         return f"{describe_jsd(record)}; {mixing.describe_mixing(record)}"
-
-
-register(GKD())

@@ -9,9 +9,10 @@ import math
 from typing import TYPE_CHECKING
 
 from distill.methods import mixing
+from distill.methods.async_fields import AsyncFields
 from distill.methods.gold_fields import GoldFields
 from distill.methods.mixing_fields import MixingFields
-from distill.methods.registry import Method, Paper, Reads, register
+from distill.methods.registry import Method, Paper, Reads
 from distill.objectives import DivergenceObjective
 from distill.signals import ALIGNED
 
@@ -57,8 +58,9 @@ class GOLD(Method):
 
     def validate(self, config: DistillConfig) -> None:
         mixing.validate(config)
-        if config.max_staleness > 0 and config.staleness_correction != "none":
-            raise ValueError(f"staleness_correction {config.staleness_correction}: gold's ULD on byte-aligned groups takes "
+        ahead = AsyncFields.of(config)
+        if ahead.max_staleness > 0 and ahead.staleness_correction != "none":
+            raise ValueError(f"staleness_correction {ahead.staleness_correction}: gold's ULD on byte-aligned groups takes "
                              "no per-token importance weights; set staleness_correction: none (stale samples trained as "
                              "fresh ones) or max_staleness: 0")
         own = GoldFields.of(config)
@@ -73,6 +75,3 @@ class GOLD(Method):
     def describe_loss(self, record: dict) -> str:
         kind = "hybrid ULD (matched tokens: generalized JSD)" if record.get("uld_use_hybrid_loss") else "ULD"
         return f"{kind} on byte-aligned token groups across tokenizers; {mixing.describe_mixing(record)}"
-
-
-register(GOLD())

@@ -18,7 +18,7 @@ from distill.locations.fields import CacheFields, ServerFields
 from distill.losses.policy_gradient import ClipSettings
 from distill.methods.iw_opd_fields import IwOpdFields
 from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
-from distill.methods.registry import Method, Paper, Reads, register
+from distill.methods.registry import Method, Paper, Reads
 from distill.methods.reuse_fields import RolloutReuseFields, check_reuse, stale_samples
 from distill.methods.sampling_rules import check_sampling_matches_loss
 from distill.objectives.iw_opd import (
@@ -108,6 +108,3 @@ class IWOPD(Method):
         if record["teacher_warmup_steps"]:
             parts.append(f"after {record['teacher_warmup_steps']} warm-up steps of forward KL on teacher samples")
         return "; ".join(parts)
-
-
-register(IWOPD())

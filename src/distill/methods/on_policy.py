@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from distill.methods.gkd import GKD_PAPER, describe_jsd, divergence_objective
 from distill.methods.mixing import ALWAYS_ON_POLICY
-from distill.methods.registry import Method, Reads, register
+from distill.methods.registry import Method, Reads
 from distill.methods.reuse_fields import STALENESS_CORRECTION, staleness_correction
 from distill.methods.sampling_rules import check_staleness_correction
 from distill.objectives import DivergenceObjective
@@ -37,6 +37,3 @@ class OnPolicy(Method):
 
     def describe_loss(self, record: dict) -> str:
         return f"{describe_jsd(record).split(', off-policy')[0]}; every completion sampled by the student"
-
-
-register(OnPolicy())

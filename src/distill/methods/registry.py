@@ -1,19 +1,21 @@
 """The method registry: what a method declares, and the table of registered methods.
 
 A leaf module: at run time it imports nothing from distill but the generic table (`distill.registry`), and
-no method (the types it names are imported for annotations only). A method module subclasses `Method` and
-calls `register` once; `distill.methods` imports the built-in ones. A method is *what is learned*: its
+no method (the types it names are imported for annotations only). A method module subclasses `Method`; the
+built-in ones are declared by the catalogue (`distill.parts`: name, settings, import path) and imported when first
+asked for, a method of one's own is passed to `register`. A method is *what is learned*: its
 completion sources and its objective. Where the teacher lives (a model, a server, a cache) is a separate
 choice (`distill.locations`); any teacher whose signal kind the objective consumes works with it.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
-from distill.registry import Registry
+from distill.registry import Registry, load_built_in_parts
 
 if TYPE_CHECKING:  # annotations only: this module stays a leaf
     from distill.config import DistillConfig
@@ -73,9 +75,10 @@ class StageParts:
     student: Any = None
 
 
-class Method:
-    """What a method is. Subclass it, set `name` and `summary`, implement `sources` and `objective`, and
-    `register(MyMethod())`; every other member is optional, with a default that fits most methods.
+class Method(ABC):
+    """What a method is. Subclass it, set `name` and `summary`, implement `sources` and `objective` (abstract:
+    `register` refuses a class that leaves one out, naming it), and `register(MyMethod())`; every other member is
+    optional, with a default that fits most methods.
 
     Declarations (class attributes):
       paper: the paper it follows (the model card cites it); None for one that follows none (sft).
@@ -111,13 +114,13 @@ class Method:
     fields: type | tuple[type, ...] = ()
 
     # ------------------------------------------------------------------------------------ required --
+    @abstractmethod
     def sources(self, config: DistillConfig) -> SourcePlan:
         """Which completions each micro-batch uses (`distill.training.plan.SourcePlan`)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def objective(self, config: DistillConfig) -> Objective:
         """The loss (`distill.objectives.Objective`); its `signals` say which teachers fit."""
-        raise NotImplementedError
 
     # -------------------------------------------------------------------------------- optional hooks --
     def validate(self, config: DistillConfig) -> None:
@@ -175,28 +178,39 @@ RETIRED = {
 }
 
 
-# The built-in methods are imported when the table is first used, not with this module: the config imports
-# the methods' field declarations (`distill.methods.*_fields`) without loading any method's code or torch. The
-# package (`distill.methods`, always imported before this module) gives the table its loader, so that this module
-# imports no method and no import circle runs through it.
-_METHODS: Registry[Method] = Registry("method", "method", RETIRED, order=lambda name, method: name,
-                                      settings=lambda method: method.fields)
-
-
-def register(method: Method) -> Method:
-    """Add a method (a name may be registered once)."""
-    if not isinstance(method, Method) or not method.name or not method.summary:
+# The built-in methods are declared by the catalogue (`distill.parts`: name, settings, import path), which the table
+# loads when first used; a method's code is imported when it is first asked for, so the config composes the methods'
+# settings (`distill.methods.*_fields`) without loading any method's code or torch.
+def _check_method(method: Method) -> None:
+    if not method.name or not method.summary:
         raise ValueError(f"register: a method is a Method subclass instance with a name and a summary, got {method!r}")
     if method.teacher not in TEACHER_KINDS:
         raise ValueError(f"Method.teacher must be one of {TEACHER_KINDS}, got {method.teacher!r}")
-    return _METHODS.register(method)
+
+
+METHODS: Registry[Method] = Registry("method", "method", RETIRED, load=load_built_in_parts,
+                                     interface="distill.methods.registry:Method", check=_check_method)
+
+
+def register(method: Method | type[Method]) -> Method:
+    """Add a method (an instance, or its class: an abstract member left out is refused, named); a name may be
+    registered once."""
+    if not isinstance(method, (Method, type)):
+        raise ValueError(f"register: a method is a Method subclass instance with a name and a summary, got {method!r}")
+    return METHODS.register(method)
 
 
 def unregister(name: str) -> None:
     """Remove a method and its own settings (tests that register a toy clean up with this)."""
-    _METHODS.unregister(name)
+    METHODS.unregister(name)
 
 
-# The rest of the registry's interface: method_names(), get_method(name) (a retired or unknown
-# name is a ValueError that says what to write).
-method_names, get_method = _METHODS.names, _METHODS.get
+def method_names() -> tuple[str, ...]:
+    """The registered methods' names, sorted (no method's code is imported)."""
+    return tuple(sorted(METHODS.names()))
+
+
+def get_method(name: str) -> Method:
+    """The method `name` (its code imported when first asked for); a retired or unknown name is a ValueError that
+    says what to write."""
+    return METHODS.get(name)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from distill.config.io import PartFields, setting
+from distill.methods.async_fields import AsyncFields
 from distill.methods.registry import Reads
 
 if TYPE_CHECKING:
@@ -38,13 +39,13 @@ def stale_samples(config: DistillConfig) -> bool:
     """Whether the student's samples may be trained on by weights that moved since they were drawn: rollouts
     reused (`num_iterations` > 1) or sampled ahead (`max_staleness` > 0). Then an importance ratio against the
     log-probs recorded at sampling corrects them (each method's own, clipped)."""
-    return RolloutReuseFields.of(config).num_iterations > 1 or config.max_staleness > 0
+    return RolloutReuseFields.of(config).num_iterations > 1 or AsyncFields.of(config).max_staleness > 0
 
 
 # gkd's, on_policy's and gold's divergences on stale student samples: `distill.objectives.staleness`.
 STALENESS_CORRECTION = Reads("max_staleness > 0 (the student's samples drawn by older weights)",
                              ("staleness_correction", "staleness_ratio", "staleness_ratio_cap"),
-                             lambda c: c.max_staleness > 0)
+                             lambda c: AsyncFields.of(c).max_staleness > 0)
 
 
 def staleness_correction(config: DistillConfig):
@@ -52,6 +53,7 @@ def staleness_correction(config: DistillConfig):
     is stale (max_staleness 0) or the run asks for none."""
     from distill.objectives.staleness import StalenessCorrection
 
-    if config.max_staleness == 0 or config.staleness_correction == "none":
+    ahead = AsyncFields.of(config)
+    if ahead.max_staleness == 0 or ahead.staleness_correction == "none":
         return None
-    return StalenessCorrection(config.staleness_correction, config.staleness_ratio, config.staleness_ratio_cap)
+    return StalenessCorrection(ahead.staleness_correction, ahead.staleness_ratio, ahead.staleness_ratio_cap)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from distill.methods.async_fields import AsyncFields
 from distill.methods.reuse_fields import RolloutReuseFields, staleness_correction
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def reused_rollouts(config: DistillConfig, student_samples: bool = True) -> list
     claims = []
     if RolloutReuseFields.of(config).num_iterations > 1:
         claims.append("num_iterations > 1 (the importance ratio pi_theta / pi_old)")
-    if config.max_staleness > 0:
+    if AsyncFields.of(config).max_staleness > 0:
         claims.append("max_staleness > 0 (the importance ratio pi_theta / pi_behaviour)")
     return claims if student_samples else []
 
@@ -48,5 +49,5 @@ def check_staleness_correction(config: DistillConfig, method: str) -> None:
     """The divergence methods' rule under `max_staleness`: the ratio pi_theta / pi_behaviour is of the distribution
     the student sampled, which must be the loss's."""
     if staleness_correction(config) is not None:
-        check_sampling_matches_loss(config, [f"max_staleness > 0 with staleness_correction {config.staleness_correction} "
+        check_sampling_matches_loss(config, [f"max_staleness > 0 with staleness_correction {AsyncFields.of(config).staleness_correction} "
                                              f"({method}: the importance ratio pi_theta / pi_behaviour)"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
-from distill.methods.registry import Method, Paper, Reads, register
+from distill.methods.registry import Method, Paper, Reads
 from distill.methods.reuse_fields import RolloutReuseFields, check_reuse, stale_samples
 from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
 from distill.methods.sdft_fields import SdftFields
@@ -143,6 +143,3 @@ class SDFT(Method):
             teacher += f" (rate {record['teacher_update_rate']} every {record['teacher_sync_steps']} step(s))"
         samples = "the self-teacher's samples" if record["generate_from_teacher"] else "the student's own samples"
         return f"self-distillation, {mode} on {samples}; self-teacher {teacher} shown the row's privileged context"
-
-
-register(SDFT())

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from distill.methods.mixing import MixedSources
-from distill.methods.registry import Method, Reads, register
+from distill.methods.registry import Method, Reads
 from distill.methods.self_teacher_fields import SelfTeacherFields
 from distill.objectives.supervised import CrossEntropyObjective
 
@@ -34,6 +34,3 @@ class SFT(Method):
 
     def describe_loss(self, record: dict) -> str:
         return "cross-entropy on the dataset's completions"
-
-
-register(SFT())

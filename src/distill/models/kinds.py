@@ -8,7 +8,8 @@ same extras to the engine (`distill.generation.DecodeRequest.extras`).
 
 The built-in kinds: `causal_lm` applies to every model not claimed by another kind: token ids only, hidden
 states from the decoder (`get_decoder()`, which computes no logits); `vision_language`
-(`distill.models.vision`) to image-text-to-text models. A kind registered later is asked first.
+(`distill.models.vision`) to image-text-to-text models, both declared by `distill.parts` (name and import path,
+as every built-in part is). A kind registered later is asked first.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 from torch import nn
 
 from distill.models.vision import image_token_ids, is_vision_language, placeholder_id, processor_of, unwrapped
+from distill.registry import Registry, resolve
 
 if TYPE_CHECKING:
     from distill.rendering import Renderer
@@ -30,6 +32,7 @@ class ModelKind(ABC):
     """A model kind (module docstring). Subclasses set `name` and implement `applies` and `hidden`."""
 
     name: str = ""
+    fields: tuple[type, ...] = ()  # a kind has no settings of its own (every part declares them; the table reads it)
 
     @abstractmethod
     def applies(self, model: nn.Module) -> bool:
@@ -110,31 +113,36 @@ class VisionLanguage(ModelKind):
 
 
 
-
-_KINDS: list[ModelKind] = []
-_FALLBACK = CausalLM()
-
-
-def register_model_kind(kind: ModelKind) -> ModelKind:
-    """Add `kind`; it is asked before the kinds registered earlier (and before `causal_lm`)."""
-    if not isinstance(kind, ModelKind) or not kind.name:
+def _check_kind(kind: ModelKind) -> None:
+    if not kind.name:
         raise TypeError(f"register_model_kind: {type(kind).__name__} is not a named distill.models.kinds.ModelKind")
-    if any(k.name == kind.name for k in _KINDS) or kind.name == _FALLBACK.name:
-        raise ValueError(f"a model kind named {kind.name!r} is already registered")
-    _KINDS.insert(0, kind)
-    return kind
+
+
+def _declare_built_ins() -> None:
+    resolve("distill.parts:declare_model_kinds")(MODEL_KINDS)
+
+
+# The table lives with the interface (it imports torch; a kind has no settings, so the config never needs it); the
+# catalogue (`distill.parts`, by import path) declares the built-in kinds into it when it is first used.
+MODEL_KINDS: Registry[ModelKind] = Registry("model kind", "model kind", load=_declare_built_ins,
+                                            interface="distill.models.kinds:ModelKind", check=_check_kind)
+FALLBACK = "causal_lm"  # the kind of every model no other kind claims, and of a model outside the process
+
+
+def register_model_kind(kind: ModelKind | type[ModelKind]) -> ModelKind:
+    """Add `kind` (an instance, or its class: an abstract member left out is refused, named); it is asked before
+    the kinds registered earlier (and before `causal_lm`)."""
+    return MODEL_KINDS.register(kind)
 
 
 def unregister_model_kind(name: str) -> None:
-    _KINDS[:] = [k for k in _KINDS if k.name != name]
+    MODEL_KINDS.unregister(name)
 
 
 def model_kind_of(model: nn.Module | None) -> ModelKind:
     """The first registered kind (latest first) that applies to `model`; `causal_lm` otherwise (and for None:
     a model outside the process, whose inputs are token ids)."""
     if model is None:
-        return _FALLBACK
-    return next((kind for kind in _KINDS if kind.applies(model)), _FALLBACK)
-
-
-register_model_kind(VisionLanguage())
+        return MODEL_KINDS.get(FALLBACK)
+    asked = [name for name in reversed(MODEL_KINDS.names()) if name != FALLBACK]
+    return next((kind for kind in map(MODEL_KINDS.get, asked) if kind.applies(model)), MODEL_KINDS.get(FALLBACK))

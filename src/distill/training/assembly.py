@@ -292,7 +292,7 @@ def rollout_producer(config: DistillConfig, plan, sampler, examples, encoded, se
                                device, process_index, stage, sampler.first_row if config.max_staleness else None)
     if not config.max_staleness:
         return StepRollout(parts)
-    from distill.generation.engine import AUTO, get_engine
+    from distill.generation.registry import AUTO, get_engine
     from distill.training.async_rollout import AsyncRollout
 
     engine = None if config.generation_engine == AUTO else get_engine(config.generation_engine)

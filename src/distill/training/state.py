@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from distill.doctor.report import write_findings
-from distill.generation.engine import configure_engine
+from distill.generation.registry import configure_engine
 from distill.generation.sync import weight_sync
 from distill.objectives.student import StudentObjective
 from distill.rundir.directory import RunDirectory, RunIdentity, TrainedStudent

@@ -27,7 +27,7 @@ from torch import nn
 from distill.config import DistillConfig
 from distill.errors import StepFailure
 from distill.evaluation.evaluator import Evaluator, eval_settings
-from distill.generation.engine import close_engine
+from distill.generation.registry import close_engine
 from distill.rundir import checkpoint as ckpt
 from distill.rundir.directory import disk_full_message, disk_is_full
 from distill.training import sharding

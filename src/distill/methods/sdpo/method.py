@@ -7,11 +7,12 @@ import math
 from typing import TYPE_CHECKING
 
 from distill.conversations.environments import EnvironmentFactory
+from distill.conversations.fields import ConversationFields
 from distill.conversations.setup import offering_tools
 from distill.conversations.tools import load_tools
 from distill.losses.policy_gradient import ClipSettings
 from distill.methods.mixing import ALWAYS_ON_POLICY
-from distill.methods.registry import Method, Paper, Reads, register
+from distill.methods.registry import Method, Paper, Reads
 from distill.methods.reuse_fields import RolloutReuseFields, check_reuse, stale_samples
 from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
 from distill.methods.sdpo.fields import SdpoFields
@@ -77,9 +78,10 @@ def rewards(config: DistillConfig) -> Rewards:
 
 def environment_owns_reward(config: DistillConfig) -> bool:
     """The run's environment defines get_reward (its reward joins reward_funcs')."""
-    if config.environment is None:
+    talk = ConversationFields.of(config)
+    if talk.environment is None:
         return False
-    return EnvironmentFactory.load(config.environment, set(load_tools(list(config.tools)))).owns_reward
+    return EnvironmentFactory.load(talk.environment, set(load_tools(list(talk.tools)))).owns_reward
 
 
 class SDPO(Method):
@@ -218,6 +220,3 @@ class SDPO(Method):
         if record["distillation_weight"] == 0:
             return "# Student trained with rewards (GRPO, no teacher)"
         return "# Student trained with rewards and distilled from itself, re-prompted with its successes (SDPO)"
-
-
-register(SDPO())

@@ -13,8 +13,8 @@ teacher's location, each method's own, then those several methods read.
 from __future__ import annotations
 
 from distill.config import DistillConfig
-from distill.config.reads import own_fields, run_reads
-from distill.locations import locations
+from distill.config_rules.reads import own_fields, run_reads
+from distill.locations.registry import locations
 from distill.methods.registry import get_method, method_names
 
 
@@ -38,7 +38,7 @@ def field_help(name: str) -> str:
 
 def method_readers(name: str) -> list[tuple[str, str]]:
     """(method, when) for each method that declares reading `name` itself; nothing for a field every run's
-    shared parts read (`distill.config.reads`)."""
+    shared parts read (`distill.config_rules.reads`)."""
     shared = {n for part in run_reads(frozenset({"student", "dataset", "teacher"})) for n in part.names}
     if name in shared:
         return []

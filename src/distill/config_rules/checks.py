@@ -1,26 +1,26 @@
 """`DistillConfig.validate()`: the checks that need no model or data, each written once.
 
-Each field's range here; the method's own rules (`Method.validate`), the teacher's location against the
-method (`distill.locations.validate`), and that every field set is read by the run (`distill.config.reads`).
-A config is checked against every registered part, so this module imports them; `distill.config` itself
-imports none (it is a leaf: no torch, no method).
+Each core field's range here; each run feature's own rules (`Feature.check_settings`, `Feature.check_run`:
+conversations, asynchronous rollouts), the method's own rules (`Method.validate`), the teacher's location against
+the method (`check_location`), and that every field set is read by the run (`distill.config_rules.reads`). A config
+is checked against every registered part, so this module sits above them and imports their tables; `distill.config`
+itself imports none (it is a leaf: no torch, no method) and reaches `validate` through the registry, by the import
+path the catalogue registers (`distill.parts`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from distill import locations
-from distill.config.reads import check_fields_read
-from distill.config.values import DTYPES, SCHEDULERS, TRACKERS
-from distill.conversations.environments import EnvironmentFactory
-from distill.conversations.tools import load_tools
-from distill.generation import AUTO, get_engine
+from distill.config.values import DTYPES, SCHEDULERS, TRACKERS, one_of
+from distill.config_rules.reads import check_fields_read
+from distill.features import features
+from distill.generation.registry import AUTO, get_engine
+from distill.locations.registry import location_of, locations
 from distill.losses.checks import check_beta
-from distill.methods import get_method
+from distill.methods.registry import Method, get_method
 from distill.models import parse_student_init
 from distill.training.runtime import check_device
 
@@ -34,21 +34,17 @@ def validate(config: DistillConfig):
     method = get_method(config.method)
     config = dataclasses.replace(config, **{name: value for name, value in method.defaults.items()
                                             if getattr(config, name) is None})
-    _one_of("lr_scheduler_type", config.lr_scheduler_type, SCHEDULERS)
+    one_of("lr_scheduler_type", config.lr_scheduler_type, SCHEDULERS)
     if config.generation_engine != AUTO:
         engine = get_engine(config.generation_engine)
         unavailable = engine.availability()
         if unavailable is not None:
             raise ValueError(unavailable)
         engine.check_config(config)  # the engine's own settings
-    _one_of("dtype", config.dtype, DTYPES)
-    if config.tools or config.environment is not None:
-        tools = load_tools(list(config.tools))  # every import path resolves, no two tools share a name
-        if config.environment is not None:
-            EnvironmentFactory.load(config.environment, set(tools))
-        if config.max_turns < 1 or not config.tool_timeout > 0:
-            raise ValueError(f"max_turns must be >= 1 and tool_timeout > 0, got {config.max_turns!r} and "
-                             f"{config.tool_timeout!r}")
+    one_of("dtype", config.dtype, DTYPES)
+    run_features = features()
+    for feature in run_features:
+        feature.check_settings(config)  # conversations: its tools and environment load
     if config.beta is not None:
         check_beta(config.beta)  # the losses' own rule
     for name in ("warmup_ratio", "top_p", "teacher_top_p"):
@@ -79,53 +75,28 @@ def validate(config: DistillConfig):
         raise ValueError(f"seed must be an integer in [0, 2**32), got {config.seed!r}")
     check_device(config.device)
     for tracker in [t.strip() for t in config.report_to.split(",") if t.strip()]:
-        _one_of("report_to", tracker, TRACKERS)
+        one_of("report_to", tracker, TRACKERS)
     if config.student_init is not None:
         parse_student_init(config.student_init)
     method.validate(config)
     sources = method.sources(config).possible()
-    locations.validate(config, method, sources)
+    check_location(config, method, sources)
     if config.fsdp and config.dtype == "float16":
         raise ValueError("fsdp: true with dtype float16 is not supported (its loss scaler would need unscaling "
                          "before distill clips the sharded gradients); use dtype bfloat16 or float32")
     if config.fsdp and config.use_peft:
         raise ValueError("fsdp: true with use_peft: true is not supported (LoRA's few trainable parameters gain "
                          "little from sharding); drop one of them")
-    _check_staleness(config, sources)
+    for feature in run_features:
+        feature.check_run(config, method, sources)  # asynchronous rollouts: against the method's sources
     check_fields_read(config, method, sources)
     return config
 
 
-def _check_staleness(config: DistillConfig, sources: frozenset[str]) -> None:
-    """Asynchronous rollouts' rules (`max_staleness`, `distill.training.ahead`)."""
-    from distill.methods.reuse_fields import RolloutReuseFields
-    from distill.objectives.staleness import CORRECTIONS, RATIO_LEVELS
-    from distill.training.ahead import PACINGS
+def check_location(config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
+    """The teacher's location against the method (its objective's signals, its completion sources)."""
+    named = [loc.selected_by[0] for loc in locations() if loc.selected_by and getattr(config, loc.selected_by[0]) is not None]
+    if len(named) > 1:
+        raise ValueError(f"{' and '.join(sorted(named, reverse=True))}: a run has one teacher location; set one of them")
+    location_of(config, method).validate(config, method, sources)
 
-    if not isinstance(config.max_staleness, int) or config.max_staleness < 0:
-        raise ValueError(f"max_staleness must be an integer >= 0 (0: the synchronous loop), got {config.max_staleness!r}")
-    _one_of("staleness_pacing", config.staleness_pacing, PACINGS)
-    _one_of("staleness_correction", config.staleness_correction, CORRECTIONS)
-    _one_of("staleness_ratio", config.staleness_ratio, RATIO_LEVELS)
-    if not (config.staleness_ratio_cap > 1 and math.isfinite(config.staleness_ratio_cap)):
-        raise ValueError(f"staleness_ratio_cap must be a finite number > 1 (2 is usual), got {config.staleness_ratio_cap!r}")
-    if config.max_staleness == 0:
-        return
-    if "student" not in sources:
-        raise ValueError(f"max_staleness {config.max_staleness}: this run never samples from the student (method "
-                         f"{config.method}'s completions come from {sorted(sources)}), so nothing can be sampled ahead; "
-                         "set max_staleness: 0")
-    if RolloutReuseFields.of(config).num_iterations > 1:
-        raise ValueError("max_staleness > 0 with num_iterations > 1: a rollout is either reused or sampled ahead, not "
-                         "both; set num_iterations: 1 or max_staleness: 0")
-    if config.fsdp:
-        raise ValueError("max_staleness > 0 with fsdp: true is not supported (the sampler keeps a whole copy of the "
-                         "student beside the sharded one); set max_staleness: 0 or fsdp: false")
-
-
-
-def _one_of(name: str, value: Any, allowed: tuple) -> None:
-    if value not in allowed:
-        close = difflib.get_close_matches(str(value), allowed, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ValueError(f"{name} must be one of {allowed}, got {value!r}{hint}")

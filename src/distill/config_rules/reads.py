@@ -1,7 +1,8 @@
 """No silent fields: every config field is read by some part of the chosen run, or rejected.
 
 A run is made of parts: the core loop, the method (`Method.reads`), the teacher's location
-(`distill.locations`), student sampling, LoRA, the evaluation, trackers. Each declares the fields it reads
+(`TeacherLocation.reads`), the generation engine, the run features (`Feature.reads`: conversations, asynchronous
+rollouts, vision, the doctor), student sampling, LoRA, the evaluation, trackers. Each declares the fields it reads
 and when it is active. A field changed from its default (the dataclass's, or the method's for a field it
 fills in: `Method.defaults`) that no active part reads is an error that says what would read it.
 """
@@ -11,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Callable
 
-from distill.generation.engine import engine_names, get_engine
-from distill.locations import location_of, location_reads, locations
+from distill.features import features
+from distill.generation.registry import engine_names, get_engine
+from distill.locations.registry import location_of, locations
 from distill.methods.registry import Method, Reads, get_method, method_names
 
 if TYPE_CHECKING:
@@ -22,9 +24,8 @@ CORE = Reads("every run", (
     "method", "dataset", "dataset_split", "output_dir", "overwrite_output_dir", "student", "student_init",
     "max_new_tokens", "max_prompt_length", "generation_engine", "loss_chunk_size", "learning_rate", "weight_decay", "adam_beta1",
     "adam_beta2", "adam_epsilon", "max_grad_norm", "lr_scheduler_type", "warmup_steps", "max_steps", "max_time_minutes",
-    "per_device_train_batch_size", "gradient_accumulation_steps", "seed", "gradient_checkpointing", "train_vision_tower", "use_peft", "fsdp", "device",
-    "dtype", "logging_steps", "save_steps", "save_total_limit", "report_to", "progress_bar", "eval_before_after", "tools",
-    "environment", "strict_checks"))
+    "per_device_train_batch_size", "gradient_accumulation_steps", "seed", "gradient_checkpointing", "use_peft", "fsdp", "device",
+    "dtype", "logging_steps", "save_steps", "save_total_limit", "report_to", "progress_bar", "eval_before_after"))
 
 
 def run_reads(sources: frozenset[str]) -> tuple[Reads, ...]:
@@ -32,19 +33,21 @@ def run_reads(sources: frozenset[str]) -> tuple[Reads, ...]:
     return (
         CORE,
         Reads("warmup_steps: 0 (warmup_steps > 0 overrides it)", ("warmup_ratio",), lambda c: c.warmup_steps == 0),
-        Reads("on-policy micro-batches (the student samples; lmbda > 0)", ("sampling_temperature", "top_p", "top_k",
-                                                                            "max_staleness"),
+        Reads("on-policy micro-batches (the student samples; lmbda > 0)", ("sampling_temperature", "top_p", "top_k"),
               lambda c: "student" in sources),
         *engine_reads(),
-        Reads("max_staleness > 0 (asynchronous rollouts)", ("staleness_pacing",), lambda c: c.max_staleness > 0),
-        Reads("tools or an environment (the tool-call loop)", ("max_turns", "tool_timeout", "fail_on_token_drift"),
-              lambda c: bool(c.tools) or c.environment is not None),
+        *(part for feature in features() for part in feature.reads(sources)),
         Reads("use_peft: true", ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"), lambda c: c.use_peft),
         Reads("eval_before_after: true", ("eval_dataset", "eval_split", "eval_max_prompts", "eval_max_new_tokens",
                                           "eval_batch_size", "eval_examples"), lambda c: c.eval_before_after),
         Reads("a tracker (report_to other than none)", ("run_name",), lambda c: c.report_to.strip() not in ("", "none")),
         *location_reads(),
     )
+
+
+def location_reads() -> tuple[Reads, ...]:
+    """Every registered location's `reads`."""
+    return tuple(part for location in locations() for part in location.reads)
 
 
 def engine_reads() -> tuple[Reads, ...]:
@@ -85,7 +88,8 @@ def holds_the_teacher(location, method: Method) -> Callable[[DistillConfig], boo
 
 def check_fields_read(config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
     """Raise ValueError for the first field changed from its default that no active part of the run reads."""
-    active, inactive = set(), {}
+    active: set[str] = set()
+    inactive: dict[str, str] = {}
     for part in (*run_reads(sources), *method.reads, *implicit_reads(method, sources)):
         if part.when(config):
             active.update(part.names)
@@ -93,7 +97,7 @@ def check_fields_read(config: DistillConfig, method: Method, sources: frozenset[
             for name in part.names:
                 inactive.setdefault(name, part.needs)
     for f in dataclasses.fields(config):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        default = f.default_factory() if callable(f.default_factory) else f.default
         value = getattr(config, f.name)
         if f.name in active or value == default or (f.name in method.defaults and value == method.defaults[f.name]):
             continue
