@@ -134,7 +134,7 @@ def test_a_teacher_object_with_another_vocabulary_and_no_tokenizer_is_refused(to
 
 def test_the_same_teacher_with_its_tokenizer_named_is_compared_and_accepted(tokenizer, tmp_path):
     teacher = tiny_lm(len(tokenizer), layers=2, seed=1, eos_token_id=tokenizer.eos_token_id, pad_rows=40)
-    assert make_distiller(tokenizer, tmp_path, teacher=teacher, teacher_tokenizer=tokenizer).vocab_size == len(tokenizer)
+    assert make_distiller(tokenizer, tmp_path, teacher=teacher, teacher_tokenizer=tokenizer).parts.vocab_size == len(tokenizer)
 
 
 def test_a_cross_tokenizer_method_needs_the_teacher_tokenizer(tokenizer, tmp_path):
