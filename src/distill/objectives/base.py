@@ -9,14 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Protocol
 
 import torch
 
 from distill.losses import DistillLoss, LogitHead
-
-if TYPE_CHECKING:
-    from distill.batch import MicroBatch
 
 
 @dataclass
@@ -74,9 +71,6 @@ class StepContext:
     step_micro_batches: int = 1
     step_counts: Mapping[str, int] = field(default_factory=dict)
     staleness: int = 0
-
-
-StepCount = Callable[["MicroBatch"], int]  # a count of one micro-batch, summed over the step by the trainer
 
 
 class Objective(Protocol):
