@@ -24,7 +24,7 @@ class StudentTokens:
     token each position predicts; rows: (N,) long, the micro-batch row of each position (None when no
     objective needs it);
     rollout_log_probs: (N,) float32, the log-prob each token had under the policy that sampled it
-    (recorded at generation, `distill.training.rollout`), or None when the method does not ask for them;
+    (recorded at generation, `distill.training.student_sampler`), or None when the method does not ask for them;
     advantages: (N,) float32, the advantage of each token's row (set by a method's step stage), or None;
     loss_weights: (N,) float32 constants weighting each token's loss (a stale sample's importance weights,
     `distill.objectives.staleness`), or None.
