@@ -31,6 +31,7 @@ from distill.conversations.tool_calls import check_tools, tool_calls_of, tool_na
 from distill.data_files import check_columns
 from distill.images import ImageRef, context_images, is_block_list, row_images
 from distill.models.inputs import RowExtras
+from distill.seeds import epoch_order_seed
 
 ROLES = ("system", "user", "assistant", "tool")
 IMAGE_COLUMNS = ("images", "privileged_images")
@@ -321,7 +322,7 @@ class StepSampler:
         for position in range(step * size, (step + 1) * size):
             epoch = position // n
             if epoch != cached_epoch:
-                order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed + 7919 * epoch)).tolist()
+                order = torch.randperm(n, generator=torch.Generator().manual_seed(epoch_order_seed(self.seed, epoch))).tolist()
                 cached_epoch = epoch
             indices.extend([order[position % n]] * self.generations)
         return indices

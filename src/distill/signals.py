@@ -75,10 +75,6 @@ class SparseSignal:
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
         return SparseSignal(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in moved.items()})
 
-    @property
-    def num_positions(self) -> int:
-        return self.topk_ids.shape[0]
-
 
 @dataclass
 class AlignedSignal:

@@ -22,11 +22,11 @@ from distill.batch import Completion, collate
 from distill.data import examples_from_dataset
 from distill.data_files import data_root, load_dataset_spec
 from distill.generation import SamplingParams
-from distill.generation.seeds import row_seeds
 from distill.losses import DEFAULT_CHUNK_SIZE
 from distill.losses.sparse import DEFAULT_MIN_TAIL_MASS, teacher_cells
 from distill.models.kinds import model_kind_of
 from distill.rendering import Renderer
+from distill.seeds import cache_shard_seed, row_seeds
 from distill.signals import DenseSignal, SparseSignal
 from distill.teachers.cache import (
     FORMAT,
@@ -277,7 +277,7 @@ def _score_shard(job: CacheJob, shard: int, examples, teacher, encoder: Renderer
     if job.generate:
         sampling = SamplingParams(job.sampling_temperature, 1.0, 0, job.max_new_tokens)
         with torch.random.fork_rng(devices=[teacher.device] if teacher.device.type == "cuda" else []):
-            torch.manual_seed(job.seed * 1_000_003 + shard)
+            torch.manual_seed(cache_shard_seed(job.seed, shard))
             seeds = row_seeds(len(prompts), job.seed, "cache", shard)
             completions = [sample.ids for sample in teacher.generate(prompts, sampling, job.batch_size, seeds=seeds, extras=extras)]
     else:

@@ -37,8 +37,8 @@ def field_help(name: str) -> str:
 
 
 def method_readers(name: str) -> list[tuple[str, str]]:
-    """(method, when) for each method that declares reading `name` itself; nothing for a field every run's
-    shared parts read (`distill.config_rules.reads`)."""
+    """(method, when) for each method that declares reading `name` itself; nothing for a field every run
+    reads (`distill.config_rules.reads.run_reads`)."""
     shared = {n for part in run_reads(frozenset({"student", "dataset", "teacher"})) for n in part.names}
     if name in shared:
         return []
@@ -72,7 +72,7 @@ def location_methods(name: str) -> list[str]:
 
 
 def field_groups() -> list[tuple[str, list[str]]]:
-    """(title, field names) in the config's order: the fields every run's shared parts read (`run_parts`), the
+    """(title, field names) in the config's order: the fields every run reads (`distill.config_rules.reads.run_reads`), the
     teacher locations', each registered method's own (read by it alone), then those several methods read."""
     every = DistillConfig.field_names()
     at_location = {n for location in locations() for part in location.reads for n in part.names}

@@ -29,7 +29,7 @@ CORE = Reads("every run", (
 
 
 def run_reads(sources: frozenset[str]) -> tuple[Reads, ...]:
-    """The parts every method shares; `sources`: the completion sources the method's plan can draw."""
+    """What every run reads, whatever its method (the core, the engines, the run features); `sources`: the completion sources the method's plan can draw."""
     return (
         CORE,
         Reads("warmup_steps: 0 (warmup_steps > 0 overrides it)", ("warmup_ratio",), lambda c: c.warmup_steps == 0),

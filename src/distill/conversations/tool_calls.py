@@ -34,10 +34,6 @@ class ToolCall:
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
 
-    def as_message_entry(self) -> dict[str, Any]:
-        """The entry of an assistant message's `tool_calls` (transformers' format)."""
-        return {"type": "function", "function": {"name": self.name, "arguments": dict(self.arguments)}}
-
 
 def tool_calls_of(message: dict[str, Any], where: str) -> list[ToolCall]:
     """The calls an assistant message holds (`tool_calls`, transformers' format), checked; [] when it holds none.

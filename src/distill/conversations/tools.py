@@ -102,10 +102,6 @@ class ToolRunner:
     def malformed(self, why: str) -> ToolResult:
         return ToolResult("", f"error: {why}", "malformed_call", 0.0)
 
-    def run_all(self, calls: list[ToolCall]) -> list[ToolResult]:
-        """The results of `calls`, in order (they run concurrently)."""
-        return run_calls([(self, call) for call in calls])
-
     def start(self, call: ToolCall) -> tuple[threading.Thread | None, dict[str, Any]]:
         """Start `call` on a daemon thread; (the thread, or None for an unknown tool; the slot its outcome lands in)."""
         slot: dict[str, Any] = {}

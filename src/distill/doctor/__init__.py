@@ -7,5 +7,5 @@
 - `checks.py`: the checks, in the order they are reported.
 - `run.py`: every registered check run on a context; a check that raises is a warning, never a crash.
 - `report.py`: findings as text, the run's `checks.json`, and the decision to stop (errors, or warnings with
-  `warnings_as_errors`).
+  `strict_checks`).
 """

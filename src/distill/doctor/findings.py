@@ -5,7 +5,7 @@ name, a one-line title (the Troubleshooting page lists them) and the failure it 
 finding can see the report that made it a check. Severities:
 
     error    the run would train on something wrong or fail later: `distill train` stops before writing anything
-    warning  likely wrong for this setup; printed, kept in the run's checks.json (`warnings_as_errors` stops on it)
+    warning  likely wrong for this setup; printed, kept in the run's checks.json (`strict_checks` stops on it)
     info     a fact worth knowing that needs no change (pad == EOS, handled)
 """
 

@@ -25,10 +25,10 @@ from distill.evaluation.answers import contains_answer
 from distill.evaluation.leakage import LEAK_WORDS, template_leakage
 from distill.evaluation.repetition import MAX_PERIOD, MIN_REPEATS, repetition
 from distill.generation import AUTO, SamplingParams, generate_completions
-from distill.generation.seeds import row_seeds
 from distill.objectives import DivergenceObjective, StepContext
 from distill.objectives.student import student_loss
 from distill.rendering import Renderer
+from distill.seeds import row_seeds
 from distill.teachers import Teacher
 
 if TYPE_CHECKING:

@@ -87,7 +87,7 @@ def generate_completions(
     `stopping_criteria` (a transformers StoppingCriteriaList) may end rows early; the caller then cuts them.
     `vocab_size`: the tokenizer's size; rows of an output embedding padded past it (e.g. to a multiple of 64)
     are never sampled, since those ids mean nothing to the tokenizer or the loss.
-    `seeds`: one per prompt (`distill.generation.seeds`); every sampler in a run passes them. None is for
+    `seeds`: one per prompt (`distill.seeds`); every sampler in a run passes them. None is for
     the built-in engines only (they sample on torch's RNG); an engine that seeds rows itself refuses it.
     `stop_ids`: where a row stops (kept), when that is not only at an EOS (the end of a turn); None: `eos_ids`.
     A completion is cut at its first stop and "ended" when that token is an EOS.

@@ -13,7 +13,7 @@ student before the first rollout and after every optimizer step (`distill.genera
 engine may instead notice itself that a model's weights changed (the vLLM engine compares a fingerprint of
 the weights before each decode, `distill.generation.vllm_engine`).
 
-Seeds. Every caller passes one seed per row (`distill.generation.seeds`: from the run's seed, the step, the
+Seeds. Every caller passes one seed per row (`distill.seeds`: from the run's seed, the step, the
 process and the row). An engine with a sampler of its own (vLLM) must seed each row with it; the built-ins
 sample on torch's process RNG, which the run seeds and checkpoints, and so keep the numbers of every run
 made before seeds existed, unless a request asks for `seeded_rows` (the asynchronous producer samples in a thread

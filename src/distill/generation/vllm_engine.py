@@ -16,7 +16,7 @@ not touched (peft's merge-unmerge would round the base weights).
 Memory: each replica's KV cache is `vllm_kv_cache_gib` (vLLM's `kv_cache_memory_bytes`), on a GPU as on a
 CPU; the replica's weights come on top (a copy of the model's, in its dtype).
 
-Sampling. Each row is seeded with its own seed (`distill.generation.seeds`); temperature, top-k and top-p
+Sampling. Each row is seeded with its own seed (`distill.seeds`); temperature, top-k and top-p
 are vLLM's, which apply them as transformers does (temperature, then top-k, then top-p), and the log-probs it
 reports are those of the processed distribution (`logprobs_mode="processed_logprobs"`), the convention of the
 other engines. vLLM stops at the run's EOS ids (`stop_token_ids`) and at nothing else (`ignore_eos`: its own

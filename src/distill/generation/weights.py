@@ -67,7 +67,7 @@ def config_of(model: nn.Module):
 def check_decodable(engine: str, request) -> None:
     """A vLLM engine seeds every row, and cannot run a stopping criterion (gold's byte budget)."""
     if request.seeds is None:
-        raise ValueError(f"generation_engine {engine} seeds every row: pass seeds (distill.generation.seeds) to "
+        raise ValueError(f"generation_engine {engine} seeds every row: pass seeds (distill.seeds) to "
                          "generate_completions")
     if request.stopping_criteria is not None:
         raise ValueError(f"generation_engine {engine} cannot apply a stopping criterion (a cross-tokenizer teacher's byte "

@@ -14,6 +14,7 @@ import torch
 
 from distill.methods.mixing_fields import LMBDA_SCHEDULES, MixingFields
 from distill.methods.registry import Reads
+from distill.seeds import source_draw_seed
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 def draw_sources(lmbda: float, seq_kd: bool, seed: int, step: int, num_micro_batches: int) -> list[str]:
     """The source of each micro-batch of optimizer step `step`; identical on every process."""
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    generator = torch.Generator().manual_seed(source_draw_seed(seed, step))
     draws = torch.rand(num_micro_batches, generator=generator, dtype=torch.float64)
     off_policy = "teacher" if seq_kd else "dataset"
     return ["student" if float(u) < lmbda else off_policy for u in draws]

@@ -6,8 +6,6 @@ from dataclasses import dataclass
 
 from distill.config.io import PartFields, setting
 
-MISSING_CONTEXT = ("error", "skip")
-
 
 @dataclass
 class SdftFields(PartFields):

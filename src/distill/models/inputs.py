@@ -18,7 +18,7 @@ class Extra:
     """One row's model input beyond its token ids, and how rows of it make a batch.
 
     layout "row": the row's tensor (...) is stacked with the other rows' into (B, ...); every row of a batch
-        holds one, of one shape (a per-row feature);
+        holds one, of one shape (a per-row tensor);
     layout "flat": the rows' tensors (n_i, ...) are concatenated along dim 0 into (sum n_i, ...) (image
         patches: every image of every row, in row order), rows may hold none (n_i = 0).
     """

@@ -2,9 +2,9 @@
 
 A kind is a part (registered like methods and engines). It says which models it `applies` to, builds the
 renderer (`distill.rendering.Renderer`) that turns a row into token ids plus named extra inputs
-(`distill.batch.Extra`: a row's features, later a vision-language model's pixel values), and runs the model's own
-forward to the last hidden states (B, T, H), with those extras, for the student, the teacher and the server alike. Generation passes the
-same extras to the engine (`distill.generation.DecodeRequest.extras`).
+(`distill.models.inputs.Extra`: a vision-language model's pixel values and image grid sizes), and runs the model's
+own forward to the last hidden states (B, T, H), with those extras, for the student, the teacher and the server
+alike. Generation passes the same extras to the engine (`distill.generation.DecodeRequest.extras`).
 
 The built-in kinds: `causal_lm` applies to every model not claimed by another kind: token ids only, hidden
 states from the decoder (`get_decoder()`, which computes no logits); `vision_language`

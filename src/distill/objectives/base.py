@@ -9,14 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Protocol
 
 import torch
 
 from distill.losses import DistillLoss, LogitHead
-
-if TYPE_CHECKING:
-    from distill.batch import MicroBatch
 
 
 @dataclass
@@ -27,7 +24,7 @@ class StudentTokens:
     token each position predicts; rows: (N,) long, the micro-batch row of each position (None when no
     objective needs it);
     rollout_log_probs: (N,) float32, the log-prob each token had under the policy that sampled it
-    (recorded at generation, `distill.training.rollout`), or None when the method does not ask for them;
+    (recorded at generation, `distill.training.student_sampler`), or None when the method does not ask for them;
     advantages: (N,) float32, the advantage of each token's row (set by a method's step stage), or None;
     loss_weights: (N,) float32 constants weighting each token's loss (a stale sample's importance weights,
     `distill.objectives.staleness`), or None.
@@ -74,9 +71,6 @@ class StepContext:
     step_micro_batches: int = 1
     step_counts: Mapping[str, int] = field(default_factory=dict)
     staleness: int = 0
-
-
-StepCount = Callable[["MicroBatch"], int]  # a count of one micro-batch, summed over the step by the trainer
 
 
 class Objective(Protocol):

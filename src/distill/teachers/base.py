@@ -65,7 +65,7 @@ class Teacher(ABC):
                  extras: list[RowExtras] | None = None) -> list[Sample]:
         """Completions in student ids for the student's `prompts`, one `Sample` each; `examples` (the same prompts as
         dataset examples) are for teachers that render their own prompts (another tokenizer); `seeds`: one per prompt
-        (`distill.generation.seeds`); `extras`: the prompts' model inputs beyond the ids (a teacher of the
+        (`distill.seeds`); `extras`: the prompts' model inputs beyond the ids (a teacher of the
         student's kind takes them; one rendering its own prompts, its own)."""
         raise TypeError(f"{type(self).__name__} cannot sample completions (can_generate is False)")
 

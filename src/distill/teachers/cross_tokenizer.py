@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 class ByteBudget:
     """A transformers stopping criterion: a row stops once its generated tokens spell `budget` bytes.
 
-    The student keeps at most max_new_tokens of its own tokens; each spells at most `max_token_bytes`
+    The student keeps at most max_new_tokens of its own tokens; each spells at most `max_plain_bytes`
     bytes, so a teacher sample longer than max_new_tokens x that many bytes is cut anyway: sampling past it
     is wasted (for a byte-level student, 96 tokens are 96 bytes, about 25 SmolLM2 tokens, not 96). Rows it
     stops are then filled with padding by generate, which must not be mistaken for an EOS when pad == eos:

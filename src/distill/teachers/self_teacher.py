@@ -109,8 +109,9 @@ class SelfTeacher(Teacher):
     def score(self, batch: MicroBatch, temperature: float) -> SelfSignal:
         """The teacher's hidden states at the trained positions of `batch`, after each row's teacher prompt:
         the same completion tokens, masks and order, so its N positions are the student's N. Rows a step
-        stage marked not distilled (`Completion.distilled`) skip the teacher pass: zeros at their positions,
-        and `SelfSignal.distilled` says which positions are real."""
+        stage marked not distilled (their `DISTILLED` annotation False: sdpo's stage marks rows without a
+        demonstration so) skip the teacher pass: zeros at their positions, and `SelfSignal.distilled` says which
+        positions are real."""
         completions = batch.completions
         scored = [c for c in completions if DISTILLED.of(c)]
         rows = [self._teacher_row(c) for c in scored]

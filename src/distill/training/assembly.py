@@ -7,7 +7,7 @@
     prepare_models    the student as it trains, the vocabulary, the encoded rows, the location's teachers
     check_contexts    prompt + completion budgets within every model's context
     make_sampler      which prompts each step draws (refusing more prompts per step than the dataset has)
-    rollout_settings  the sampling settings of the step rollout (`distill.training.rollout`)
+    rollout_settings  the rollout's sampling settings (`distill.training.plan.RolloutSettings`)
     make_optimizer    AdamW (fused where it can) and the learning-rate schedule
 
 Everything here runs before any step; none of it depends on where the teacher lives except through the

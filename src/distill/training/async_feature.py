@@ -1,5 +1,5 @@
 """The asynchronous rollouts feature (`AsyncFields`: rollouts sampled ahead of the weights they train, by
-`distill.training.ahead`): what it reads and its rules (moved here from the config's checks: a config is checked
+`distill.training.async_rollout`): what it reads and its rules (moved here from the config's checks: a config is checked
 against every registered feature)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from distill.methods.async_fields import AsyncFields
 from distill.methods.registry import Reads
 from distill.methods.reuse_fields import RolloutReuseFields
 from distill.objectives.staleness import CORRECTIONS, RATIO_LEVELS
-from distill.training.ahead import PACINGS
+from distill.training.plan import PACINGS
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig

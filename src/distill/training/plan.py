@@ -22,7 +22,7 @@ the one being trained. Rollout reuse (`num_iterations`) is a producer's reuse wi
 take the rollout sampled at step k, at staleness 0 .. num_iterations - 1. What a producer holds between steps (a
 reused rollout) it checkpoints itself, as a step hook (`state_dict`).
 
-Rollout log-probs. A method that asks for them (`Method.needs_rollout_log_probs`) gets, for every sampled
+Rollout log-probs. A method that asks for them (`Method.records_log_probs`) gets, for every sampled
 token, its log-prob under the distribution it was actually drawn from: the student's logits divided by
 `sampling_temperature`, then top-k and top-p filtering, renormalised (transformers' processed scores; the
 sampled token is never one that filtering removed, so the value is finite). With top_k 0 and top_p 1 that

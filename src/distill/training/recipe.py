@@ -81,7 +81,7 @@ class Given:
 
 @dataclass(frozen=True)
 class Assembly:
-    """What assembly made: the run's parts, read by everything that runs after it.
+    """What assembly made: everything the run is made of, read by everything that runs after it.
 
     config: resolved (the method's defaults filled in); plan: the method's completion sources per micro-batch;
     location: where the teacher lives; run_dir, resuming, break_lock, objects_given: the run directory and how it is

@@ -22,6 +22,7 @@ from distill.generation.registry import configure_engine
 from distill.generation.sync import weight_sync
 from distill.objectives.student import StudentObjective
 from distill.rundir.directory import RunDirectory, RunIdentity, TrainedStudent
+from distill.seeds import process_seed
 from distill.training import sharding
 from distill.training.assembly import make_optimizer
 from distill.training.metrics import MetricsLog
@@ -81,11 +82,11 @@ def prepare_training(parts: Assembly, findings: list[Finding], previous: Trainin
 
 
 def _seed_process_stream(parts: Assembly) -> None:
-    """Each process its own stream (process 0 keeps the seed's): student sampling draws from it, and processes
-    that hold the same prompt (a group spread over processes) must not draw the same completions."""
+    """Each process its own stream (`distill.seeds.process_seed`; process 0 keeps the seed's): student sampling
+    draws from it."""
     from transformers import set_seed
 
-    set_seed((parts.config.seed + 1_000_003 * parts.runtime.process_index) % 2**32)
+    set_seed(process_seed(parts.config.seed, parts.runtime.process_index))
 
 
 def _setup_optimization(parts: Assembly, previous: TrainingState | None) -> tuple[nn.Module, Any, Any]:

@@ -4,7 +4,7 @@ forward and backward passes (gradients accumulated, nothing stepped); and the do
 
 The loss of each micro-batch is scaled by num_processes / (trained tokens of the whole step, all micro-batches, all
 processes): DDP averages gradients over processes, hence the factor; the gradient does not depend on how the step's
-tokens are split into micro-batches or processes (DESIGN.md §4.1).
+tokens are split into micro-batches or processes (checked by the split-invariance tests).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from distill.conversations.loop import ToolLoop, loop_metrics
 from distill.data import EncodedExample, Example
 from distill.generation import generate_completions
 from distill.generation.sample import Sample
-from distill.generation.seeds import row_seed, row_seeds
+from distill.seeds import row_seed, row_seeds
 from distill.training.plan import RolloutSchedule, RolloutSettings
 from distill.training.runtime import phase_clock
 

@@ -10,7 +10,7 @@ import torch
 from distill.conversations.loop import ToolLoop
 from distill.data import EncodedExample, Example
 from distill.generation.sample import Sample
-from distill.generation.seeds import row_seeds, teacher_window_seed
+from distill.seeds import row_seeds, teacher_window_seed
 from distill.training.plan import RolloutSchedule, RolloutSettings
 from distill.training.runtime import phase_clock
 from distill.training.student_sampler import Metrics, add_loop_metrics, add_time

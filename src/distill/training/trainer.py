@@ -2,16 +2,17 @@
 
 One optimizer step:
   1. the method's source plan draws each micro-batch's completion source (identical on every process);
-  2. roll out the whole step (`distill.training.rollout.StepRollout`): one student `generate` for the on-policy
-     micro-batches, one teacher `generate` for the seq_kd ones, dataset completions for the rest;
+  2. take the whole step's rollout from the producer (`distill.training.plan.RolloutProducer`: `StepRollout`
+     generates it then, `AsyncRollout` had its student samples drawn ahead in a worker thread): the student's samples for the on-policy
+     micro-batches, the teacher's for the seq_kd ones, dataset completions for the rest;
   3. count the step's completion tokens over all micro-batches and processes (one all-reduce);
   4. per micro-batch: the teacher's signal, the student's forward + the method's objective, backward of
      loss_sum * num_processes / step_tokens (DDP averages gradients over processes, hence the factor);
   5. clip, step, schedule, the method's step hooks; metrics accumulate as sums and are reduced once per
      logging step.
 The loss, and so the gradient, does not depend on how the step's tokens are split into micro-batches or
-processes (DESIGN.md §4.1). What is learned is the method's (`distill.methods`); where the teacher lives is
-the location's (`distill.locations`), chosen by the config's `teacher` / `teacher_url` / `teacher_cache`.
+processes (checked by the split-invariance tests). What is learned is the method's (`distill.methods`); where the
+teacher lives is the location's (`distill.locations`), chosen by the config's `teacher` / `teacher_url` / `teacher_cache`.
 """
 
 from __future__ import annotations
