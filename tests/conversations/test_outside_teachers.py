@@ -18,7 +18,7 @@ from distill.training.trainer import Distiller
 from tests.conversations.test_render import CONVERSATION, TOOLS
 from tests.conversations.test_training import conversation_rows, scripted_turns
 from tests.teachers.servers import serve_teacher
-from tests.train.helpers import make_config
+from tests.helpers.training import make_config
 
 
 @pytest.fixture(scope="module")

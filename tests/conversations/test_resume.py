@@ -10,7 +10,7 @@ import sys
 import torch
 from safetensors.torch import load_file
 
-from tests.train.helpers import kill_at_checkpoint
+from tests.helpers.training import kill_at_checkpoint
 
 
 def _command(run_dir, model_dirs, data, *extra) -> list[str]:

@@ -23,7 +23,7 @@ from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, train_tiny_tokenizer
 from tests.teachers.conftest import cache_rows
 from tests.teachers.servers import serve_teacher
-from tests.train.helpers import make_config, with_holes
+from tests.helpers.training import make_config, with_holes
 
 K = 8
 

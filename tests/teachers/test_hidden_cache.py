@@ -26,7 +26,7 @@ from distill.teachers.cache import (
 from distill.teachers.head import head_fingerprint
 from distill.training.trainer import Distiller
 from tests.conftest import tiny_lm
-from tests.train.helpers import kill_at_checkpoint, make_config, with_holes
+from tests.helpers.training import kill_at_checkpoint, make_config, with_holes
 
 
 def _job(model_dir, data_file, out, **overrides) -> CacheJob:

@@ -31,7 +31,7 @@ from distill.teachers.routed import RoutedTeacher
 from distill.teachers.server import ServerSettings
 from tests.conftest import chat_rows, tiny_lm
 from tests.teachers.servers import post, serve_app
-from tests.train.helpers import kill_at_checkpoint, make_config
+from tests.helpers.training import kill_at_checkpoint, make_config
 
 
 def _load(directory):
@@ -285,7 +285,7 @@ def test_iw_opd_reads_the_sampled_tokens_log_prob_from_the_hidden_states(servers
     from distill.objectives import StepContext
     from distill.objectives.student import student_loss
     from distill.training.trainer import Distiller
-    from tests.train.helpers import FAST
+    from tests.helpers.training import FAST
 
     fields = {k: v for k, v in FAST.items() if k not in ("seq_kd", "lmbda_schedule")}  # gkd's mixing: not iw_opd's
     config = DistillConfig(**fields, method="iw_opd", teacher_url=servers["a"], teacher_payload="hidden", teacher_warmup_steps=0,
