@@ -35,6 +35,7 @@ def _losses(student, vocab: int, batch, signals) -> list:
         return [student_loss(student, vocab, batch, signal, objective, StepContext(batch.source)) for signal in signals]
 
 
+@pytest.mark.slow
 def test_the_server_scores_the_tool_loops_trajectories_as_the_local_teacher(model_dirs, tokenizer, local_teacher, tmp_path,
                                                                              monkeypatch):
     import distill.training.student_sampler

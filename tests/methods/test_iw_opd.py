@@ -218,6 +218,7 @@ def _iw_opd_step_gradient(rank, world_size, tmp, batch, accumulation, fsdp=False
         distill.training.student_sampler.generate_completions = original
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp"])
 def test_gradient_is_split_invariant_across_processes_and_micro_batches(tmp_path, fsdp):
     single = _iw_opd_step_gradient(0, 1, str(tmp_path / "single"), 8, 1)

@@ -346,6 +346,7 @@ def _sdft_step(rank, world_size, tmp, batch, accumulation):
         distill.training.student_sampler.generate_completions = original
 
 
+@pytest.mark.slow
 def test_gradient_and_metrics_are_split_invariant_across_processes_with_unequal_token_counts(tmp_path):
     """Seed 000: a logged mean is the global token-weighted mean (sum of numerators / sum of counts over
     processes in fp32), not a mean of per-process means, which would differ here."""

@@ -354,6 +354,7 @@ def _sdpo_step(rank, world_size, tmp, batch, accumulation, overrides):
         distill.training.student_sampler.generate_completions = original
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [
     {"distillation_weight": 0.0, "loss_type": "grpo"},
     {"distillation_weight": 0.0, "loss_type": "grpo", "fsdp": True},  # GRPO has no self-teacher: it shards
@@ -376,6 +377,7 @@ def test_gradient_and_metrics_are_split_invariant_with_groups_spread_over_proces
     assert ranks[0]["metrics"] == ranks[1]["metrics"]
 
 
+@pytest.mark.slow
 def test_groups_spanning_processes_mine_demonstrations_from_the_other_process(tmp_path):
     """Groups of 4 over 2 processes with 2 rows each: a row's demonstration may be a row of the other
     process; the stage sees the whole group there (success fractions equal the single-process ones)."""
@@ -411,6 +413,7 @@ def _sampled_texts(rank, world_size, tmp):
     return [list(c.completion_ids) for mb in run.rollout.take(0, {}) for c in mb.completions]
 
 
+@pytest.mark.slow
 def test_processes_holding_the_same_prompt_sample_different_completions(tmp_path):
     """Every process has its own sampling stream: a group spread over two processes gets four samples, not
     the same two samples twice."""

@@ -193,6 +193,7 @@ def test_cli_writes_a_hidden_cache(model_dirs, data_file, tmp_path, capsys):
                  "--top-k", "8", "--out", str(tmp_path / "no")]) == 2
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_runs_weights(hidden_cache, model_dirs, data_file, tmp_path):
     from safetensors.torch import load_file
 

@@ -240,6 +240,7 @@ def test_payload_fields_are_checked_and_read_only_where_they_apply(tmp_path):
         make_config(tmp_path, method="gold", teacher_cache="x", teacher_payload="hidden", lmbda=0.0, student="byte-llama:2x32").validate()
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_runs_weights(servers, model_dirs, tmp_path):
     """Two CLI runs against the hidden-state server: one uninterrupted, one SIGKILLed after its step-2
     checkpoint and resumed; the final students are torch.equal."""

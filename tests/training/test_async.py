@@ -112,12 +112,14 @@ def _stale_step_gradient(rank, world_size, tmp, batch, accumulation):
     return {"grads": captured, "metrics": window.reduce()}
 
 
+@pytest.mark.slow
 def test_a_stale_step_is_split_invariant_across_processes_and_micro_batches(tmp_path):
     single, ranks = check_split_invariance(_stale_step_gradient, tmp_path, ("loss", "staleness", "staleness/ratio",
                                                                             "completion_length", "grad_norm"))
     assert single["metrics"]["staleness"] == 1.0
 
 
+@pytest.mark.slow
 def test_a_run_killed_and_resumed_at_max_staleness_1_matches_an_uninterrupted_one(tmp_path, model_dirs):
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in chat_rows(16)))

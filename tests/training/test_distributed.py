@@ -37,6 +37,7 @@ def tmp_path_for(tmp, rank):
     return Path(tmp) / f"rank{rank}"
 
 
+@pytest.mark.slow
 def test_gradient_is_split_invariant_across_processes_and_micro_batches(tmp_path):
     # Logged means are token-weighted over both processes: identical to the single process's.
     _, ranks = check_split_invariance(_step_gradient, tmp_path, ("loss", "forward_kl", "reverse_kl", "completion_length",
@@ -59,6 +60,7 @@ def test_metric_means_are_token_weighted_across_processes():
     assert first["length_max"] == 9
 
 
+@pytest.mark.slow
 def test_accelerate_launch_two_cpu_processes(tmp_path, model_dirs):
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in chat_rows(16)))

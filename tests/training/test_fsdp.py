@@ -52,6 +52,7 @@ def _gradient_of_step_zero(rank, world_size, out, method, fsdp, batch, **overrid
     return {"grads": captured, "metrics": window.reduce(), "sharded": type(distiller.state.wrapped).__name__}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method, overrides", [
     ("gkd", dict(lmbda=0.0)),  # dataset completions, forward KL
     # on-policy: the student samples with top_k 1, so the completions do not depend on the processes' RNG streams
@@ -145,6 +146,7 @@ def _config_fields(out: str) -> dict:
     return {**FAST, **_fsdp_config(out)}
 
 
+@pytest.mark.slow
 def test_fsdp_kill_and_resume_equals_uninterrupted_run(tmp_path):
     from transformers import AutoModelForCausalLM
 

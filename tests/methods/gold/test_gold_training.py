@@ -87,6 +87,7 @@ def _gold_step_gradient(rank, world_size, tmp, batch, accumulation, tokenizer, s
     return first_step_gradient(distiller)
 
 
+@pytest.mark.slow
 def test_gold_gradient_is_split_invariant_across_processes_and_micro_batches(tokenizer, smol_tokenizer, smol_teacher, tmp_path):
     """1 process x 1 micro-batch of the 8 prompts gives the gradient of 2 processes x 2 micro-batches of 2 (gloo)."""
     models = (tokenizer, smol_tokenizer, smol_teacher)

@@ -120,6 +120,7 @@ def _vl_step_gradient(rank, world_size, tmp, batch, accumulation):
     return first_step_gradient(Distiller(config))
 
 
+@pytest.mark.slow
 def test_the_gradient_with_images_is_split_invariant_across_processes(tmp_path, vl_dirs):
     from tests.distributed import check_split_invariance
 
@@ -127,6 +128,7 @@ def test_the_gradient_with_images_is_split_invariant_across_processes(tmp_path, 
     check_split_invariance(_vl_step_gradient, tmp_path, ("loss", "forward_kl", "completion_length", "grad_norm"))
 
 
+@pytest.mark.slow
 def test_a_run_with_images_killed_and_resumed_matches_an_uninterrupted_one(tmp_path, vl_dirs):
     import sys
 
