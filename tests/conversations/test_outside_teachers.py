@@ -17,8 +17,8 @@ from distill.teachers import LocalTeacher
 from distill.training.trainer import Distiller
 from tests.conversations.test_render import CONVERSATION, TOOLS
 from tests.conversations.test_training import conversation_rows, scripted_turns
-from tests.teachers.servers import serve_teacher
 from tests.helpers.training import make_config
+from tests.teachers.servers import serve_teacher
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,8 @@ from distill.signals import DenseSignal, RoutedSignal, SparseSignal
 from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
 from tests.distributed import first_step_gradient, run_in_processes
-from tests.losses import reference
 from tests.helpers.training import FAST
+from tests.losses import reference
 
 # FAST minus GKD's mixing fields, which iw_opd does not read (setting them is an error).
 IW_OPD = {**{k: v for k, v in FAST.items() if k not in ("seq_kd", "lmbda_schedule")}, "method": "iw_opd"}

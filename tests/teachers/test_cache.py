@@ -21,9 +21,9 @@ from distill.teachers.hidden import (
 )
 from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, train_tiny_tokenizer
+from tests.helpers.training import make_config, with_holes
 from tests.teachers.conftest import cache_rows
 from tests.teachers.servers import serve_teacher
-from tests.helpers.training import make_config, with_holes
 
 K = 8
 

@@ -30,8 +30,8 @@ from distill.teachers.hidden_server import HiddenStateServerTeacher
 from distill.teachers.routed import RoutedTeacher
 from distill.teachers.server import ServerSettings
 from tests.conftest import chat_rows, tiny_lm
-from tests.teachers.servers import post, serve_app
 from tests.helpers.training import kill_at_checkpoint, make_config
+from tests.teachers.servers import post, serve_app
 
 
 def _load(directory):

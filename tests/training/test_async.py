@@ -18,8 +18,8 @@ from distill.training.step import StepTimer
 from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
 from tests.distributed import capture_at_optimizer_step, check_split_invariance
-from tests.helpers.training import kill_resume_and_compare, make_config, make_distiller
 from tests.generation.test_engines import ArgmaxLoop
+from tests.helpers.training import kill_resume_and_compare, make_config, make_distiller
 from tests.methods.test_iw_opd import IW_OPD
 from tests.training.test_resume import _train_command
 

@@ -15,8 +15,8 @@ from distill.objectives import DivergenceObjective, StepContext
 from distill.objectives.student import student_loss
 from distill.teachers.local import LocalTeacher
 from tests.conftest import tiny_lm
-from tests.losses.reference import jsd, probs
 from tests.helpers.training import holed_mask
+from tests.losses.reference import jsd, probs
 
 VOCAB, PAD = 64, 0
 

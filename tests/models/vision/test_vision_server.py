@@ -17,8 +17,8 @@ from distill.teachers.build import load_model
 from distill.teachers.hidden import backbone_hidden, predicting_positions
 from distill.teachers.hidden_server import HiddenStateServerTeacher
 from distill.teachers.server import ServerSettings, ServerTeacher
-from tests.teachers.servers import post, serve_app, serve_teacher
 from tests.models.vision.models import save_qwen_vl, shape_image
+from tests.teachers.servers import post, serve_app, serve_teacher
 
 
 @pytest.fixture(scope="module")
