@@ -40,7 +40,7 @@ QUESTIONS = {"colour": "What colour is the shape?", "shape": "Which shape is it?
 
 def make_task(directory: Path, rows: int, seed: int) -> Path:
     """A JSON Lines file of `rows` questions about drawn shapes, the PNGs in `directory/images`."""
-    from tests.vision.models import shape_image
+    from tests.models.vision.models import shape_image
 
     rng = random.Random(seed)
     (directory / "images").mkdir(parents=True, exist_ok=True)
@@ -60,7 +60,7 @@ def make_task(directory: Path, rows: int, seed: int) -> Path:
 
 
 def save_models(work: Path) -> dict[str, Path]:
-    from tests.vision.models import qwen_processor, tiny_qwen_vl
+    from tests.models.vision.models import qwen_processor, tiny_qwen_vl
 
     dirs = {}
     for name, layers, hidden, seed in (("teacher-init", 4, 64, 1), ("student-init", 2, 32, 2)):

@@ -79,8 +79,8 @@ def workdir(tmp_path_factory):
     sums = [{"prompt": f"What is {a} + {b}? Answer with the number only.", "answer": str(a + b)} for a in range(2, 6) for b in (3, 4)]
     (root / "sums.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sums))
     # The vision guide's: a tiny Qwen2-VL pair and a coloured-shapes dataset (shapes.jsonl, its images in images/).
-    from tests.vision.models import save_qwen_vl
-    from tests.vision.test_vision_runs import write_shapes
+    from tests.models.vision.models import save_qwen_vl
+    from tests.models.vision.test_vision_runs import write_shapes
 
     save_qwen_vl(root / "qwen2-vl-teacher", layers=3, seed=1)
     save_qwen_vl(root / "qwen2-vl-student", layers=2, seed=2)

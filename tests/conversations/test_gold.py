@@ -22,7 +22,7 @@ from tests.conftest import tiny_lm
 from tests.conversations.templates import LLAMA3_STYLE, QWEN3_STYLE
 from tests.conversations.test_render import CONVERSATION, TOOLS
 from tests.conversations.test_training import scripted_turns
-from tests.train.helpers import make_config
+from tests.helpers.training import make_config
 
 PLAIN_ULD = ULDSettings(None, 0.0, 1.0, 0.0)
 

@@ -17,8 +17,8 @@ from distill.teachers import LocalTeacher
 from distill.training.trainer import Distiller
 from tests.conversations.test_render import CONVERSATION, TOOLS
 from tests.conversations.test_training import conversation_rows, scripted_turns
+from tests.helpers.training import make_config
 from tests.teachers.servers import serve_teacher
-from tests.train.helpers import make_config
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +35,7 @@ def _losses(student, vocab: int, batch, signals) -> list:
         return [student_loss(student, vocab, batch, signal, objective, StepContext(batch.source)) for signal in signals]
 
 
+@pytest.mark.slow
 def test_the_server_scores_the_tool_loops_trajectories_as_the_local_teacher(model_dirs, tokenizer, local_teacher, tmp_path,
                                                                              monkeypatch):
     import distill.training.student_sampler

@@ -7,10 +7,11 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.train.helpers import kill_at_checkpoint
+from tests.helpers.training import kill_at_checkpoint
 
 
 def _command(run_dir, model_dirs, data, *extra) -> list[str]:
@@ -22,6 +23,7 @@ def _command(run_dir, model_dirs, data, *extra) -> list[str]:
             "--eval_before_after", "false", "--progress_bar", "false", "--learning_rate", "1e-3", *extra]
 
 
+@pytest.mark.slow
 def test_a_killed_run_with_a_stateful_environment_resumes_to_the_same_weights(tmp_path, model_dirs):
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": f"Tick the counter, question {i}."}],

@@ -19,7 +19,7 @@ from distill.methods.sdpo.rewards import Rewards, load_reward_function
 from distill.teachers.self_teacher import DISTILLED, TEACHER_PROMPT
 from distill.training.trainer import Distiller
 from tests.conftest import tiny_lm
-from tests.train.helpers import FAST
+from tests.helpers.training import FAST
 
 ENVIRONMENT = "tests.conversations.test_rewards:Adder"
 

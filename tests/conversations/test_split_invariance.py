@@ -10,7 +10,7 @@ import torch
 from tests.conftest import train_tiny_tokenizer
 from tests.conversations.test_render import TOOLS, call
 from tests.distributed import check_split_invariance, first_step_gradient
-from tests.train.helpers import make_distiller
+from tests.helpers.training import make_distiller
 
 
 def conversation_rows() -> list[dict]:

@@ -17,7 +17,7 @@ from distill.rendering import TextRenderer
 from distill.teachers.local import LocalTeacher
 from tests.conftest import tiny_lm
 from tests.conversations.test_render import CONVERSATION, TOOLS, call
-from tests.train.helpers import forbid_model_loading, make_distiller
+from tests.helpers.training import forbid_model_loading, make_distiller
 
 
 def conversation_rows(n: int) -> list[dict]:

@@ -9,7 +9,7 @@ import pytest
 
 from distill.data import examples_from_dataset
 from distill.data_files import load_dataset_spec
-from tests.train.helpers import forbid_model_loading
+from tests.helpers.training import forbid_model_loading
 
 ROWS = [{"prompt": f"question {i}?"} for i in range(4)]
 SPLIT_ROWS = [{"prompt": f"q{i}", "split": "train" if i < 3 else "heldout"} for i in range(5)]

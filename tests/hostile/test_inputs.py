@@ -16,7 +16,7 @@ from distill.cli import main
 from distill.models import resolve_model_source
 from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
-from tests.train.helpers import make_config, make_distiller
+from tests.helpers.training import make_config, make_distiller
 
 
 @pytest.mark.parametrize("field, value, message", [

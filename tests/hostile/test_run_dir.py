@@ -25,7 +25,7 @@ from distill.rundir.directory import check_output_dir, resume_config, trim_metri
 from distill.rundir.lock import LOCK, RunLocked
 from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
-from tests.train.helpers import make_config, make_distiller
+from tests.helpers.training import make_config, make_distiller
 
 
 def models(tokenizer):

@@ -21,9 +21,9 @@ from distill.teachers.hidden import (
 )
 from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, train_tiny_tokenizer
+from tests.helpers.training import make_config, with_holes
 from tests.teachers.conftest import cache_rows
 from tests.teachers.servers import serve_teacher
-from tests.train.helpers import make_config, with_holes
 
 K = 8
 
@@ -309,6 +309,7 @@ def _rank_with_a_failing_teacher(rank, world_size, cache_dir, student_dir, data_
         return str(error)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_teacher_failing_on_one_process_stops_every_process_with_a_checkpoint(cache_dir, model_dirs, data_file, tmp_path):
     """No process is left waiting in a collective: all agree on the failure, checkpoint together, and stop."""

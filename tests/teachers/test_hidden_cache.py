@@ -26,7 +26,7 @@ from distill.teachers.cache import (
 from distill.teachers.head import head_fingerprint
 from distill.training.trainer import Distiller
 from tests.conftest import tiny_lm
-from tests.train.helpers import kill_at_checkpoint, make_config, with_holes
+from tests.helpers.training import kill_at_checkpoint, make_config, with_holes
 
 
 def _job(model_dir, data_file, out, **overrides) -> CacheJob:
@@ -193,6 +193,7 @@ def test_cli_writes_a_hidden_cache(model_dirs, data_file, tmp_path, capsys):
                  "--top-k", "8", "--out", str(tmp_path / "no")]) == 2
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_runs_weights(hidden_cache, model_dirs, data_file, tmp_path):
     from safetensors.torch import load_file
 

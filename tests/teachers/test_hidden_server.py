@@ -30,8 +30,8 @@ from distill.teachers.hidden_server import HiddenStateServerTeacher
 from distill.teachers.routed import RoutedTeacher
 from distill.teachers.server import ServerSettings
 from tests.conftest import chat_rows, tiny_lm
+from tests.helpers.training import kill_at_checkpoint, make_config
 from tests.teachers.servers import post, serve_app
-from tests.train.helpers import kill_at_checkpoint, make_config
 
 
 def _load(directory):
@@ -240,6 +240,7 @@ def test_payload_fields_are_checked_and_read_only_where_they_apply(tmp_path):
         make_config(tmp_path, method="gold", teacher_cache="x", teacher_payload="hidden", lmbda=0.0, student="byte-llama:2x32").validate()
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_runs_weights(servers, model_dirs, tmp_path):
     """Two CLI runs against the hidden-state server: one uninterrupted, one SIGKILLed after its step-2
     checkpoint and resumed; the final students are torch.equal."""
@@ -285,7 +286,7 @@ def test_iw_opd_reads_the_sampled_tokens_log_prob_from_the_hidden_states(servers
     from distill.objectives import StepContext
     from distill.objectives.student import student_loss
     from distill.training.trainer import Distiller
-    from tests.train.helpers import FAST
+    from tests.helpers.training import FAST
 
     fields = {k: v for k, v in FAST.items() if k not in ("seq_kd", "lmbda_schedule")}  # gkd's mixing: not iw_opd's
     config = DistillConfig(**fields, method="iw_opd", teacher_url=servers["a"], teacher_payload="hidden", teacher_warmup_steps=0,

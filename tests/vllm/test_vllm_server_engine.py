@@ -13,8 +13,8 @@ from distill import DistillConfig
 from distill.generation import vllm_server
 from distill.training.trainer import Distiller
 from tests.conftest import chat_rows
+from tests.helpers.training import FAST
 from tests.skip_guard import needs_extra
-from tests.train.helpers import FAST
 from tests.vllm.servers import save_models, start_server, stop_server
 from tests.vllm.test_vllm_engine import TOLERANCE, _gap_after_steps, stale_sampling_gaps
 
