@@ -28,10 +28,10 @@ from distill.generation.vllm_fields import VllmFields, VllmServerFields
 from distill.locations.fields import CacheFields, RemoteTeacherFields, ServerFields
 from distill.locations.registry import LOCATIONS
 from distill.methods.async_fields import AsyncFields
+from distill.methods.base import METHODS
 from distill.methods.gold_fields import GoldFields
 from distill.methods.iw_opd_fields import IwOpdFields
 from distill.methods.mixing_fields import MixingFields
-from distill.methods.registry import METHODS
 from distill.methods.reuse_fields import RolloutReuseFields
 from distill.methods.sdft_fields import SdftFields
 from distill.methods.sdpo.fields import SdpoFields
@@ -70,7 +70,7 @@ def _declare() -> None:
     ENGINES.declare("vllm_server", "distill.generation.vllm_server:ENGINE", VllmServerFields)
 
     # teacher locations, asked in this order; the model (the fallback) is asked last
-    LOCATIONS.declare("self", "distill.locations.student_itself:SelfLocation")
+    LOCATIONS.declare("self", "distill.locations.self_teacher:SelfLocation")
     LOCATIONS.declare("none", "distill.locations.no_teacher:NoTeacher")
     LOCATIONS.declare("cache", "distill.locations.cache:CacheLocation", (CacheFields, RemoteTeacherFields))
     LOCATIONS.declare("server", "distill.locations.server:ServerLocation", (ServerFields, RemoteTeacherFields))

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from distill.batch import Completion, collate
 from distill.teachers.hidden import predicting_positions
-from distill.teachers.server import ServerSettings, ServerTeacher
+from distill.teachers.topk_client import ServerSettings, ServerTeacher
 from tests.conftest import chat_rows
 from tests.skip_guard import needs_extra
 from tests.train.helpers import holed_mask

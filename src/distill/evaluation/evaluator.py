@@ -33,7 +33,7 @@ from distill.teachers import Teacher
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
-    from distill.methods.registry import Method
+    from distill.methods.base import Method
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from distill.locations.external import ExternalLocation
 from distill.locations.fields import RemoteTeacherFields
-from distill.methods.registry import Method
+from distill.methods.base import Method
 from distill.signals import DENSE, SPARSE
 
 if TYPE_CHECKING:

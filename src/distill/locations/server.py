@@ -14,7 +14,7 @@ from distill.locations.fields import RemoteTeacherFields, ServerFields
 from distill.locations.registry import location_of
 from distill.locations.remote import HIDDEN_DTYPES, RemoteLocation, hidden_payload
 from distill.locations.routes import parse_routes
-from distill.methods.registry import Method, Reads, get_method
+from distill.methods.base import Method, Reads, get_method
 from distill.models import load_tokenizer, resolve_model_source
 from distill.signals import ALIGNED
 from distill.teachers.build import (
@@ -24,7 +24,7 @@ from distill.teachers.build import (
     server_teacher,
 )
 from distill.teachers.cross_tokenizer import CrossTokenizerTeacher, uld_settings
-from distill.teachers.server import ServerSettings
+from distill.teachers.topk_client import ServerSettings
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig

@@ -8,7 +8,7 @@ code is imported when a method is first asked for (`get_method`); `method_names`
 walks through it.
 """
 
-from distill.methods.registry import (
+from distill.methods.base import (
     Method,
     Paper,
     Reads,

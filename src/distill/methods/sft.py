@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from distill.methods.base import Method, Reads
 from distill.methods.mixing import MixedSources
-from distill.methods.registry import Method, Reads
 from distill.methods.self_teacher_fields import SelfTeacherFields
 from distill.objectives.supervised import CrossEntropyObjective
 

@@ -43,7 +43,7 @@ from distill.training.metrics import MetricsLog
 if TYPE_CHECKING:
     from distill.config import DistillConfig
     from distill.locations import TeacherLocation
-    from distill.methods.registry import Method
+    from distill.methods.base import Method
     from distill.training.student_access import StudentAccess
 
 logger = logging.getLogger(__name__)

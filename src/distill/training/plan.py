@@ -122,7 +122,7 @@ class RolloutProducer(ABC):
     """The seam between generating a step's rollout and training on it (module docstring).
 
     The trainer calls `request(k)` and then `take(k)` for every step k in order, on every process at once.
-    A producer is a step hook (`distill.methods.registry.StepHook`): its `state_dict` holds what it must
+    A producer is a step hook (`distill.methods.base.StepHook`): its `state_dict` holds what it must
     carry over a resume (plain values), `holds_state` says whether it holds anything at all.
     """
 

@@ -11,8 +11,8 @@ from distill.conversations.fields import ConversationFields
 from distill.conversations.setup import offering_tools
 from distill.conversations.tools import load_tools
 from distill.losses.policy_gradient import ClipSettings
+from distill.methods.base import Method, Paper, Reads
 from distill.methods.mixing import ALWAYS_ON_POLICY
-from distill.methods.registry import Method, Paper, Reads
 from distill.methods.reuse_fields import RolloutReuseFields, check_reuse, stale_samples
 from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
 from distill.methods.sdpo.fields import SdpoFields

@@ -189,7 +189,7 @@ def _check_method(method: Method) -> None:
 
 
 METHODS: Registry[Method] = Registry("method", "method", RETIRED, load=load_built_in_parts,
-                                     interface="distill.methods.registry:Method", check=_check_method)
+                                     interface="distill.methods.base:Method", check=_check_method)
 
 
 def register(method: Method | type[Method]) -> Method:
