@@ -86,7 +86,7 @@ def _declare() -> None:
     METHODS.declare("sdpo", "distill.methods.sdpo.method:SDPO", (RolloutReuseFields, SelfTeacherFields, SdpoFields))
 
     # run features (every method may use them); the doctor's setting sits among the conversations' (its place)
-    FEATURES.declare("conversations", "distill.conversations.feature:Conversations", ConversationFields)
+    FEATURES.declare("conversations", "distill.agents.feature:Conversations", ConversationFields)
     FEATURES.declare("doctor", "distill.doctor.fields:Doctor", DoctorFields)
     FEATURES.declare("async_rollouts", "distill.training.async_feature:AsyncRollouts", AsyncFields)
     FEATURES.declare("vision", "distill.training.vision_fields:Vision", VisionFields)

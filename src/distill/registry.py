@@ -21,6 +21,16 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, Protocol, TypeVar
 
 
+@dataclass(frozen=True)
+class Reads:
+    """Config fields a part of a run reads while `when(config)` holds; `needs` names what turns them on
+    (it completes the sentence "X is only read with ...")."""
+
+    needs: str
+    names: tuple[str, ...]
+    when: Callable[[Any], bool] = lambda config: True
+
+
 class Part(Protocol):
     """What every table's parts declare: the name the config and messages use, and their own settings (`fields`:
     a settings class, a tuple of them, or none)."""

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from distill.agents.setup import tool_loop
 from distill.batch import Completion, collate
 from distill.conversations.layout import Layout
-from distill.conversations.setup import tool_loop
 from distill.conversations.tools import FAILURES
 from distill.data import Example
 from distill.evaluation.answers import contains_answer
@@ -45,7 +45,7 @@ class EvalSettings:
     chunk_size: int = 256
     generation_engine: str = AUTO
     leak_templates: tuple[str, ...] = ()  # a self-teacher's prompt templates: report `template_leakage`
-    tool_loop: Any = None  # `distill.conversations.loop.ToolLoop`: greedy answers are conversations (the run's tools)
+    tool_loop: Any = None  # `distill.agents.loop.ToolLoop`: greedy answers are conversations (the run's tools)
 
 
 def eval_settings(config: DistillConfig, method: Method, encoder: Renderer, batch_size: int | None = None) -> EvalSettings:

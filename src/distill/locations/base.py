@@ -26,8 +26,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from distill.methods.base import Method, Reads
+from distill.methods.base import Method
 from distill.methods.mixing_fields import MixingFields
+from distill.registry import Reads
 from distill.teachers.base import Teacher, check_teacher
 
 if TYPE_CHECKING:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from distill.agents.setup import offering_tools
 from distill.config.io import OBJECT_RECORD
 from distill.config.values import DEFAULT_TEACHER
-from distill.conversations.setup import offering_tools
 from distill.locations.base import TeacherLocation, TeacherRequest, Teachers
 from distill.locations.registry import locations
 from distill.methods.base import Method

@@ -13,9 +13,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
-from distill.registry import Registry, load_built_in_parts
+from distill.registry import Reads, Registry, load_built_in_parts
 
 if TYPE_CHECKING:  # annotations only: this module stays a leaf
     from distill.config import DistillConfig
@@ -35,16 +35,6 @@ class Paper:
     bibtex_key: str
     bibtex_authors: str
     venue: str
-
-
-@dataclass(frozen=True)
-class Reads:
-    """Config fields a part of a run reads while `when(config)` holds; `needs` names what turns them on
-    (it completes the sentence "X is only read with ...")."""
-
-    needs: str
-    names: tuple[str, ...]
-    when: Callable[[Any], bool] = lambda config: True
 
 
 class StepHook(Protocol):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from distill.locations.fields import CacheFields, ServerFields
 from distill.losses.policy_gradient import ClipSettings
-from distill.methods.base import Method, Paper, Reads
+from distill.methods.base import Method, Paper
 from distill.methods.iw_opd_fields import IwOpdFields
 from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
 from distill.methods.reuse_fields import RolloutReuseFields, check_reuse, stale_samples
@@ -28,6 +28,7 @@ from distill.objectives.iw_opd import (
     IWOPDObjective,
     IWOPDSettings,
 )
+from distill.registry import Reads
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from distill.methods.base import Reads
 from distill.methods.mixing_fields import LMBDA_SCHEDULES, MixingFields
+from distill.registry import Reads
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from distill.conversations.setup import offered_schemas
+from distill.agents.setup import offered_schemas
 from distill.models import (
     load_causal_lm,
     load_processor,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from distill.conversations.setup import offering_tools, tool_loop
+from distill.agents.setup import offering_tools, tool_loop
 from distill.data import (
     EncodedExample,
     Example,

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 from distill.config.values import one_of
 from distill.features import Feature
 from distill.methods.async_fields import AsyncFields
-from distill.methods.base import Reads
 from distill.methods.reuse_fields import RolloutReuseFields
 from distill.objectives.staleness import CORRECTIONS, RATIO_LEVELS
+from distill.registry import Reads
 from distill.training.ahead import PACINGS
 
 if TYPE_CHECKING:

@@ -39,8 +39,8 @@ from distill.data import Example, StepSampler
 from distill.generation.engine import SamplingParams
 
 if TYPE_CHECKING:
+    from distill.agents.loop import ToolLoop
     from distill.batch import MicroBatch
-    from distill.conversations.loop import ToolLoop
 
 SOURCES = ("student", "dataset", "teacher")
 # An asynchronous producer's timers (logged as time/NAME, seconds per step): copying the weights of a new version and
@@ -77,7 +77,7 @@ class RolloutSettings:
     num_iterations: int = 1
     loss_skip: int = 0  # num_loss_tokens_to_skip
     trains_row: Callable[[Example], bool] | None = None  # the method's; None: every row trains
-    tool_loop: ToolLoop | None = None  # `tools`: the student's rollouts are conversations (`distill.conversations.loop`)
+    tool_loop: ToolLoop | None = None  # `tools`: the student's rollouts are conversations (`distill.agents.loop`)
 
 
 class StepStage(Protocol):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from distill.conversations.support import check_conversation_rows
+from distill.agents.support import check_conversation_rows
 from distill.data import EncodedExample, Example, StepSampler
 from distill.locations import TeacherLocation, Teachers, location_of
 from distill.methods import get_method
