@@ -39,11 +39,11 @@ from distill.agents.setup import offering_tools, tool_loop
 from distill.config import DistillConfig
 from distill.data import examples_from_dataset
 from distill.data_files import load_dataset_spec
-from distill.evaluation.answers import contains_answer
 from distill.evaluation.evaluator import _last_run, tool_use
 from distill.generation import SamplingParams, generate_completions
 from distill.models import DEFAULT_TEACHER, eos_token_ids
 from distill.rendering import TextRenderer
+from distill.tasks.answers import contains_answer
 from distill.teachers.build import load_model
 
 RUNS = Path("runs/bench_agentic")

@@ -25,17 +25,17 @@ from distill.doctor.fields import DoctorFields
 from distill.features import FEATURES
 from distill.generation.registry import ENGINES
 from distill.generation.vllm_fields import VllmFields, VllmServerFields
-from distill.locations.fields import CacheFields, RemoteTeacherFields, ServerFields
 from distill.locations.registry import LOCATIONS
 from distill.methods.async_fields import AsyncFields
 from distill.methods.base import METHODS
-from distill.methods.gold_fields import GoldFields
 from distill.methods.iw_opd_fields import IwOpdFields
 from distill.methods.mixing_fields import MixingFields
 from distill.methods.reuse_fields import RolloutReuseFields
 from distill.methods.sdft_fields import SdftFields
 from distill.methods.sdpo.fields import SdpoFields
 from distill.methods.self_teacher_fields import SelfTeacherFields
+from distill.settings.gold import GoldFields
+from distill.settings.locations import CacheFields, RemoteTeacherFields, ServerFields
 from distill.training.vision_fields import VisionFields
 
 if TYPE_CHECKING:

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 
 from distill.agents.setup import offered_schemas
 from distill.locations.base import TeacherRequest, Teachers
-from distill.locations.fields import RemoteTeacherFields, ServerFields
 from distill.locations.registry import location_of
 from distill.locations.remote import HIDDEN_DTYPES, RemoteLocation, hidden_payload
 from distill.locations.routes import parse_routes
 from distill.methods.base import Method, get_method
 from distill.models import load_tokenizer, resolve_model_source
 from distill.registry import Reads
+from distill.settings.locations import RemoteTeacherFields, ServerFields
 from distill.signals import ALIGNED
 from distill.teachers.build import (
     check_routes,

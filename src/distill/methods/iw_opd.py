@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from distill.locations.fields import CacheFields, ServerFields
 from distill.losses.policy_gradient import ClipSettings
 from distill.methods.base import Method, Paper
 from distill.methods.iw_opd_fields import IwOpdFields
@@ -29,6 +28,7 @@ from distill.objectives.iw_opd import (
     IWOPDSettings,
 )
 from distill.registry import Reads
+from distill.settings.locations import CacheFields, ServerFields
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
