@@ -32,13 +32,12 @@ from distill.evaluation.evaluator import (
     summary_lines,
     write_report,
 )
-from distill.models import count_parameters
+from distill.models import count_parameters, sharding
 from distill.models.vision import save_processor
 from distill.rundir import checkpoint as ckpt
 from distill.rundir.lock import RunLock, check_unlocked
+from distill.rundir.metrics_log import MetricsLog
 from distill.rundir.model_card import write_model_card
-from distill.training import sharding
-from distill.training.metrics import MetricsLog
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
