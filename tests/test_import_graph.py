@@ -145,11 +145,12 @@ def test_no_import_circle_remains():
         " <-> ".join(c) for c in found)
 
 
-# The folders' layers, bottom first (the design, §3 Layout: leaves <- data, rendering, models <- generation, teachers, losses <-
-# objectives <- methods, locations <- training, rundir, evaluation, serving, doctor <- commands, cli). A folder
-# imports folders of its own layer or below; a new folder is placed here. `losses` imports nothing of distill and
-# `models.vocabulary` builds its `LogitHead`, so it sits with the leaves; `conversations` holds the leaf modules
-# (layout, tool calls, tools, environments) the data and the renderer read, the tool-call loop is `agents`.
+# The folders' layers, bottom first (the design, §3 Layout: leaves <- data, rendering, models <- generation,
+# teachers, losses <- objectives <- methods, locations <- training, rundir, evaluation, serving, doctor <- commands,
+# cli). A folder imports folders of its own layer or below; a new folder is placed here. `losses` imports nothing
+# of distill and `models.vocabulary` builds its `LogitHead`, so it sits with the leaves; `conversations` holds the
+# leaf modules (layout, tool calls, tools, environments) the data and the renderer read, the tool-call loop is
+# `agents`.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("distill", "errors", "registry", "config", "settings", "features", "version", "callables", "data_files", "images",
      "align", "recipes", "tasks", "losses"),
