@@ -1,4 +1,4 @@
-"""The method registry: what a method declares, and the table of registered methods.
+"""The method interface: what a method declares (`Method`), and the table of registered methods.
 
 A leaf module: at run time it imports nothing from distill but the generic table (`distill.registry`), and
 no method (the types it names are imported for annotations only). A method module subclasses `Method`; the
