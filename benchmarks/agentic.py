@@ -35,15 +35,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from curves import curve, metrics, parse_arm_arguments, train  # noqa: E402  (a sibling script)
 
+from distill.agents.setup import offering_tools, tool_loop
 from distill.config import DistillConfig
-from distill.conversations.setup import offering_tools, tool_loop
 from distill.data import examples_from_dataset
 from distill.data_files import load_dataset_spec
-from distill.evaluation.answers import contains_answer
 from distill.evaluation.evaluator import _last_run, tool_use
 from distill.generation import SamplingParams, generate_completions
 from distill.models import DEFAULT_TEACHER, eos_token_ids
 from distill.rendering import TextRenderer
+from distill.tasks.answers import contains_answer
 from distill.teachers.build import load_model
 
 RUNS = Path("runs/bench_agentic")

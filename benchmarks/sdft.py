@@ -7,7 +7,7 @@ accuracy). Every arm trains for the same number of minutes (`distill train --max
 measured in this process:
 
 - new knowledge: greedy answers to the held-out paraphrases (and the training questions) that contain the
-  answer string (`distill.evaluation.answers.contains_answer`);
+  answer string (`distill.tasks.answers.contains_answer`);
 - forgetting: forward KL(original model || student) on the original model's samples of the bundled general
   held-out prompts (the evaluation of `distill train`, with the original model as teacher), and three
   general answers side by side.
@@ -33,7 +33,6 @@ from arms import run_arms  # noqa: E402  (a sibling script)
 
 from distill.data import examples_from_dataset
 from distill.data_files import BUNDLED_DATASET, load_dataset_spec
-from distill.evaluation.answers import contains_answer
 from distill.evaluation.evaluator import EvalSettings, Evaluator
 from distill.evaluation.leakage import template_leakage
 from distill.generation import SamplingParams, generate_completions
@@ -43,6 +42,7 @@ from distill.methods.self_teacher_prompts import (
 )
 from distill.models import DEFAULT_TEACHER, eos_token_ids, student_vocab_size
 from distill.rendering import TextRenderer
+from distill.tasks.answers import contains_answer
 from distill.teachers.build import load_model
 from distill.teachers.self_teacher import SelfTeacher
 

@@ -31,10 +31,10 @@ from arms import run_arms  # noqa: E402  (a sibling script)
 
 from distill.data import examples_from_dataset
 from distill.data_files import load_dataset_spec
-from distill.evaluation.answers import contains_answer
 from distill.generation import SamplingParams, generate_completions
 from distill.models import DEFAULT_TEACHER, eos_token_ids, student_vocab_size
 from distill.rendering import TextRenderer
+from distill.tasks.answers import contains_answer
 from distill.teachers.build import load_model
 
 TASK = "bundled:arithmetic"

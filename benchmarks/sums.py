@@ -45,8 +45,8 @@ from curves import curve, measuring_seconds, metrics, parse_arm_arguments, train
 from sdpo import MAX_NEW_TOKENS, TASK, Measure  # noqa: E402
 
 from distill.data_files import load_dataset_spec
-from distill.evaluation.answers import contains_answer
 from distill.models import DEFAULT_TEACHER
+from distill.tasks.answers import contains_answer
 from distill.teachers.build import load_model
 
 RUNS = Path("runs/bench_sums")

@@ -43,7 +43,7 @@ def scoring(args, work: Path) -> list[dict]:
     from distill.data_files import load_dataset_spec
     from distill.models import load_tokenizer, resolve_model_source
     from distill.rendering import TextRenderer
-    from distill.teachers.server import ServerSettings, ServerTeacher
+    from distill.teachers.topk_client import ServerSettings, ServerTeacher
 
     port = _free_port()
     server = subprocess.Popen([sys.executable, "-m", "distill", "serve-teacher", TEACHER, "--port", str(port), "--device", "cpu",

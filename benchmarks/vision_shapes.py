@@ -80,9 +80,9 @@ def accuracy(model_dir: Path, held_out: Path) -> dict:
     import torch
 
     from distill.data import examples_from_dataset
-    from distill.evaluation.answers import contains_answer
     from distill.generation import SamplingParams, generate_completions
     from distill.models.kinds import model_kind_of
+    from distill.tasks.answers import contains_answer
     from distill.teachers.build import load_model
 
     model, tokenizer = load_model(str(model_dir), "student")

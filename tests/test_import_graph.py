@@ -6,6 +6,10 @@ function-level import fails here too. `from pkg import
 name` is an edge to `pkg.name` when that is a module, to `pkg` otherwise; the implicit import of a package's
 `__init__` before any of its submodules is not an edge (every submodule import makes it, and it is not a
 dependency of the importer on the package's contents).
+
+The folders (the first name under `distill`: a package or a top-level module) are layered, as the design's
+layout says, with the imports a module runs when imported (none inside a function or under `if TYPE_CHECKING:`):
+no circle among them, and no folder importing one of a higher layer (`LAYERS`).
 """
 
 from __future__ import annotations
@@ -139,3 +143,65 @@ def test_no_import_circle_remains():
     found = circles(import_graph())
     assert not found, "import circles (break each at a leaf module or a registration): " + "; ".join(
         " <-> ".join(c) for c in found)
+
+
+# The folders' layers, bottom first (the design, §3 Layout: leaves <- data, rendering, models <- generation,
+# teachers, losses <- objectives <- methods, locations <- training, rundir, evaluation, serving, doctor <- commands,
+# cli). A folder imports folders of its own layer or below; a new folder is placed here. `losses` imports nothing
+# of distill and `models.vocabulary` builds its `LogitHead`, so it sits with the leaves; `conversations` holds the
+# leaf modules (layout, tool calls, tools, environments) the data and the renderer read, the tool-call loop is
+# `agents`.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("distill", "errors", "registry", "config", "settings", "seeds", "features", "version", "callables", "data_files", "images",
+     "align", "recipes", "tasks", "losses"),
+    ("conversations", "data", "rendering", "models", "batch", "signals"),
+    ("generation", "agents", "teachers"),
+    ("objectives",),
+    ("methods", "locations"),
+    ("training", "rundir", "evaluation", "serving", "doctor"),
+    ("commands", "config_rules", "parts", "cli", "__main__"),
+)
+
+
+def folder_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def folder_edges(graph: dict[str, set[str]]) -> dict[tuple[str, str], list[str]]:
+    """(importing folder, imported folder) -> the module pairs that make the edge."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            if folder_of(module) != folder_of(target):
+                edges.setdefault((folder_of(module), folder_of(target)), []).append(f"{module} -> {target}")
+    return edges
+
+
+def test_no_folder_circle_with_top_level_imports():
+    graph = import_graph(top_level_only=True)
+    folders: dict[str, set[str]] = {folder_of(name): set() for name in graph}
+    for importer, imported in folder_edges(graph):
+        folders[importer].add(imported)
+    found = circles(folders)
+    assert not found, "folder circles (move the misplaced module to its layer): " + "; ".join(
+        " <-> ".join(c) for c in found)
+
+
+def test_folders_import_only_their_layer_or_below():
+    graph = import_graph(top_level_only=True)
+    layer = {folder: number for number, folders in enumerate(LAYERS) for folder in folders}
+    unplaced = sorted({folder_of(name) for name in graph} - set(layer))
+    assert not unplaced, f"folders missing from LAYERS (place each in its layer): {unplaced}"
+    upward = [pair for (importer, imported), pairs in folder_edges(graph).items()
+              if layer[imported] > layer[importer] for pair in pairs]
+    assert not upward, "imports of a higher layer: " + "; ".join(upward)
+
+
+def test_the_layer_check_sees_a_planted_upward_import():
+    graph = import_graph(top_level_only=True)
+    graph["distill.teachers.base"].add("distill.training.trainer")
+    layer = {folder: number for number, folders in enumerate(LAYERS) for folder in folders}
+    upward = [pair for (importer, imported), pairs in folder_edges(graph).items()
+              if layer[imported] > layer[importer] for pair in pairs]
+    assert upward == ["distill.teachers.base -> distill.training.trainer"]

@@ -14,7 +14,7 @@ import pytest
 from distill.config import DistillConfig, RunFields
 from distill.locations.base import TeacherLocation
 from distill.locations.registry import register_location
-from distill.methods.registry import Method, register
+from distill.methods.base import Method, register
 from distill.registry import Registry
 from tests.test_import_graph import import_graph
 
@@ -80,7 +80,7 @@ def test_a_location_missing_abstract_members_is_refused_naming_them():
 
 
 def test_a_declared_part_is_imported_when_first_used_and_checked_against_its_declaration():
-    table: Registry[Method] = Registry("toy", "toy", interface="distill.methods.registry:Method")
+    table: Registry[Method] = Registry("toy", "toy", interface="distill.methods.base:Method")
     table.declare("gkd", "distill.methods.gkd:GKD", ())
     assert table.names() == ("gkd",) and table.declared("gkd")
     with pytest.raises(TypeError, match="declares the settings .*'MixingFields'.*its declaration"):
@@ -96,7 +96,7 @@ def test_every_built_in_part_imports_as_declared():
     from distill.features import FEATURES
     from distill.generation.registry import ENGINES
     from distill.locations.registry import LOCATIONS
-    from distill.methods.registry import METHODS
+    from distill.methods.base import METHODS
     from distill.models.kinds import MODEL_KINDS
 
     for table in (ENGINES, LOCATIONS, METHODS, FEATURES, MODEL_KINDS):

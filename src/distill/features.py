@@ -13,12 +13,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
-from distill.methods.registry import Reads
-from distill.registry import Registry, load_built_in_parts
+from distill.registry import Reads, Registry, load_built_in_parts
 
 if TYPE_CHECKING:  # annotations only: this module stays a leaf
     from distill.config import DistillConfig
-    from distill.methods.registry import Method
+    from distill.methods.base import Method
 
 
 class Feature(ABC):

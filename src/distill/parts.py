@@ -25,17 +25,17 @@ from distill.doctor.fields import DoctorFields
 from distill.features import FEATURES
 from distill.generation.registry import ENGINES
 from distill.generation.vllm_fields import VllmFields, VllmServerFields
-from distill.locations.fields import CacheFields, RemoteTeacherFields, ServerFields
 from distill.locations.registry import LOCATIONS
 from distill.methods.async_fields import AsyncFields
-from distill.methods.gold_fields import GoldFields
+from distill.methods.base import METHODS
 from distill.methods.iw_opd_fields import IwOpdFields
 from distill.methods.mixing_fields import MixingFields
-from distill.methods.registry import METHODS
 from distill.methods.reuse_fields import RolloutReuseFields
 from distill.methods.sdft_fields import SdftFields
 from distill.methods.sdpo.fields import SdpoFields
 from distill.methods.self_teacher_fields import SelfTeacherFields
+from distill.settings.gold import GoldFields
+from distill.settings.locations import CacheFields, RemoteTeacherFields, ServerFields
 from distill.training.vision_fields import VisionFields
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def _declare() -> None:
     ENGINES.declare("vllm_server", "distill.generation.vllm_server:ENGINE", VllmServerFields)
 
     # teacher locations, asked in this order; the model (the fallback) is asked last
-    LOCATIONS.declare("self", "distill.locations.student_itself:SelfLocation")
+    LOCATIONS.declare("self", "distill.locations.self_teacher:SelfLocation")
     LOCATIONS.declare("none", "distill.locations.no_teacher:NoTeacher")
     LOCATIONS.declare("cache", "distill.locations.cache:CacheLocation", (CacheFields, RemoteTeacherFields))
     LOCATIONS.declare("server", "distill.locations.server:ServerLocation", (ServerFields, RemoteTeacherFields))
@@ -86,7 +86,7 @@ def _declare() -> None:
     METHODS.declare("sdpo", "distill.methods.sdpo.method:SDPO", (RolloutReuseFields, SelfTeacherFields, SdpoFields))
 
     # run features (every method may use them); the doctor's setting sits among the conversations' (its place)
-    FEATURES.declare("conversations", "distill.conversations.feature:Conversations", ConversationFields)
+    FEATURES.declare("conversations", "distill.agents.feature:Conversations", ConversationFields)
     FEATURES.declare("doctor", "distill.doctor.fields:Doctor", DoctorFields)
     FEATURES.declare("async_rollouts", "distill.training.async_feature:AsyncRollouts", AsyncFields)
     FEATURES.declare("vision", "distill.training.vision_fields:Vision", VisionFields)

@@ -9,7 +9,7 @@ made elsewhere (a user's, a test's toy) is *registered* as an object (`Registry.
 checked against the table's interface, an abstract base class named by its import path: a class that leaves an
 abstract member unimplemented is refused with a message naming it.
 
-A leaf module: it imports nothing from distill, so any part's own leaf module (`distill.methods.registry`) can
+A leaf module: it imports nothing from distill, so any part's own leaf module (`distill.methods.base`) can
 hold a table, and `distill.config` can compose the settings without importing a part's code (or torch).
 """
 
@@ -19,6 +19,16 @@ import difflib
 import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Protocol, TypeVar
+
+
+@dataclass(frozen=True)
+class Reads:
+    """Config fields a part of a run reads while `when(config)` holds; `needs` names what turns them on
+    (it completes the sentence "X is only read with ...")."""
+
+    needs: str
+    names: tuple[str, ...]
+    when: Callable[[Any], bool] = lambda config: True
 
 
 class Part(Protocol):
@@ -70,7 +80,7 @@ class Registry(Generic[T]):
     ("method"); `retired`: names that once were parts, with what to write instead; `also`: names the field
     accepts besides the parts (e.g. "auto"), which no part may take; `order`: a sort key for `names()`
     (registration order when None; it sees the part, so ordering by it imports the declared parts' code);
-    `interface`: the import path of the abstract base class every part implements ("distill.methods.registry:Method"),
+    `interface`: the import path of the abstract base class every part implements ("distill.methods.base:Method"),
     resolved when a part is first checked; `check(part)`: the table's own rules for a part, after the interface's (a
     function, or its import path when it lives beside the interface)."""
 

@@ -89,7 +89,7 @@ def test_eval_of_a_server_run_talks_to_the_server_as_training_did(tmp_path, mode
 
     import distill.locations.server
     from distill.config import DistillConfig
-    from distill.teachers.server import ServerSettings
+    from distill.teachers.topk_client import ServerSettings
 
     run = tmp_path / "run"
     shutil.copytree(model_dirs["student"], run / "model")

@@ -149,7 +149,7 @@ def test_the_config_module_is_a_leaf():
     probe = ("import sys, distill.config; "
              "code = sorted(m for m in sys.modules if m == 'torch' or m.startswith('distill.locations') or "
              "(m.startswith('distill.methods.') and not m.endswith('fields') and m not in "
-             "('distill.methods.registry', 'distill.methods.sdpo', 'distill.methods.sdpo.reprompts', "
+             "('distill.methods.base', 'distill.methods.sdpo', 'distill.methods.sdpo.reprompts', "
              "'distill.methods.self_teacher_prompts'))); "
              "assert not code, code")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)

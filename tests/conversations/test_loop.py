@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from distill.conversations.loop import LoopSettings, loop_metrics, run_tool_loop
+from distill.agents.loop import LoopSettings, loop_metrics, run_tool_loop
 from distill.conversations.tool_calls import ToolCall, render_tool_calls
 from distill.conversations.tools import Tool, ToolRunner, load_tools, tool_schema
 from distill.generation.sample import Sample

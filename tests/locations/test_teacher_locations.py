@@ -26,7 +26,7 @@ from distill.locations import (
 )
 from distill.losses import LogitHead
 from distill.methods import get_method
-from distill.methods.registry import Reads
+from distill.registry import Reads
 from distill.signals import DENSE, DenseSignal
 from distill.teachers.base import Teacher
 from distill.teachers.hidden import predicting_positions

@@ -1,4 +1,4 @@
-"""The bundled task sets (`bundled:facts` for knowledge injection, `bundled:arithmetic` for RL) and answer checking (`distill.evaluation.answers`)."""
+"""The bundled task sets (`bundled:facts` for knowledge injection, `bundled:arithmetic` for RL) and answer checking (`distill.tasks.answers`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from distill.data import examples_from_dataset
 from distill.data_files import BUNDLED_SETS, load_dataset_spec
-from distill.evaluation.answers import contains_answer, normalise
+from distill.tasks.answers import contains_answer, normalise
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -25,10 +25,10 @@ from distill.teachers.hidden import (
     completion_targets,
     predicting_positions,
 )
+from distill.teachers.hidden_client import HiddenStateServerTeacher
 from distill.teachers.hidden_payload import decode_hidden, encode_hidden
-from distill.teachers.hidden_server import HiddenStateServerTeacher
 from distill.teachers.routed import RoutedTeacher
-from distill.teachers.server import ServerSettings
+from distill.teachers.topk_client import ServerSettings
 from tests.conftest import chat_rows, tiny_lm
 from tests.helpers.training import kill_at_checkpoint, make_config
 from tests.teachers.servers import post, serve_app

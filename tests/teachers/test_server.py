@@ -19,7 +19,7 @@ from distill.teachers.hidden import (
     completion_targets,
     predicting_positions,
 )
-from distill.teachers.server import ServerSettings, ServerTeacher
+from distill.teachers.topk_client import ServerSettings, ServerTeacher
 from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, train_tiny_tokenizer
 from tests.helpers.training import make_config
@@ -145,7 +145,7 @@ def test_connection_closed_while_idle_is_reopened_without_using_a_retry(server, 
 
 @pytest.mark.parametrize("value", [float("-inf"), float("nan"), 0.5])
 def test_non_finite_or_positive_log_probs_are_malformed(value):
-    from distill.teachers.server import MalformedResponse, parse_prompt_logprobs
+    from distill.teachers.topk_client import MalformedResponse, parse_prompt_logprobs
 
     body = {"choices": [{"index": 0, "prompt_logprobs": [None, {"5": {"logprob": -0.1}, "7": {"logprob": value}}]}]}
     with pytest.raises(MalformedResponse, match="finite number <= 0"):

@@ -12,8 +12,8 @@ import torch
 
 from distill import DistillConfig
 from distill.generation import register_engine, unregister_engine
+from distill.rundir.metrics_log import read_metrics
 from distill.training.async_rollout import RolloutProducerError
-from distill.training.metrics import read_metrics
 from distill.training.step import StepTimer
 from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer

@@ -216,7 +216,7 @@ def _point_entry_at(sharded: Path, fqn: str, value) -> None:
                                           ("torch.distributed.checkpoint.metadata", "torch.load")],
                          ids=["plain", "dotted_through_an_allowed_module", "other_name_of_an_allowed_module"])
 def test_fsdp_checkpoint_metadata_that_names_other_objects_is_refused(tmp_path, module, name):
-    from distill.training.sharding import check_metadata
+    from distill.models.sharding import check_metadata
 
     sharded = tmp_path / "sharded"
     sharded.mkdir()

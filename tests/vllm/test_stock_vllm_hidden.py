@@ -21,8 +21,8 @@ from distill.teachers.hidden import (
     completion_targets,
     predicting_positions,
 )
-from distill.teachers.hidden_server import VLLM_POOLER_CONFIG, HiddenStateServerTeacher
-from distill.teachers.server import ServerSettings
+from distill.teachers.hidden_client import VLLM_POOLER_CONFIG, HiddenStateServerTeacher
+from distill.teachers.topk_client import ServerSettings
 from tests.conftest import chat_rows
 from tests.skip_guard import needs_extra
 from tests.vllm.servers import save_models, start_server, stop_server

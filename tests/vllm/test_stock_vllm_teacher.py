@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from distill.batch import Completion, collate
 from distill.teachers.hidden import predicting_positions
-from distill.teachers.server import ServerSettings, ServerTeacher
+from distill.teachers.topk_client import ServerSettings, ServerTeacher
 from tests.conftest import chat_rows
 from tests.helpers.training import holed_mask
 from tests.skip_guard import needs_extra

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from distill import DistillConfig
-from distill.conversations.loop import LoopSettings, ToolLoop
+from distill.agents.loop import LoopSettings, ToolLoop
 from distill.conversations.tools import load_tools
 from distill.data import Example
 from distill.generation import SamplingParams, generate_completions, get_engine

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 import yaml
 
+from distill.agents.setup import offering_tools
 from distill.config import DistillConfig
-from distill.conversations.setup import offering_tools
 from distill.data import examples_from_dataset
 from distill.data_files import BUNDLED_DATASET, data_root, load_dataset_spec
 from distill.evaluation.evaluator import (

@@ -184,7 +184,7 @@ def load_parts() -> bool:
 class DistillConfig(RunFields, metaclass=_ComposedFromParts):
     """Every field of a run, flat (the command line, YAML recipes and `--help` see one namespace): `RunFields`
     (first in config.yaml), then each registered part's own settings (`PartFields` subclasses declared with the
-    part: a method's beside it in `distill/methods/*_fields.py`, a location's in `distill/locations/fields.py`, an
+    part: a method's beside it in `distill/methods/*_fields.py`, a location's in `distill/settings/locations.py`, an
     engine's in `distill/generation/vllm_fields.py`, a run feature's in its package), in the order the parts
     registered, except settings placed among the core's (`PartFields.placed_after`). A part's code reads its
     settings typed: `MixingFields.of(config).lmbda`."""

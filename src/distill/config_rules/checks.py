@@ -20,7 +20,7 @@ from distill.features import features
 from distill.generation.registry import AUTO, get_engine
 from distill.locations.registry import location_of, locations
 from distill.losses.checks import check_beta
-from distill.methods.registry import Method, get_method
+from distill.methods.base import Method, get_method
 from distill.models import parse_student_init
 from distill.training.runtime import check_device
 

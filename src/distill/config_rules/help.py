@@ -15,7 +15,7 @@ from __future__ import annotations
 from distill.config import DistillConfig
 from distill.config_rules.reads import own_fields, run_reads
 from distill.locations.registry import locations
-from distill.methods.registry import get_method, method_names
+from distill.methods.base import get_method, method_names
 
 
 def field_help(name: str) -> str:

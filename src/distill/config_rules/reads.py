@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Callable
 from distill.features import features
 from distill.generation.registry import engine_names, get_engine
 from distill.locations.registry import location_of, locations
-from distill.methods.registry import Method, Reads, get_method, method_names
+from distill.methods.base import Method, get_method, method_names
+from distill.registry import Reads
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig

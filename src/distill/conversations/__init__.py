@@ -1,5 +1,5 @@
-"""Conversations: multi-turn rows with tool calls and the tool-call loop (rendering them into token ids with a trained
-mask is `distill.rendering`).
+"""Conversations: multi-turn rows with tool calls, the leaf the renderer, the data and the agents read (rendering them
+into token ids with a trained mask is `distill.rendering`; the tool-call loop that runs them is `distill.agents`).
 
 - `tool_calls.py`: the calls' format in datasets (transformers'), the Hermes format distill writes and parses
   where a chat template has no tool support, the tools' schemas.
@@ -7,6 +7,5 @@ mask is `distill.rendering`).
   (its messages, observation, reward): what another tokenizer's teacher, a reward and a self-teacher read.
 - `tools.py`, `environments.py`: the run's tools (import paths) and environments (a factory per row), run with
   timeouts; failures become messages, counted by kind.
-- `loop.py`: the tool-call loop (token-in, token-out), its trajectories and metrics.
-- `setup.py`, `support.py`: the loop built from a config; what runs take conversations, checked before models load.
+- `fields.py`: the conversations part's settings.
 """

@@ -1,6 +1,6 @@
 """The conversations feature's settings (tools and environments in the student's rollouts): a leaf, composed into
 `DistillConfig` when the feature is declared (`distill.parts`) and read back typed (`ConversationFields.of(config)`);
-its reads and rules are `distill.conversations.feature`."""
+its reads and rules are `distill.agents.feature`."""
 
 from __future__ import annotations
 

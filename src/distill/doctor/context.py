@@ -10,7 +10,7 @@ from torch import nn
 if TYPE_CHECKING:
     from distill.config import DistillConfig
     from distill.data import EncodedExample, Example
-    from distill.methods.registry import Method
+    from distill.methods.base import Method
 
 
 class StepTimer(Protocol):

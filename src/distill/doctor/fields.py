@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from distill.config.io import PartFields, setting
 from distill.features import Feature
-from distill.methods.registry import Reads
+from distill.registry import Reads
 
 
 @dataclass

@@ -4,7 +4,7 @@ Per-token forward KL(teacher || student) and reverse KL(student || teacher) over
 temperature 1), and top-1 agreement, measured on two sets of completions: ones the teacher samples (what
 forward KL is an expectation over) and ones the student samples (where on-policy errors show). Plus greedy
 answers side by side, and, when the prompts have an `answer`, how often the greedy answer contains it
-(`distill.evaluation.answers`). Sampling is seeded and runs in a forked RNG, so evaluating never changes training.
+(`distill.tasks.answers`). Sampling is seeded and runs in a forked RNG, so evaluating never changes training.
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from distill.agents.setup import tool_loop
 from distill.batch import Completion, collate
 from distill.conversations.layout import Layout
-from distill.conversations.setup import tool_loop
 from distill.conversations.tools import FAILURES
 from distill.data import Example
-from distill.evaluation.answers import contains_answer
 from distill.evaluation.leakage import LEAK_WORDS, template_leakage
 from distill.evaluation.repetition import MAX_PERIOD, MIN_REPEATS, repetition
 from distill.generation import AUTO, SamplingParams, generate_completions
@@ -29,11 +28,12 @@ from distill.objectives import DivergenceObjective, StepContext
 from distill.objectives.student import student_loss
 from distill.rendering import Renderer
 from distill.seeds import row_seeds
+from distill.tasks.answers import contains_answer
 from distill.teachers import Teacher
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
-    from distill.methods.registry import Method
+    from distill.methods.base import Method
 
 
 @dataclass
@@ -45,7 +45,7 @@ class EvalSettings:
     chunk_size: int = 256
     generation_engine: str = AUTO
     leak_templates: tuple[str, ...] = ()  # a self-teacher's prompt templates: report `template_leakage`
-    tool_loop: Any = None  # `distill.conversations.loop.ToolLoop`: greedy answers are conversations (the run's tools)
+    tool_loop: Any = None  # `distill.agents.loop.ToolLoop`: greedy answers are conversations (the run's tools)
 
 
 def eval_settings(config: DistillConfig, method: Method, encoder: Renderer, batch_size: int | None = None) -> EvalSettings:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from distill.evaluation.answers import normalise
+from distill.tasks.answers import normalise
 
 LEAK_WORDS = 5
 _PLACEHOLDER = re.compile(r"(?<!\{)\{[a-z_]+\}(?!\})")

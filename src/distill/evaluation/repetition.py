@@ -13,7 +13,7 @@ accuracy normalises them), so punctuation and case do not hide or make a loop.
 
 from __future__ import annotations
 
-from distill.evaluation.answers import normalise
+from distill.tasks.answers import normalise
 
 MAX_PERIOD = 8
 MIN_REPEATS = 3

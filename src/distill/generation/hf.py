@@ -27,7 +27,7 @@ class HFGenerate(Engine):
             eos_token_id=request.stop_ids or None,
             pad_token_id=request.pad_id,
             # transformers turns synced_gpus on for an FSDP-managed model (every process steps until all are
-            # done); distill generates on a gathered student (`distill.training.sharding.gathered`), which needs no sync.
+            # done); distill generates on a gathered student (`distill.models.sharding.gathered`), which needs no sync.
             synced_gpus=False,
         )
         seeded = None

@@ -7,7 +7,7 @@
     cache     cache.py          `teacher_cache`               sparse, or dense with teacher_payload: hidden, from
                                                             `distill cache-teacher` output
     (remote.py: what server and cache share: the payload, the fields' ranges)
-    self      student_itself.py a method with teacher "self"  dense: the student's weights shown privileged context
+    self      self_teacher.py   a method with teacher "self"  dense: the student's weights shown privileged context
     none      no_teacher.py     a method with teacher "none"  nothing (sft)
 
 A method works with a location when its objective consumes that location's signal kind. A new location is a

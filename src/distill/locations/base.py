@@ -26,8 +26,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from distill.methods.base import Method
 from distill.methods.mixing_fields import MixingFields
-from distill.methods.registry import Method, Reads
+from distill.registry import Reads
 from distill.teachers.base import Teacher, check_teacher
 
 if TYPE_CHECKING:
@@ -200,7 +201,7 @@ class TeacherLocation(ABC):
         `args.teacher_url`) say."""
 
     def hooks(self, teachers: Teachers) -> list:
-        """Step hooks for what the built teachers change as training goes (`distill.methods.registry.StepHook`):
+        """Step hooks for what the built teachers change as training goes (`distill.methods.base.StepHook`):
         called after every optimizer step, their state saved in checkpoints and restored on resume. None by
         default (the built-in locations' teachers keep no state of their own; an EMA self-teacher's is its
         method's hook)."""

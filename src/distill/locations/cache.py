@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING
 
 from distill.locations.base import TeacherRequest, Teachers
 from distill.locations.external import NOT_EVALUABLE
-from distill.locations.fields import CacheFields, RemoteTeacherFields
 from distill.locations.registry import location_of
 from distill.locations.remote import RemoteLocation, hidden_payload
 from distill.locations.routes import parse_routes
-from distill.methods.registry import Method, Reads, get_method
+from distill.methods.base import Method, get_method
+from distill.registry import Reads
+from distill.settings.locations import CacheFields, RemoteTeacherFields
 from distill.teachers.build import check_routes, one_or_routed, use_cached_completions
 from distill.teachers.cache import TeacherCache
 from distill.teachers.offline import OfflineTeacher

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from distill.config.values import DEFAULT_TEACHER
 from distill.locations.base import TeacherLocation
-from distill.methods.registry import Method
+from distill.methods.base import Method
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig

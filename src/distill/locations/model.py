@@ -11,8 +11,9 @@ from torch import nn
 from distill.locations.base import TeacherRequest, Teachers
 from distill.locations.external import NOT_EVALUABLE, ExternalLocation
 from distill.locations.registry import location_of
-from distill.methods.registry import Method, Reads, get_method
+from distill.methods.base import Method, get_method
 from distill.models import resolve_model_source
+from distill.registry import Reads
 from distill.signals import ALIGNED, DENSE
 from distill.teachers.build import load_model, model_teacher
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from distill.locations.student_itself import StudentOnlyLocation
-from distill.methods.registry import Method
+from distill.locations.self_teacher import StudentOnlyLocation
+from distill.methods.base import Method
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig

@@ -15,7 +15,7 @@ from distill.registry import Registry, load_built_in_parts
 if TYPE_CHECKING:  # annotations only: this module stays a leaf
     from distill.config import DistillConfig
     from distill.locations.base import TeacherLocation
-    from distill.methods.registry import Method
+    from distill.methods.base import Method
 
 LOCATIONS: Registry[TeacherLocation] = Registry("teacher location", "teacher location", load=load_built_in_parts,
                                                 interface="distill.locations.base:TeacherLocation")

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from distill.locations.external import ExternalLocation
-from distill.locations.fields import RemoteTeacherFields
-from distill.methods.registry import Method
+from distill.methods.base import Method
+from distill.settings.locations import RemoteTeacherFields
 from distill.signals import DENSE, SPARSE
 
 if TYPE_CHECKING:

@@ -8,14 +8,15 @@ from __future__ import annotations
 import urllib.parse
 from typing import TYPE_CHECKING
 
-from distill.conversations.setup import offered_schemas
+from distill.agents.setup import offered_schemas
 from distill.locations.base import TeacherRequest, Teachers
-from distill.locations.fields import RemoteTeacherFields, ServerFields
 from distill.locations.registry import location_of
 from distill.locations.remote import HIDDEN_DTYPES, RemoteLocation, hidden_payload
 from distill.locations.routes import parse_routes
-from distill.methods.registry import Method, Reads, get_method
+from distill.methods.base import Method, get_method
 from distill.models import load_tokenizer, resolve_model_source
+from distill.registry import Reads
+from distill.settings.locations import RemoteTeacherFields, ServerFields
 from distill.signals import ALIGNED
 from distill.teachers.build import (
     check_routes,
@@ -24,7 +25,7 @@ from distill.teachers.build import (
     server_teacher,
 )
 from distill.teachers.cross_tokenizer import CrossTokenizerTeacher, uld_settings
-from distill.teachers.server import ServerSettings
+from distill.teachers.topk_client import ServerSettings
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig

@@ -1,5 +1,5 @@
 """Methods: what is learned. One module per method, declared in the catalogue (`distill.parts`) and kept in the
-table of `registry`; importing this package loads no method.
+table of `base`; importing this package loads no method.
 
 Adding a method: write `methods/NAME.py` with a `Method` subclass (its name, summary, sources and objective;
 optionally the paper, the fields it reads, validation, metrics, hooks), then either `register` it (a method of
@@ -8,7 +8,7 @@ code is imported when a method is first asked for (`get_method`); `method_names`
 walks through it.
 """
 
-from distill.methods.registry import (
+from distill.methods.base import (
     Method,
     Paper,
     Reads,

@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from distill.methods import mixing
+from distill.methods.base import Method, Paper
 from distill.methods.mixing_fields import MixingFields
-from distill.methods.registry import Method, Paper, Reads
 from distill.methods.reuse_fields import STALENESS_CORRECTION, staleness_correction
 from distill.methods.sampling_rules import check_staleness_correction
 from distill.objectives import DivergenceObjective
+from distill.registry import Reads
 from distill.signals import DENSE, SPARSE
 
 if TYPE_CHECKING:

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 
 from distill.methods import mixing
 from distill.methods.async_fields import AsyncFields
-from distill.methods.gold_fields import GoldFields
+from distill.methods.base import Method, Paper
 from distill.methods.mixing_fields import MixingFields
-from distill.methods.registry import Method, Paper, Reads
 from distill.objectives import DivergenceObjective
+from distill.registry import Reads
+from distill.settings.gold import GoldFields
 from distill.signals import ALIGNED
 
 if TYPE_CHECKING:

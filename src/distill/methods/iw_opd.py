@@ -14,11 +14,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from distill.locations.fields import CacheFields, ServerFields
 from distill.losses.policy_gradient import ClipSettings
+from distill.methods.base import Method, Paper
 from distill.methods.iw_opd_fields import IwOpdFields
 from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
-from distill.methods.registry import Method, Paper, Reads
 from distill.methods.reuse_fields import RolloutReuseFields, check_reuse, stale_samples
 from distill.methods.sampling_rules import check_sampling_matches_loss
 from distill.objectives.iw_opd import (
@@ -28,6 +27,8 @@ from distill.objectives.iw_opd import (
     IWOPDObjective,
     IWOPDSettings,
 )
+from distill.registry import Reads
+from distill.settings.locations import CacheFields, ServerFields
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from distill.methods.mixing_fields import LMBDA_SCHEDULES, MixingFields
-from distill.methods.registry import Reads
+from distill.registry import Reads
 from distill.seeds import source_draw_seed
 
 if TYPE_CHECKING:

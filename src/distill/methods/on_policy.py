@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from distill.methods.base import Method
 from distill.methods.gkd import GKD_PAPER, describe_jsd, divergence_objective
 from distill.methods.mixing import ALWAYS_ON_POLICY
-from distill.methods.registry import Method, Reads
 from distill.methods.reuse_fields import STALENESS_CORRECTION, staleness_correction
 from distill.methods.sampling_rules import check_staleness_correction
 from distill.objectives import DivergenceObjective
+from distill.registry import Reads
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig

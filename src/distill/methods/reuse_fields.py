@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from distill.config.io import PartFields, setting
 from distill.methods.async_fields import AsyncFields
-from distill.methods.registry import Reads
+from distill.registry import Reads
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from distill.methods.base import Method, Paper
 from distill.methods.mixing import ALWAYS_ON_POLICY, MixedSources
-from distill.methods.registry import Method, Paper, Reads
 from distill.methods.reuse_fields import RolloutReuseFields, check_reuse, stale_samples
 from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
 from distill.methods.sdft_fields import SdftFields
@@ -30,6 +30,7 @@ from distill.objectives.self_distillation import (
     SelfDistillationObjective,
     SelfDistillationSettings,
 )
+from distill.registry import Reads
 from distill.teachers.self_teacher import EMAUpdate
 
 if TYPE_CHECKING:

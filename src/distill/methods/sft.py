@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from distill.methods.base import Method
 from distill.methods.mixing import MixedSources
-from distill.methods.registry import Method, Reads
 from distill.methods.self_teacher_fields import SelfTeacherFields
 from distill.objectives.supervised import CrossEntropyObjective
+from distill.registry import Reads
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig

@@ -1,5 +1,6 @@
 """Models: where one lives and loading it (`loading`), building the student from a teacher's layers (`student`),
-the vocabulary two models are compared over (`vocabulary`), and the tokens that end a completion (`end_of_turn`).
+the vocabulary two models are compared over (`vocabulary`), the tokens that end a completion (`end_of_turn`), and
+FSDP for the student (`sharding`).
 
 Models are plain `transformers` causal LMs. A model is named by a local directory, a `.gguf` file (its
 tokenizer comes from the same file), a hub id (when online), or `smollm2-135m-instruct`, the

@@ -55,7 +55,7 @@ class StudentObjective(nn.Module):
     def forward(self, batch: MicroBatch | None = None, signal=None, objective: Objective | None = None,
                 context: StepContext | None = None, *, run=None):
         """The loss sum of `batch`; or, given `run`, `run(student)` (under FSDP this is how generation and
-        evaluation reach the gathered student: `distill.training.sharding.gathered`)."""
+        evaluation reach the gathered student: `distill.models.sharding.gathered`)."""
         if run is not None:
             return run(self.student)
         return student_loss(self.student, self.vocab_size, batch, signal, objective, context)

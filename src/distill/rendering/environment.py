@@ -1,7 +1,7 @@
 """The environment's turns in a model's ids: what a chat template adds after an assistant's end of turn for tool
 results (or user turns), through the next assistant turn's header.
 
-The tool-call loop (`distill.conversations.loop`) appends these ids to the ids the model sampled, and a
+The tool-call loop (`distill.agents.loop`) appends these ids to the ids the model sampled, and a
 cross-tokenizer teacher renders the environment's turns between the student's turns with them. They come from
 rendering a stand-in conversation with and without the tool turns: the text the template adds after an assistant's
 end of turn does not depend on what the turn said, in a template that preserves prefixes (checked at every render).

@@ -4,7 +4,7 @@ A checkpoint `checkpoints/step-000050/` holds the student (`save_pretrained`, al
 optimizer and scheduler states, every process's RNG state, the method's step-hook states and the step. A
 crash while writing leaves a `.tmp-*` directory that is ignored and cleaned up, never a half-written `step-*`.
 Under FSDP the student and optimizer are instead each process's shards in `sharded/`
-(torch.distributed.checkpoint, `distill.training.sharding`).
+(torch.distributed.checkpoint, `distill.models.sharding`).
 
 Every `.pt` file holds tensors and plain values only and is read with `torch.load(weights_only=True)`:
 resuming a run directory someone else wrote never runs code hidden in a pickle. (numpy's RNG state, the
@@ -75,7 +75,7 @@ def save_checkpoint(accelerator, run_dir: Path, step: int, save_weights, schedul
 
     save_weights(directory): writes the student and the optimizer state there; called on every process (the
     `weights` layout: REPLICATED, the main process writes `student/` and `optimizer.pt`; SHARDED, every
-    process writes its shards, `distill.training.sharding`).
+    process writes its shards, `distill.models.sharding`).
     """
     final = checkpoint_dir(run_dir, step)
     temporary = final.parent / f".tmp-{final.name}"

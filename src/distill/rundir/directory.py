@@ -32,18 +32,17 @@ from distill.evaluation.evaluator import (
     summary_lines,
     write_report,
 )
-from distill.models import count_parameters
+from distill.models import count_parameters, sharding
 from distill.models.vision import save_processor
 from distill.rundir import checkpoint as ckpt
 from distill.rundir.lock import RunLock, check_unlocked
+from distill.rundir.metrics_log import MetricsLog
 from distill.rundir.model_card import write_model_card
-from distill.training import sharding
-from distill.training.metrics import MetricsLog
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
     from distill.locations import TeacherLocation
-    from distill.methods.registry import Method
+    from distill.methods.base import Method
     from distill.training.student_access import StudentAccess
 
 logger = logging.getLogger(__name__)

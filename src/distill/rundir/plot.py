@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from distill.training.metrics import read_metrics
+from distill.rundir.metrics_log import read_metrics
 
 GROUPS = {
     "loss": ["loss", "loss/student", "loss/dataset", "loss/teacher"],

@@ -5,7 +5,7 @@ positions, in row-major order. The signal is data; the method's objective decide
 so the trainer, denominators and metrics are the same whatever the teacher.
 
     local (same tokenizer) -> DenseSignal    teachers/local.py
-    server / offline cache -> SparseSignal   teachers/server.py, teachers/offline.py (format: teachers/cache/)
+    server / offline cache -> SparseSignal   teachers/topk_client.py, teachers/offline.py (format: teachers/cache/)
     another tokenizer      -> AlignedSignal  teachers/cross_tokenizer.py
     several, by teacher_id -> RoutedSignal   teachers/routed.py
 """

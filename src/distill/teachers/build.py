@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from distill.conversations.setup import offered_schemas
+from distill.agents.setup import offered_schemas
 from distill.models import (
     load_causal_lm,
     load_processor,
@@ -29,10 +29,10 @@ from distill.models import (
 from distill.models.vision import is_vision_language
 from distill.teachers.cache import prompt_crc
 from distill.teachers.cross_tokenizer import CrossTokenizerTeacher, uld_settings
-from distill.teachers.hidden_server import HiddenStateServerTeacher
+from distill.teachers.hidden_client import HiddenStateServerTeacher
 from distill.teachers.local import LocalTeacher
 from distill.teachers.routed import RoutedTeacher
-from distill.teachers.server import ServerSettings, ServerTeacher
+from distill.teachers.topk_client import ServerSettings, ServerTeacher
 
 if TYPE_CHECKING:
     pass

@@ -48,10 +48,10 @@ from distill.data import Example
 from distill.generation import SamplingParams, generate_completions
 from distill.generation.sample import Sample
 from distill.losses.uld import Alignment, ULDSettings, VocabularyMatch
-from distill.methods.gold_fields import GoldFields
 from distill.models import eos_token_ids, logit_head
 from distill.models.inputs import RowExtras, collate_extras
 from distill.models.kinds import model_kind_of
+from distill.settings.gold import GoldFields
 from distill.signals import AlignedSignal
 from distill.teachers.base import Teacher
 from distill.teachers.hidden import backbone_hidden

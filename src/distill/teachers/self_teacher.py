@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import nn
@@ -33,11 +33,13 @@ from distill.data import Example, RowPrompt
 from distill.generation import SamplingParams, generate_completions
 from distill.generation.sample import Sample
 from distill.losses import LogitHead
-from distill.methods.self_teacher_prompts import TeacherPrompts
 from distill.models import logit_head
 from distill.signals import SelfSignal
 from distill.teachers.base import Teacher
 from distill.teachers.hidden import backbone_hidden, predicting_positions
+
+if TYPE_CHECKING:  # annotations only: the prompts are built by the self-teacher location
+    from distill.methods.self_teacher_prompts import TeacherPrompts
 
 KINDS = ("base", "live", "ema")
 

@@ -15,7 +15,8 @@
   sampler (`student_sampler.py`), the teacher's seq_kd window (`teacher_window.py`), the dataset's completions and the
   micro-batches made of the samples (`completions.py`), the method's stage (`stage.py`).
 - `metrics.py`: token-weighted metric windows, reduced over processes once.
-- `runtime.py`: accelerate, the device and precision; `sharding.py`: FSDP for the student; `cpu_memory.py`:
+- `runtime.py`: accelerate, the device and precision; `teacher_prefetch.py`: a remote teacher's step scored up front
+  on its clock; `cpu_memory.py`:
   glibc's mmap threshold for a training process on CPU.
 
 Importing this package imports none of them (the trainer pulls in accelerate and transformers).

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from distill.conversations.setup import offering_tools, tool_loop
+from distill.agents.setup import offering_tools, tool_loop
 from distill.data import (
     EncodedExample,
     Example,
@@ -34,7 +34,7 @@ from distill.data import (
 from distill.data_files import BUNDLED_DATASET, data_root, load_dataset_spec
 from distill.generation import SamplingParams
 from distill.locations import TRAIN, TeacherLocation, Teachers
-from distill.methods.registry import Method
+from distill.methods.base import Method
 from distill.models import (
     check_context,
     check_rows_match,

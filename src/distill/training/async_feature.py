@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING
 from distill.config.values import one_of
 from distill.features import Feature
 from distill.methods.async_fields import AsyncFields
-from distill.methods.registry import Reads
 from distill.methods.reuse_fields import RolloutReuseFields
 from distill.objectives.staleness import CORRECTIONS, RATIO_LEVELS
+from distill.registry import Reads
 from distill.training.plan import PACINGS
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
-    from distill.methods.registry import Method
+    from distill.methods.base import Method
 
 
 class AsyncRollouts(Feature):

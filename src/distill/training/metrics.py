@@ -7,10 +7,8 @@ process saw in the window (still +-inf) is not logged.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -86,24 +84,6 @@ class MetricWindow:
             self.maxima[name] = -math.inf
         for name in minima:
             self.minima[name]
-
-
-class MetricsLog:
-    """Appends one JSON line per logging step to metrics.jsonl (main process only)."""
-
-    def __init__(self, path: Path, enabled: bool):
-        self.path = path
-        self.enabled = enabled
-
-    def write(self, record: dict) -> None:
-        if not self.enabled:
-            return
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-
-
-def read_metrics(path: Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
 def new_window(method=None, teacher_ids: list[str] = (), stage_metrics: list[str] = ()) -> MetricWindow:

@@ -39,8 +39,8 @@ from distill.data import Example, StepSampler
 from distill.generation.engine import SamplingParams
 
 if TYPE_CHECKING:
+    from distill.agents.loop import ToolLoop
     from distill.batch import MicroBatch
-    from distill.conversations.loop import ToolLoop
 
 SOURCES = ("student", "dataset", "teacher")
 # An asynchronous producer's timers (logged as time/NAME, seconds per step): copying the weights of a new version and
@@ -77,7 +77,7 @@ class RolloutSettings:
     num_iterations: int = 1
     loss_skip: int = 0  # num_loss_tokens_to_skip
     trains_row: Callable[[Example], bool] | None = None  # the method's; None: every row trains
-    tool_loop: ToolLoop | None = None  # `tools`: the student's rollouts are conversations (`distill.conversations.loop`)
+    tool_loop: ToolLoop | None = None  # `tools`: the student's rollouts are conversations (`distill.agents.loop`)
 
 
 class StepStage(Protocol):
@@ -122,7 +122,7 @@ class RolloutProducer(ABC):
     """The seam between generating a step's rollout and training on it (module docstring).
 
     The trainer calls `request(k)` and then `take(k)` for every step k in order, on every process at once.
-    A producer is a step hook (`distill.methods.registry.StepHook`): its `state_dict` holds what it must
+    A producer is a step hook (`distill.methods.base.StepHook`): its `state_dict` holds what it must
     carry over a resume (plain values), `holds_state` says whether it holds anything at all.
     """
 

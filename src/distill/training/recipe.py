@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from distill.conversations.support import check_conversation_rows
+from distill.agents.support import check_conversation_rows
 from distill.data import EncodedExample, Example, StepSampler
 from distill.locations import TeacherLocation, Teachers, location_of
 from distill.methods import get_method
-from distill.methods.registry import Method, StageParts
+from distill.methods.base import Method, StageParts
 from distill.rundir.directory import check_objects_given, check_output_dir, run_inputs
 from distill.training.assembly import (
     LoadedModels,

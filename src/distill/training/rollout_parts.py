@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from distill.agents.loop import LOOP_METRICS
 from distill.batch import MicroBatch
-from distill.conversations.loop import LOOP_METRICS
 from distill.data import EncodedExample, Example, StepSampler
 from distill.training.completions import RolloutAssembler
 from distill.training.plan import RolloutProducer, RolloutSchedule, RolloutSettings, SourcePlan, StepStage

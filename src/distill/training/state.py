@@ -20,12 +20,12 @@ from torch import nn
 from distill.doctor.report import write_findings
 from distill.generation.registry import configure_engine
 from distill.generation.sync import weight_sync
+from distill.models import sharding
 from distill.objectives.student import StudentObjective
 from distill.rundir.directory import RunDirectory, RunIdentity, TrainedStudent
+from distill.rundir.metrics_log import MetricsLog
 from distill.seeds import process_seed
-from distill.training import sharding
 from distill.training.assembly import make_optimizer
-from distill.training.metrics import MetricsLog
 
 if TYPE_CHECKING:
     from distill.doctor.findings import Finding

@@ -17,10 +17,10 @@ from torch import nn
 
 from distill.objectives import StepContext
 from distill.objectives.student import StudentObjective
-from distill.teachers.ahead import score_step_ahead
 from distill.teachers.build import teachers_of
 from distill.training.metrics import MetricWindow, new_window, record_micro_batch
 from distill.training.runtime import phase_clock
+from distill.training.teacher_prefetch import score_step_ahead
 
 if TYPE_CHECKING:
     from distill.training.recipe import Assembly

@@ -3,7 +3,7 @@
 The rollout samples from the student, a weight sync pushes it to an engine's copy, the evaluation scores it.
 None of them reaches into the trainer: the trainer makes one `StudentAccess` before anything else and gives it
 to them, and tells it once what the student trains inside (`attach`, at set-up). Under FSDP the student's
-parameters are sharded; `__call__` then gathers them for the call (`distill.training.sharding.gathered`), on every
+parameters are sharded; `__call__` then gathers them for the call (`distill.models.sharding.gathered`), on every
 process at the same point, so what runs may generate or evaluate without collectives.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from torch import nn
 
-from distill.training import sharding
+from distill.models import sharding
 
 
 class StudentAccess:

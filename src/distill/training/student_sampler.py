@@ -9,7 +9,7 @@ from typing import Callable, Protocol, cast
 
 import torch
 
-from distill.conversations.loop import ToolLoop, loop_metrics
+from distill.agents.loop import ToolLoop, loop_metrics
 from distill.data import EncodedExample, Example
 from distill.generation import generate_completions
 from distill.generation.sample import Sample

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from distill.locations import TeacherLocation, TeacherRequest, Teachers
-from distill.methods.registry import Method
+from distill.methods.base import Method
 from distill.models import eos_token_ids
 from distill.teachers.build import comparison_vocab_size
 

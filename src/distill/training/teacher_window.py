@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from distill.conversations.loop import ToolLoop
+from distill.agents.loop import ToolLoop
 from distill.data import EncodedExample, Example
 from distill.generation.sample import Sample
 from distill.seeds import row_seeds, teacher_window_seed

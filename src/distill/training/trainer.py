@@ -29,9 +29,9 @@ from distill.config import DistillConfig
 from distill.errors import StepFailure
 from distill.evaluation.evaluator import Evaluator, eval_settings
 from distill.generation.registry import close_engine
+from distill.models import sharding
 from distill.rundir import checkpoint as ckpt
 from distill.rundir.directory import disk_full_message, disk_is_full
-from distill.training import sharding
 from distill.training.metrics import MetricWindow, add_throughput, log_record, progress_bar, show_on_progress_bar
 from distill.training.plan import RolloutProducer
 from distill.training.recipe import Assembly, Given, assemble

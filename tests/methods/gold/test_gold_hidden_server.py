@@ -16,8 +16,8 @@ from distill.objectives import LossSettings, StudentTokens, divergence
 from distill.serving.app import build_app
 from distill.serving.scoring import ScoringEngine
 from distill.teachers.cross_tokenizer import CrossTokenizerTeacher
-from distill.teachers.hidden_server import HiddenStateServerTeacher
-from distill.teachers.server import ServerSettings
+from distill.teachers.hidden_client import HiddenStateServerTeacher
+from distill.teachers.topk_client import ServerSettings
 from distill.training.trainer import Distiller
 from tests.conftest import chat_rows, tiny_lm
 from tests.helpers.training import make_config

@@ -15,8 +15,8 @@ from distill.serving.app import build_app
 from distill.serving.scoring import ScoringEngine
 from distill.teachers.build import load_model
 from distill.teachers.hidden import backbone_hidden, predicting_positions
-from distill.teachers.hidden_server import HiddenStateServerTeacher
-from distill.teachers.server import ServerSettings, ServerTeacher
+from distill.teachers.hidden_client import HiddenStateServerTeacher
+from distill.teachers.topk_client import ServerSettings, ServerTeacher
 from tests.models.vision.models import save_qwen_vl, shape_image
 from tests.teachers.servers import post, serve_app, serve_teacher
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from distill.agents.setup import offering_tools
 from distill.conversations.environments import EnvironmentFactory
 from distill.conversations.fields import ConversationFields
-from distill.conversations.setup import offering_tools
 from distill.conversations.tools import load_tools
 from distill.losses.policy_gradient import ClipSettings
+from distill.methods.base import Method, Paper
 from distill.methods.mixing import ALWAYS_ON_POLICY
-from distill.methods.registry import Method, Paper, Reads
 from distill.methods.reuse_fields import RolloutReuseFields, check_reuse, stale_samples
 from distill.methods.sampling_rules import check_sampling_matches_loss, reused_rollouts
 from distill.methods.sdpo.fields import SdpoFields
@@ -35,6 +35,7 @@ from distill.models.kinds import model_kind_of
 from distill.objectives.group_policy import PolicySettings
 from distill.objectives.sdpo import METRICS, SDPOObjective, SDPOSettings
 from distill.objectives.self_distillation import SelfDistillationSettings
+from distill.registry import Reads
 from distill.teachers.self_teacher import EMAUpdate
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ A reward function is called once per batch of completions:
 Built-ins, by name (each gives 0 or 1):
 
     contains_answer  the completion holds the row's `answer` as whole words, after normalisation
-                     (`distill.evaluation.answers`: "12" is not found in "123", "Paris" is in "It is Paris.")
+                     (`distill.tasks.answers`: "12" is not found in "123", "Paris" is in "It is Paris.")
     equals_answer    the normalised completion is the normalised answer
     regex            the completion matches `reward_regex` (re.search)
 
@@ -37,7 +37,7 @@ import torch
 
 from distill.callables import import_callable
 from distill.errors import RewardFunctionError
-from distill.evaluation.answers import contains_answer, normalise
+from distill.tasks.answers import contains_answer, normalise
 
 ANSWER_REWARDS = ("contains_answer", "equals_answer")
 BUILTINS = (*ANSWER_REWARDS, "regex")

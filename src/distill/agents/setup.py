@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from distill.agents.loop import LoopSettings, ToolLoop
 from distill.conversations.environments import EnvironmentFactory
-from distill.conversations.loop import LoopSettings, ToolLoop
 from distill.conversations.tools import load_tools
 
 if TYPE_CHECKING:

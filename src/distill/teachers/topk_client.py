@@ -1,4 +1,4 @@
-"""A teacher behind an HTTP server speaking vLLM's OpenAI-compatible `/v1/completions`.
+"""A client of a teacher server speaking vLLM's OpenAI-compatible `/v1/completions` (top-k log-probs).
 
 For each completion of a micro-batch, the client sends the token ids of prompt + completion with
 `max_tokens = 1` and `prompt_logprobs = K`, and reads, at every completion position, the top-K ids with

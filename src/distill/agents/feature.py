@@ -9,7 +9,7 @@ from distill.conversations.environments import EnvironmentFactory
 from distill.conversations.fields import ConversationFields
 from distill.conversations.tools import load_tools
 from distill.features import Feature
-from distill.methods.registry import Reads
+from distill.registry import Reads
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig

@@ -1,4 +1,4 @@
-"""The method registry: what a method declares, and the table of registered methods.
+"""The method interface: what a method declares (`Method`), and the table of registered methods.
 
 A leaf module: at run time it imports nothing from distill but the generic table (`distill.registry`), and
 no method (the types it names are imported for annotations only). A method module subclasses `Method`; the
@@ -13,9 +13,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
-from distill.registry import Registry, load_built_in_parts
+from distill.registry import Reads, Registry, load_built_in_parts
 
 if TYPE_CHECKING:  # annotations only: this module stays a leaf
     from distill.config import DistillConfig
@@ -35,16 +35,6 @@ class Paper:
     bibtex_key: str
     bibtex_authors: str
     venue: str
-
-
-@dataclass(frozen=True)
-class Reads:
-    """Config fields a part of a run reads while `when(config)` holds; `needs` names what turns them on
-    (it completes the sentence "X is only read with ...")."""
-
-    needs: str
-    names: tuple[str, ...]
-    when: Callable[[Any], bool] = lambda config: True
 
 
 class StepHook(Protocol):
@@ -189,7 +179,7 @@ def _check_method(method: Method) -> None:
 
 
 METHODS: Registry[Method] = Registry("method", "method", RETIRED, load=load_built_in_parts,
-                                     interface="distill.methods.registry:Method", check=_check_method)
+                                     interface="distill.methods.base:Method", check=_check_method)
 
 
 def register(method: Method | type[Method]) -> Method:

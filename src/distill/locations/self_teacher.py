@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from distill.agents.setup import offering_tools
 from distill.config.io import OBJECT_RECORD
 from distill.config.values import DEFAULT_TEACHER
-from distill.conversations.setup import offering_tools
 from distill.locations.base import TeacherLocation, TeacherRequest, Teachers
 from distill.locations.registry import locations
-from distill.methods.registry import Method
+from distill.methods.base import Method
 from distill.methods.self_teacher_fields import SelfTeacherFields
 from distill.methods.self_teacher_prompts import TeacherPrompts
 from distill.models import check_context, make_student

@@ -33,7 +33,7 @@ from distill.teachers.hidden_payload import (
     PAYLOAD_VERSION,
     decode_hidden,
 )
-from distill.teachers.server import (
+from distill.teachers.topk_client import (
     CompletionsClient,
     MalformedResponse,
     ScoreRequests,
