@@ -303,7 +303,8 @@ class CrossTokenizerTeacher(Teacher):
         num_rows = batch.num_completion_tokens
         row_group = torch.full((num_rows,), -1, dtype=torch.long)
         row_last = torch.zeros(num_rows, dtype=torch.bool)
-        weights, last_at, inner_at, inner_group, inner_target = [], [], [], [], []
+        weights: list[float] = []
+        last_at, inner_at, inner_group, inner_target = [], [], [], []
         offset = 0
         for row, (m, completion) in enumerate(zip(mapped, batch.completions)):
             # A completion token's row among the batch's N trained positions. A group holding an untrained
