@@ -30,7 +30,7 @@ from distill.objectives.self_distillation import (
     SelfDistillationObjective,
     SelfDistillationSettings,
 )
-from distill.teachers.self_teacher import EMAUpdate
+from distill.teachers.self_teacher import EMAUpdate, SelfTeacher
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
@@ -128,10 +128,11 @@ class SDFT(Method):
     def trains_row(self, config: DistillConfig, example) -> bool:
         return example.privileged_context is not None
 
-    def hooks(self, config: DistillConfig, student, teacher) -> list:
+    def hooks(self, config: DistillConfig, student, teacher: SelfTeacher) -> list:
         self_teacher = SelfTeacherFields.of(config)
         if self_teacher.teacher_model_kind != "ema":
             return []
+        assert teacher.copy is not None  # an EMA self-teacher holds its copy
         return [EMAUpdate(teacher.copy, student, self_teacher.teacher_update_rate, self_teacher.teacher_sync_steps)]
 
     def describe_loss(self, record: dict) -> str:

@@ -35,7 +35,7 @@ from distill.models.kinds import model_kind_of
 from distill.objectives.group_policy import PolicySettings
 from distill.objectives.sdpo import METRICS, SDPOObjective, SDPOSettings
 from distill.objectives.self_distillation import SelfDistillationSettings
-from distill.teachers.self_teacher import EMAUpdate
+from distill.teachers.self_teacher import EMAUpdate, SelfTeacher
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
@@ -200,10 +200,11 @@ class SDPO(Method):
             reprompts = Reprompts(encoder, sdpo.reprompt_template, sdpo.solution_template, sdpo.feedback_template)
         return RewardStage(rewards(config), settings, reprompts, parts.tokenizer, parts.runtime, parts.first_row)
 
-    def hooks(self, config: DistillConfig, student, teacher) -> list:
+    def hooks(self, config: DistillConfig, student, teacher: SelfTeacher) -> list:
         self_teacher = SelfTeacherFields.of(config)
         if not distils(config) or self_teacher.teacher_model_kind != "ema":
             return []
+        assert teacher.copy is not None  # an EMA self-teacher holds its copy
         return [EMAUpdate(teacher.copy, student, self_teacher.teacher_update_rate, self_teacher.teacher_sync_steps)]
 
     def describe_loss(self, record: dict) -> str:
