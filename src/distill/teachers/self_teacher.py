@@ -109,7 +109,7 @@ class SelfTeacher(Teacher):
     def score(self, batch: MicroBatch, temperature: float) -> SelfSignal:
         """The teacher's hidden states at the trained positions of `batch`, after each row's teacher prompt:
         the same completion tokens, masks and order, so its N positions are the student's N. Rows a step
-        stage marked not distilled (`Completion.distilled`) skip the teacher pass: zeros at their positions,
+        stage marked not distilled (the `DISTILLED` annotation False) skip the teacher pass: zeros at their positions,
         and `SelfSignal.distilled` says which positions are real."""
         completions = batch.completions
         scored = [c for c in completions if DISTILLED.of(c)]
