@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from distill.doctor.context import DoctorContext
+from distill.doctor.fields import DoctorFields
 from distill.doctor.report import act_on
 from distill.doctor.run import run_checks
 from distill.training.step import StepTimer
@@ -27,5 +28,5 @@ def start_checks(parts: Assembly, models: LoadedModels, doctor: bool) -> list[Fi
     findings = run_checks(DoctorContext(parts.config, parts.method, parts.train_examples, parts.student_model,
                                         parts.tokenizer, models.teacher, models.teacher_tokenizer, parts.student_given,
                                         parts.eos_ids, parts.encoded, doctor, head, StepTimer(parts)))
-    act_on(findings, parts.config.strict_checks, show=not doctor and parts.runtime.is_main_process)
+    act_on(findings, DoctorFields.of(parts.config).strict_checks, show=not doctor and parts.runtime.is_main_process)
     return findings
