@@ -78,6 +78,7 @@ class SDFT(Method):
     def objective(self, config: DistillConfig) -> SelfDistillationObjective:
         self_teacher = SelfTeacherFields.of(config)
         reused = stale_samples(config) and not SdftFields.of(config).generate_from_teacher
+        assert self_teacher.distillation_mode is not None and config.beta is not None  # validate() filled the method's defaults
         return SelfDistillationObjective(SelfDistillationSettings(
             self_teacher.distillation_mode, config.beta, config.temperature, config.loss_chunk_size,
             self_teacher.distillation_topk, self_teacher.distillation_is_clip, reused))

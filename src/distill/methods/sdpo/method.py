@@ -129,6 +129,7 @@ class SDPO(Method):
         reused = stale_samples(config)
         policy = PolicySettings(sdpo.loss_type, ClipSettings(reuse.epsilon_low, reuse.epsilon_high, dual_clip=None),
                                 config.temperature, config.loss_chunk_size, config.max_new_tokens, reused)
+        assert self_teacher.distillation_mode is not None and config.beta is not None  # validate() filled the method's defaults
         distillation = SelfDistillationSettings(self_teacher.distillation_mode, config.beta, config.temperature,
                                                 config.loss_chunk_size, self_teacher.distillation_topk,
                                                 self_teacher.distillation_is_clip, reused)
