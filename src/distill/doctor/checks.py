@@ -193,7 +193,7 @@ def memory_estimate(context: DoctorContext) -> dict[str, float]:
     if max_staleness:  # the asynchronous producer's copy of the student, and the versions waiting for it
         trainable_bytes = sum(p.numel() * p.element_size() for p in student.parameters() if p.requires_grad)
         parts["sampler copy"] = float(weights + trainable_bytes * (max_staleness + 1))
-    head = getattr(context.teacher_head, "weight", None)
+    head = context.teacher_head.weight if context.teacher_head is not None else None
     if head is not None:  # the hidden-state payload's teacher head, held here
         parts["teacher head"] = float(head.numel() * head.element_size())
     return parts
