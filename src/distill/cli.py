@@ -75,7 +75,11 @@ def fields_help() -> str:
         lines += ["", f"{title}:"]
         for name in names:
             f = fields[name]
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            if f.default is not dataclasses.MISSING:
+                default = f.default
+            else:
+                assert f.default_factory is not dataclasses.MISSING  # every config field has a default
+                default = f.default_factory()
             lines.append(f"  --{name} (default: {default!r})")
             lines += ["      " + line for line in textwrap.wrap(field_help(name), width)]
     return "\n".join(lines)

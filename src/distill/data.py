@@ -318,7 +318,9 @@ class StepSampler:
     def prompts_for_step(self, step: int) -> list[int]:
         """Indices of the step's rows, all processes' shares in order (each prompt `generations` times)."""
         n, size = self.num_examples, self.prompts_per_step
-        indices, cached_epoch, order = [], None, None
+        indices: list[int] = []
+        cached_epoch: int | None = None
+        order: list[int] = []
         for position in range(step * size, (step + 1) * size):
             epoch = position // n
             if epoch != cached_epoch:

@@ -158,9 +158,11 @@ def _load_files(path: Path, split: str, field: str):
         raise ValueError(f"{field}: {path} holds no rows; it needs at least one row with 'prompt' or 'messages'")
     check_columns(dataset.column_names, field, str(path))
     if "split" not in dataset.column_names:
-        groups = {}
+        groups: dict[str | None, list[str]] = {}
         for file in files:
-            word = re.match(r"[a-z]*", file.stem.lower()).group()
+            match = re.match(r"[a-z]*", file.stem.lower())
+            assert match is not None  # [a-z]* matches every string
+            word = match.group()
             groups.setdefault(_SPLIT_WORDS.get(word), []).append(file.name)
         groups.pop(None, None)
         if len(groups) > 1:

@@ -10,9 +10,11 @@ class StepFailure(RuntimeError):
 
 
 class TeacherServerError(StepFailure):
-    """The teacher server could not give a usable answer after every retry (or refused the request)."""
+    """The teacher server could not give a usable answer after every retry (or refused the request).
+    `status`: the HTTP status of a refusal (a 4xx answer), None when the server gave no usable answer."""
 
     resume_hint = "when the server is back"
+    status: int | None = None
 
 
 class RewardFunctionError(StepFailure):

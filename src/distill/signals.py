@@ -103,7 +103,7 @@ class AlignedSignal:
 class RoutedSignal:
     """parts: (teacher id, positions (M,) long into the micro-batch's N positions, that teacher's signal)."""
 
-    parts: list[tuple[str, torch.Tensor, object]]
+    parts: list[tuple[str, torch.Tensor, DenseSignal | SparseSignal | AlignedSignal]]
 
     def to(self, device: torch.device) -> "RoutedSignal":
         return RoutedSignal([(tid, idx.to(device), signal.to(device)) for tid, idx, signal in self.parts])

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from distill.agents.loop import LoopSettings, ToolLoop
 from distill.conversations.environments import EnvironmentFactory
+from distill.conversations.fields import ConversationFields
 from distill.conversations.tools import load_tools
 
 if TYPE_CHECKING:
@@ -15,26 +16,29 @@ if TYPE_CHECKING:
 
 def offering_tools(config: DistillConfig, renderer: Renderer) -> Renderer:
     """`renderer`, showing the run's tools (and its environment's) in every prompt; itself without any."""
-    if not config.tools and config.environment is None:
+    own = ConversationFields.of(config)
+    if not own.tools and own.environment is None:
         return renderer
     return renderer.offering(offered_schemas(config))
 
 
 def offered_schemas(config: DistillConfig) -> list[dict]:
     """The JSON schemas every prompt shows: the run's `tools`, then its environment's methods."""
-    tools = load_tools(list(config.tools))
-    factory = EnvironmentFactory.load(config.environment, set(tools)) if config.environment is not None else None
+    own = ConversationFields.of(config)
+    tools = load_tools(list(own.tools))
+    factory = EnvironmentFactory.load(own.environment, set(tools)) if own.environment is not None else None
     return [tool.schema for tool in tools.values()] + (list(factory.schemas) if factory is not None else [])
 
 
 def tool_loop(config: DistillConfig, renderer: Renderer, budget: int, record_log_probs: bool = False) -> ToolLoop | None:
     """The run's tool-call loop (None without tools or an environment): its tools and environment, the template's tool
     turns, `max_turns` and `budget` completion tokens per conversation (max_new_tokens; the evaluation's own)."""
-    if not config.tools and config.environment is None:
+    own = ConversationFields.of(config)
+    if not own.tools and own.environment is None:
         return None
     tokenizer = renderer.tokenizer
-    tools = load_tools(list(config.tools))
-    factory = EnvironmentFactory.load(config.environment, set(tools)) if config.environment is not None else None
+    tools = load_tools(list(own.tools))
+    factory = EnvironmentFactory.load(own.environment, set(tools)) if own.environment is not None else None
     environment = renderer.environment_turns()  # checked before any rollout: the template appends tool turns
-    return ToolLoop(tools, config.tool_timeout, environment, lambda ids: tokenizer.decode(ids),
-                    LoopSettings(config.max_turns, budget, record_log_probs, config.fail_on_token_drift), factory, renderer)
+    return ToolLoop(tools, own.tool_timeout, environment, lambda ids: tokenizer.decode(ids),
+                    LoopSettings(own.max_turns, budget, record_log_probs, own.fail_on_token_drift), factory, renderer)

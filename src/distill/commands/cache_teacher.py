@@ -289,7 +289,7 @@ def _score_shard(job: CacheJob, shard: int, examples, teacher, encoder: Renderer
         rows = [Completion(p, c, "cache", example=e, extras=x)
                 for p, c, e, x in zip(prompts[part], completions[part], examples[part], extras[part])]
         batch = collate(rows, "cache", pad_id)
-        device = getattr(teacher, "device", torch.device("cpu"))
+        device = teacher.device
         signal = teacher.score(batch.to(device), job.temperature or 1.0)
         if job.payload == "hidden":
             position = 0

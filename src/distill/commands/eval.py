@@ -73,6 +73,7 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
                                  probe_ids=encoder.prompt(examples[0]).ids, teacher_model=teacher_model,
                                  teacher_tokenizer=teacher_tokenizer)
     configure_engine(config)  # the run's engine samples the evaluation, as it did in training
+    assert teachers.eval is not None  # every location that evaluates builds its evaluation teacher
     try:
         evaluator = Evaluator(teachers.eval, tokenizer, encoder, examples, against.vocab_size, against.eos_ids, against.pad_id,
                               device, settings)

@@ -54,6 +54,7 @@ def wait_until_healthy(url: str, timeout: float = 120.0, process=None) -> None:
     import urllib.parse
 
     parsed = urllib.parse.urlsplit(url)
+    assert parsed.hostname is not None, f"no host in {url!r}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:

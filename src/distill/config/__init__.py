@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from distill import registry
 from distill.config import io as config_io
@@ -190,10 +190,6 @@ class DistillConfig(RunFields, metaclass=_ComposedFromParts):
     settings typed: `MixingFields.of(config).lmbda`."""
 
     RETIRED_FIELDS: ClassVar[dict[str, str]] = RETIRED_FIELDS
-
-    if TYPE_CHECKING:
-        def __getattr__(self, name: str) -> Any:
-            """A registered part's setting (composed at run time; typed through its settings class: `X.of(config)`)."""
 
     @classmethod
     def config_fields(cls) -> tuple[dataclasses.Field, ...]:

@@ -14,10 +14,12 @@ import os
 import psutil
 import torch
 
+from distill.conversations.fields import ConversationFields
 from distill.doctor.context import DoctorContext
 from distill.doctor.findings import Finding, register_check
 from distill.doctor.timing import estimate, step_seconds, steps_to_time, unit_costs
 from distill.generation import AUTO, get_engine
+from distill.methods.async_fields import AsyncFields
 from distill.models import eos_token_ids
 
 GIB = float(1 << 30)
@@ -85,8 +87,9 @@ def template_prefixes(context: DoctorContext) -> list[Finding]:
         return []
     problem = prefix_problem(context.tokenizer, context.eos_ids)
     if problem is not None:
-        uses = any(e.is_conversation for e in context.examples) or bool(context.config.tools) or (
-            context.config.environment is not None)
+        conversation = ConversationFields.of(context.config)
+        uses = any(e.is_conversation for e in context.examples) or bool(conversation.tools) or (
+            conversation.environment is not None)
         return [Finding("template_prefixes", "error" if uses else "warning", problem.split(". distill trains")[0],
                         "for multi-turn rows and tool calls: a template that keeps earlier turns as they were rendered "
                         "(e.g. one that keeps <think> blocks); single-turn runs are not affected")]
@@ -186,10 +189,11 @@ def memory_estimate(context: DoctorContext) -> dict[str, float]:
         held = engine.resident_bytes(student, config)
         if held:
             parts[f"{engine.label}"] = held
-    if config.max_staleness:  # the asynchronous producer's copy of the student, and the versions waiting for it
+    max_staleness = AsyncFields.of(config).max_staleness
+    if max_staleness:  # the asynchronous producer's copy of the student, and the versions waiting for it
         trainable_bytes = sum(p.numel() * p.element_size() for p in student.parameters() if p.requires_grad)
-        parts["sampler copy"] = float(weights + trainable_bytes * (config.max_staleness + 1))
-    head = getattr(context.teacher_head, "weight", None)
+        parts["sampler copy"] = float(weights + trainable_bytes * (max_staleness + 1))
+    head = context.teacher_head.weight if context.teacher_head is not None else None
     if head is not None:  # the hidden-state payload's teacher head, held here
         parts["teacher head"] = float(head.numel() * head.element_size())
     return parts
@@ -259,7 +263,8 @@ def eos_in_completions(context: DoctorContext) -> list[Finding]:
 def tool_format(context: DoctorContext) -> list[Finding]:
     from distill.rendering.probes import renders_tool_calls
 
-    uses_tools = bool(context.config.tools) or context.config.environment is not None or any(
+    conversation = ConversationFields.of(context.config)
+    uses_tools = bool(conversation.tools) or conversation.environment is not None or any(
         e.tools is not None for e in context.examples)
     if not uses_tools or getattr(context.tokenizer, "chat_template", None) is None:
         return []
@@ -281,7 +286,8 @@ ASYNC_FEW_CORES = 4  # at most this many cores shared by the worker and training
                 "slowed from 4.5 to 8.0 s by sharing the cores")
 def async_cores(context: DoctorContext) -> list[Finding]:
     config = context.config
-    if not config.max_staleness or (config.generation_engine != AUTO and get_engine(config.generation_engine).elsewhere):
+    max_staleness = AsyncFields.of(config).max_staleness
+    if not max_staleness or (config.generation_engine != AUTO and get_engine(config.generation_engine).elsewhere):
         return []
     if next(context.student.parameters()).device.type != "cpu":
         return []
@@ -289,7 +295,7 @@ def async_cores(context: DoctorContext) -> list[Finding]:
     if cores > ASYNC_FEW_CORES:
         return []
     return [Finding("async_cores", "warning",
-                    f"max_staleness {config.max_staleness} with the student sampling in this process on {cores} CPU "
+                    f"max_staleness {max_staleness} with the student sampling in this process on {cores} CPU "
                     "core(s): the worker and training share them, so the overlap gains little (measured on 2 cores: "
                     "1.1x) while the samples are a step older",
                     "sample on a device or machine of its own (generation_engine: vllm_server), or keep max_staleness: 0")]
@@ -318,8 +324,9 @@ def step_time(context: DoctorContext) -> list[Finding]:
                          for step, t in zip(steps, timed))
     phases = ", ".join(f"{name.replace('/', ' by the ')} {value / 60:.1f}" for name, value in seconds.items()
                        if name != "total" and value)
-    overlap = (f"; steps timed one after the other: with max_staleness {config.max_staleness} the student's sampling "
-               "overlaps training, so at most this" if config.max_staleness else "")
+    max_staleness = AsyncFields.of(config).max_staleness
+    overlap = (f"; steps timed one after the other: with max_staleness {max_staleness} the student's sampling "
+               "overlaps training, so at most this" if max_staleness else "")
     return [Finding("step_time", "info",
                     f"measured {measured}: about {seconds['total'] / 60:.1f} minutes for {config.max_steps} steps "
                     f"({phases} minutes), the evaluation before and after training on top{overlap}")]

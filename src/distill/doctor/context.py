@@ -10,6 +10,7 @@ from torch import nn
 if TYPE_CHECKING:
     from distill.config import DistillConfig
     from distill.data import EncodedExample, Example
+    from distill.losses import LogitHead
     from distill.methods.base import Method
 
 
@@ -46,7 +47,7 @@ class DoctorContext:
     eos_ids: list[int]
     encoded: list[EncodedExample] | None = None  # the training rows in the student's ids, when encoded
     doctor: bool = False  # `distill doctor`, which also runs the checks that take a while (a measured step)
-    teacher_head: Any = None  # a hidden-state teacher's head held here (`LogitHead`), or None
+    teacher_head: LogitHead | None = None  # a hidden-state teacher's head held here, or None
     steps: StepTimer | None = None
 
     @property

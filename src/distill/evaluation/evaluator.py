@@ -285,7 +285,8 @@ class Evaluator:
             if greedy.tool_use is not None:
                 result["tool_use"] = greedy.tool_use
             if checked:
-                correct = sum(contains_answer(answers[i], self.examples[i].answer) for i in checked)
+                correct = sum(contains_answer(answers[i], answer) for i in checked
+                              if (answer := self.examples[i].answer) is not None)
                 result["answer_accuracy"] = {"correct": correct, "prompts": len(checked), "accuracy": correct / len(checked)}
             if self.settings.leak_templates:
                 result["template_leakage"] = template_leakage(answers, self.prompt_texts, self.settings.leak_templates)

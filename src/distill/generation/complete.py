@@ -47,7 +47,7 @@ def choose_engine(name: str, model, device: torch.device, extras: tuple[str, ...
         if reason is not None:
             raise ValueError(f"generation_engine {name}: {reason}; set generation_engine: {AUTO} to fall back")
         return engine
-    refused = []
+    refused: list[str] = []
     for candidate in engine_names():
         engine = get_engine(candidate)
         if engine.auto_order is None:
@@ -117,7 +117,7 @@ def generate_completions(
                 input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
                 attention_mask[row, width - len(ids) :] = 1
             padded_rows = _output_rows(model) - vocab_size if vocab_size is not None else 0
-            suppress = list(range(vocab_size, vocab_size + padded_rows)) if padded_rows > 0 else []
+            suppress = list(range(vocab_size, vocab_size + padded_rows)) if vocab_size is not None and padded_rows > 0 else []
             suppress += kind.never_generated(model)
             batch_extras = collate_extras(extras[start : start + batch_size]) if extras is not None else {}
             request = DecodeRequest(input_ids, attention_mask, sampling, stops, list(eos_ids), pad_id, device, suppress,
@@ -128,8 +128,11 @@ def generate_completions(
             for row in range(len(chunk)):
                 ids = generated[row][keep[row]].tolist()
                 ended = bool(ids) and ids[-1] in eos_ids
-                results.append(Sample(ids, not ended and len(ids) >= sampling.max_new_tokens,
-                                      log_probs[row][: len(ids)].tolist() if with_log_probs else None))
+                row_log_probs = None
+                if with_log_probs:
+                    assert log_probs is not None  # an engine asked for log-probs returns them
+                    row_log_probs = log_probs[row][: len(ids)].tolist()
+                results.append(Sample(ids, not ended and len(ids) >= sampling.max_new_tokens, row_log_probs))
     finally:
         model.train(was_training)
     return results

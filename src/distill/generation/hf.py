@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from distill.generation.engine import DecodeRequest, Engine
@@ -21,7 +23,7 @@ class HFGenerate(Engine):
         sampling, device, with_log_probs = request.sampling, request.device, request.with_log_probs
         generators = request.row_generators() if sampling.do_sample else None
         input_ids, attention_mask = request.input_ids.to(device), request.attention_mask.to(device)
-        kwargs = dict(
+        kwargs: dict[str, Any] = dict(  # generate's keyword arguments
             max_new_tokens=sampling.max_new_tokens,
             do_sample=sampling.do_sample,
             eos_token_id=request.stop_ids or None,

@@ -202,6 +202,7 @@ class LlamaDecoder:
         """tokens: (B,) the tokens just chosen, fed at the next position of every row."""
         if self.length >= self.capacity:
             raise RuntimeError(f"LlamaDecoder: the cache holds {self.capacity} positions")
+        assert self.next_position is not None, "LlamaDecoder.step before prefill"
         self.key_bias[:, 0, 0, self.length] = 0.0
         logits = self._forward(tokens[:, None], self.next_position, self.key_bias[:, :, :, : self.length + 1])
         self.next_position = self.next_position + 1

@@ -70,6 +70,8 @@ from distill.generation.weights import (
 from distill.models.vision import VLLM_REFUSAL, is_vision_language
 
 if TYPE_CHECKING:
+    from vllm import LLM
+
     from distill.config import DistillConfig
 
 
@@ -81,7 +83,7 @@ INSTALL = ("install the optional extra: pip install -e \".[vllm]\" on a GPU mach
 
 @dataclass
 class _Replica:
-    llm: object
+    llm: LLM
     model: weakref.ref
     fingerprint: tuple
     directory: str
@@ -147,6 +149,7 @@ class VllmEngine(Engine):
     def decode(self, model, request: DecodeRequest) -> tuple[torch.Tensor, torch.Tensor | None]:
         check_decodable(self.name, request)
         sampling, seeds, with_log_probs, suppress_tokens = request.sampling, request.seeds, request.with_log_probs, request.suppress_ids
+        assert seeds is not None  # check_decodable refuses a request without
         import vllm
         from vllm.inputs import TokensPrompt
 

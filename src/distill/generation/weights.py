@@ -81,6 +81,6 @@ def padded(rows: list[list[int]], log_probs: list[list[float]] | None, pad_id: i
     values = torch.zeros(len(rows), width) if log_probs is not None else None
     for row, ids in enumerate(rows):
         tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        if values is not None:
+        if values is not None and log_probs is not None:
             values[row, : len(ids)] = torch.tensor(log_probs[row], dtype=torch.float32)
     return tokens, values

@@ -21,6 +21,7 @@ from distill.teachers.offline import OfflineTeacher
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
+    from distill.teachers.base import Teacher
 
 
 class CacheLocation(RemoteLocation):
@@ -48,10 +49,10 @@ class CacheLocation(RemoteLocation):
         return f"the teacher cache {record['teacher_cache']}"
 
     def inputs(self, config: DistillConfig) -> dict[str, str]:
-        return {f"teacher_cache {tid}".strip(): path for tid, path in parse_routes(CacheFields.of(config).teacher_cache, "teacher_cache").items()}
+        return {f"teacher_cache {tid}".strip(): path for tid, path in _routes(config).items()}
 
     def validate(self, config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
-        parse_routes(CacheFields.of(config).teacher_cache, "teacher_cache")
+        _routes(config)
         super().validate(config, method, sources)
         if sources != frozenset({"dataset"}):
             raise ValueError("teacher_cache scores only the completions it holds, so every micro-batch must use them "
@@ -64,8 +65,9 @@ class CacheLocation(RemoteLocation):
         pass  # the cache's completions replace the dataset's (`build`)
 
     def build(self, request: TeacherRequest) -> Teachers:
-        config, teachers = request.config, {}
-        for tid, directory in parse_routes(CacheFields.of(config).teacher_cache, "teacher_cache").items():
+        config = request.config
+        teachers: dict[str, Teacher] = {}
+        for tid, directory in _routes(config).items():
             cache = TeacherCache(directory)
             remote = RemoteTeacherFields.of(config)
             cache.check_run(request.tokenizer, remote.teacher_logprobs, config.temperature, config.max_prompt_length,
@@ -81,3 +83,10 @@ class CacheLocation(RemoteLocation):
 
     def check_evaluable(self, config: DistillConfig) -> None:
         raise ValueError(NOT_EVALUABLE)
+
+
+def _routes(config: DistillConfig) -> dict[str, str]:
+    """The teacher ids and their caches' directories (`parse_routes` of teacher_cache, which `claims` found set)."""
+    teacher_cache = CacheFields.of(config).teacher_cache
+    assert teacher_cache is not None  # the location claims only runs that set it
+    return parse_routes(teacher_cache, "teacher_cache")

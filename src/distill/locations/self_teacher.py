@@ -103,15 +103,15 @@ class StudentOnlyLocation(TeacherLocation):
 
     def eval_values(self, method: Method, values: dict, record: dict, args) -> dict:
         """`--teacher` names the run's initial model (its `student`)."""
-        method = method.name
+        name = method.name
         if getattr(args, "teacher_url", None):
-            raise ValueError(f"--teacher-url: a {method} run is compared with its own initial model (shown the rows' "
+            raise ValueError(f"--teacher-url: a {name} run is compared with its own initial model (shown the rows' "
                              "privileged context), not a server; pass that model as --teacher MODEL, or nothing to use "
                              "the run's")
         if args.teacher:
             return {**values, "student": args.teacher}
         if not record:
-            raise ValueError(f"a student directory without a run's config.yaml: name the {method} run's initial model "
+            raise ValueError(f"a student directory without a run's config.yaml: name the {name} run's initial model "
                              "with --teacher MODEL")
         if isinstance(values.get("student"), str) and OBJECT_RECORD.fullmatch(values["student"]):
             raise ValueError("this run's student was a Python object, which cannot be loaded here: pass its initial "

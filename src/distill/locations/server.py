@@ -67,7 +67,7 @@ class ServerLocation(RemoteLocation):
 
     def validate(self, config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
         own = ServerFields.of(config)
-        for url in parse_routes(own.teacher_url, "teacher_url").values():
+        for url in _routes(own).values():
             parsed = urllib.parse.urlsplit(url)
             if parsed.scheme not in ("http", "https") or not parsed.hostname:
                 raise ValueError(f"teacher_url must look like http://host:port (scheme and host), got {url!r}")
@@ -96,21 +96,28 @@ class ServerLocation(RemoteLocation):
                                              own.teacher_hidden_dtype)
             return server_teacher(settings, request.tokenizer, request.vocab_size, request.temperature, request.probe_ids)
 
-        teachers = {tid: one(url) for tid, url in parse_routes(own.teacher_url, "teacher_url").items()}
+        teachers = {tid: one(url) for tid, url in _routes(own).items()}
         teacher = one_or_routed(teachers, request.pad_id)
         check_routes(teacher, request.examples + request.eval_examples)
         return Teachers(teacher, teacher)
 
     def check_evaluable(self, config: DistillConfig) -> None:
-        if list(parse_routes(ServerFields.of(config).teacher_url, "teacher_url")) != [""]:
+        if list(_routes(ServerFields.of(config))) != [""]:
             raise ValueError("this run had several teacher servers: pass the one to score with as --teacher-url URL (or "
                              "--teacher MODEL)")
+
+
+def _routes(own: ServerFields) -> dict[str, str]:
+    """The teacher ids and their servers' URLs (`parse_routes` of teacher_url, which `claims` found set)."""
+    assert own.teacher_url is not None  # the location claims only runs that set it
+    return parse_routes(own.teacher_url, "teacher_url")
 
 
 def cross_tokenizer_server_teacher(settings: ServerSettings, config: DistillConfig, request) -> CrossTokenizerTeacher:
     """A hidden-state server of a teacher with its own tokenizer (method gold): the tokenizer and the head come
     from `teacher_head`, the alignment and the group prefixes are computed here (`CrossTokenizerTeacher`)."""
     own = ServerFields.of(config)
+    assert own.teacher_head is not None  # validate() requires it for a cross-tokenizer method
     teacher_tokenizer = load_tokenizer(resolve_model_source(own.teacher_head, "teacher_head"))
     remote = hidden_server_teacher(settings, teacher_tokenizer, len(teacher_tokenizer), own.teacher_head,
                                    own.teacher_hidden_dtype)

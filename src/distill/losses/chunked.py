@@ -128,17 +128,18 @@ class ChunkedHeadLoss(torch.autograd.Function):
                 stats[rows] = token_stats
             if not need_grad:
                 continue
+            assert grad_logits is not None  # the objective gives them when asked (need_grad)
             if tanh is not None:
                 grad_logits.mul_(tanh.square_().neg_().add_(1.0))
             grad = grad_logits if weight.dtype == torch.float32 else grad_logits.to(weight.dtype)
-            if need_hidden:
+            if grad_hidden is not None:  # need_hidden
                 grad_hidden[rows] = torch.mm(grad, weight).float().mul_(coefficient)
-            if need_weight:
+            if grad_weight is not None:  # need_weight
                 if weight.dtype == torch.float32:
                     grad_weight.addmm_(grad.t(), block.float(), alpha=coefficient)
                 else:
                     grad_weight.add_(torch.mm(grad.t(), block.to(weight.dtype)).float(), alpha=coefficient)
-            if need_bias:
+            if grad_bias is not None:  # need_bias
                 grad_bias.add_(grad_logits.sum(0), alpha=coefficient)
 
         ctx.save_for_backward(*(t if t is not None else torch.empty(0) for t in (grad_hidden, grad_weight, grad_bias)))

@@ -102,6 +102,7 @@ def teacher_cells(
     log_probs = topk_log_probs.float()
     valid = torch.ones_like(ids, dtype=torch.bool)
     if sampled_ids is not None:
+        assert sampled_log_probs is not None  # given together
         sampled = sampled_ids.long().unsqueeze(1)
         sampled_is_new = ~(ids == sampled).any(dim=1, keepdim=True)
         ids = torch.cat([ids, torch.where(sampled_is_new, sampled, ids[:, :1])], dim=1)
@@ -171,6 +172,7 @@ def sparse_block(
     if not need_grad:
         return loss.detach(), None, stats
 
+    assert grads is not None  # need_grad
     d_support, d_lse, d_tail = (torch.zeros_like(x) if g is None else g for g, x in zip(grads, (a, lse, lse_ns)))
     if tail:
         # Outside the support: dL/dL_ns * exp(u - L_ns) + dL/dL * exp(u - L) = exp(u - L_ns) * coef.

@@ -31,7 +31,7 @@ from distill.objectives.self_distillation import (
     SelfDistillationSettings,
 )
 from distill.registry import Reads
-from distill.teachers.self_teacher import EMAUpdate
+from distill.teachers.self_teacher import EMAUpdate, SelfTeacher
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
@@ -79,6 +79,7 @@ class SDFT(Method):
     def objective(self, config: DistillConfig) -> SelfDistillationObjective:
         self_teacher = SelfTeacherFields.of(config)
         reused = stale_samples(config) and not SdftFields.of(config).generate_from_teacher
+        assert self_teacher.distillation_mode is not None and config.beta is not None  # validate() filled the method's defaults
         return SelfDistillationObjective(SelfDistillationSettings(
             self_teacher.distillation_mode, config.beta, config.temperature, config.loss_chunk_size,
             self_teacher.distillation_topk, self_teacher.distillation_is_clip, reused))
@@ -129,10 +130,11 @@ class SDFT(Method):
     def trains_row(self, config: DistillConfig, example) -> bool:
         return example.privileged_context is not None
 
-    def hooks(self, config: DistillConfig, student, teacher) -> list:
+    def hooks(self, config: DistillConfig, student, teacher: SelfTeacher) -> list:
         self_teacher = SelfTeacherFields.of(config)
         if self_teacher.teacher_model_kind != "ema":
             return []
+        assert teacher.copy is not None  # an EMA self-teacher holds its copy
         return [EMAUpdate(teacher.copy, student, self_teacher.teacher_update_rate, self_teacher.teacher_sync_steps)]
 
     def describe_loss(self, record: dict) -> str:

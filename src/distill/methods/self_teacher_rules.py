@@ -35,6 +35,7 @@ def sampled_token_loss(config: DistillConfig) -> list[str]:
 def check_distillation(config: DistillConfig) -> None:
     """The self-distillation loss's fields, checked by building its settings."""
     self_teacher = SelfTeacherFields.of(config)
+    assert self_teacher.distillation_mode is not None and config.beta is not None  # validate() filled the method's defaults
     SelfDistillationSettings(self_teacher.distillation_mode, config.beta, topk=self_teacher.distillation_topk,
                              is_clip=self_teacher.distillation_is_clip)
 

@@ -50,13 +50,15 @@ def select_layer_indices(num_layers: int, spec: str) -> list[int]:
     kind, arg = parse_student_init(spec)
     if kind == "all":
         keep = list(range(num_layers))
-    elif kind == "drop_every":
-        keep = [i for i in range(num_layers) if (i + 1) % arg != 0]
-    elif kind == "keep_every":
-        keep = list(range(0, num_layers, arg))
-    elif kind == "first":
-        keep = list(range(min(arg, num_layers)))
+    elif isinstance(arg, int):  # drop_every, keep_every, first
+        if kind == "drop_every":
+            keep = [i for i in range(num_layers) if (i + 1) % arg != 0]
+        elif kind == "keep_every":
+            keep = list(range(0, num_layers, arg))
+        else:
+            keep = list(range(min(arg, num_layers)))
     else:
+        assert isinstance(arg, list)  # layers
         if max(arg) >= num_layers:
             raise ValueError(f"student_init: layer {max(arg)} does not exist (the model has {num_layers} layers)")
         keep = sorted(arg)

@@ -23,7 +23,9 @@ def per_teacher(single: Callable[[StudentTokens, object], DistillLoss], tokens: 
     n, device = tokens.hidden.shape[0], tokens.hidden.device
     loss_sum = tokens.hidden.new_zeros((), dtype=torch.float32)
     num_tokens = torch.zeros((), dtype=torch.long, device=device)
-    stats, groups, metrics = None, {}, {}
+    stats: list[torch.Tensor] | None = None
+    groups: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    metrics: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for tid, index, part in signal.parts:
         out = single(tokens.select(index), part)
         loss_sum = loss_sum + out.loss_sum

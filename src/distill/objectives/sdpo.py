@@ -31,7 +31,7 @@ from distill.objectives.self_distillation import (
     SelfDistillationObjective,
     SelfDistillationSettings,
 )
-from distill.signals import DENSE
+from distill.signals import DENSE, SelfSignal
 from distill.teachers.self_teacher import distilled_tokens
 
 # The token counts are per-step means: each micro-batch adds its own count over 1 / (the step's micro-batches).
@@ -78,7 +78,7 @@ class SDPOObjective:
             distillation = self.distillation(tokens, signal, context)
             distillation_sum, stats, covered = distillation.loss_sum, distillation.stats, distillation.stats_tokens
             metrics.update(distillation.metrics or {})
-            distilled = getattr(signal, "distilled", None)
+            distilled = signal.distilled if isinstance(signal, SelfSignal) else None
             n_distilled = n if distilled is None else distilled.float().sum().cpu()
             metrics["sdpo/distillation_loss"] = (distillation_sum.detach(), n_distilled)
             metrics["sdpo/distilled_tokens"] = (n_distilled, share)

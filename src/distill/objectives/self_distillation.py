@@ -76,7 +76,8 @@ class SelfDistillationObjective:
         if s.mode == "sampled_token" or self._reweights(tokens, context):
             current = token_log_probs(tokens.hidden.detach(), tokens.head, tokens.targets, s.temperature, s.chunk_size)
         importance = self._importance_weights(tokens, current) if self._reweights(tokens, context) else None
-        distilled = getattr(signal, "distilled", None)  # some rows have no teacher prompt (sdpo): weight 0
+        # some rows have no teacher prompt (sdpo): weight 0
+        distilled = signal.distilled if isinstance(signal, SelfSignal) else None
         weights = importance
         if distilled is not None:
             weights = distilled.float() if weights is None else weights * distilled.float()
@@ -90,6 +91,7 @@ class SelfDistillationObjective:
         if context.return_stats and (s.mode != "full_logits" or distilled is not None):
             seen_tokens, seen_signal = tokens, signal
             if distilled is not None:
+                assert isinstance(signal, SelfSignal)  # only a self-teacher's signal carries `distilled`
                 index = distilled.nonzero().squeeze(1)
                 seen_tokens, covered = tokens.select(index), len(index)
                 seen_signal = replace(signal, hidden=signal.hidden[index], distilled=None)
@@ -132,6 +134,7 @@ class SelfDistillationObjective:
 
     def _importance_weights(self, tokens: StudentTokens, current: torch.Tensor) -> torch.Tensor:
         """(N,) min(pi_theta / pi_old, distillation_is_clip) of each sampled token, a constant."""
+        assert tokens.rollout_log_probs is not None  # `_reweights` checked it
         log_ratio = (current - tokens.rollout_log_probs.float()).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
         ratio = log_ratio.exp()
         return ratio if self.settings.is_clip is None else ratio.clamp_max(self.settings.is_clip)

@@ -58,4 +58,5 @@ class StudentObjective(nn.Module):
         evaluation reach the gathered student: `distill.models.sharding.gathered`)."""
         if run is not None:
             return run(self.student)
+        assert batch is not None and objective is not None and context is not None  # a loss call passes them
         return student_loss(self.student, self.vocab_size, batch, signal, objective, context)

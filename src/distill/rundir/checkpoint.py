@@ -49,7 +49,9 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 def rng_state() -> dict:
     """This process's RNG states, in types `torch.load(weights_only=True)` reads."""
-    kind, key, position, has_gauss, gauss = np.random.get_state()
+    legacy = np.random.get_state(legacy=True)
+    assert isinstance(legacy, tuple)  # legacy=True: the tuple form
+    kind, key, position, has_gauss, gauss = legacy
     numpy_state = {"kind": kind, "key": torch.from_numpy(key.astype(np.int64)), "position": int(position),
                    "has_gauss": int(has_gauss), "gauss": float(gauss)}
     state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": numpy_state}

@@ -378,6 +378,7 @@ class RunDirectory:
         report = None
         after = trained.access(lambda gathered: evaluator.evaluate(gathered) if evaluator is not None else None)
         if evaluator is not None:
+            assert before is not None  # `evaluate_before` ran with this evaluator
             report = build_report(evaluator, {"before": before, "after": after})
             write_report(report, self.path / "eval")
         if self.runtime.is_main_process:

@@ -40,6 +40,7 @@ def build_app(engine: ScoringEngine, model_name: str, max_batch_tokens: int = 16
     async def lifespan(app):
         batcher.start()
         yield
+        assert batcher.worker is not None  # started above
         batcher.worker.cancel()
 
     app = FastAPI(title="distill teacher", lifespan=lifespan)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from typing import TypeGuard
 
 DEFAULT_MAX_LOGPROBS = 20  # vLLM's --max-logprobs default: the K distill asks for by default (teacher_logprobs)
 DEFAULT_MAX_REQUEST_BYTES = 4 << 20  # 65,536 token ids as JSON are ~400 KB; 4 MiB leaves room for text prompts
@@ -25,7 +26,7 @@ class TooLarge(BadRequest):
     status = 413
 
 
-def is_int(value) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -184,9 +184,9 @@ class Batcher:
                     continue
                 start = 0
                 for job in group:
-                    part = results[start : start + len(job.prompts)]
+                    answers = results[start : start + len(job.prompts)]
                     start += len(job.prompts)
                     if not job.future.done():
-                        job.future.set_result(part)
+                        job.future.set_result(answers)
 
 

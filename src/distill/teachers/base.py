@@ -15,10 +15,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Callable
 
+import torch
+
 from distill.batch import MicroBatch
 from distill.data import Example
 from distill.generation import SamplingParams
 from distill.generation.sample import Sample
+from distill.losses import LogitHead
 from distill.models.inputs import RowExtras
 
 
@@ -33,6 +36,10 @@ class Teacher(ABC):
     aligned: its signal is the cross-tokenizer aligned one (no same-vocabulary KL in the evaluation).
     frozen: its weights never change during the run, so its samples may be drawn steps ahead (seq_kd's
         window). False by default: a teacher whose weights move must not have stale samples drawn for it.
+    head: its lm_head, where this process holds one (a model here, a hidden-state server's, a cross-tokenizer
+        teacher's); None by default (a top-k server, a cache: `distill doctor` then reads no head from it).
+    device: where it takes the micro-batches it scores (its model's device); the CPU by default (a teacher
+        outside the process).
     score / score_many: the signal of one micro-batch, or of a whole step's (a remote teacher sends them in
         one concurrent round; the default scores one by one).
     score_divergence: the signal the evaluation compares with (the default: `score`'s).
@@ -44,6 +51,8 @@ class Teacher(ABC):
     can_generate: bool = False
     continues_prompts: bool = False
     aligned: bool = False
+    head: LogitHead | None = None
+    device: torch.device = torch.device("cpu")
 
     @property
     def frozen(self) -> bool:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import torch
@@ -27,10 +28,12 @@ from distill.models import (
     student_vocab_size,
 )
 from distill.models.vision import is_vision_language
+from distill.teachers.base import Teacher
 from distill.teachers.cache import prompt_crc
 from distill.teachers.cross_tokenizer import CrossTokenizerTeacher, uld_settings
 from distill.teachers.hidden_client import HiddenStateServerTeacher
 from distill.teachers.local import LocalTeacher
+from distill.teachers.offline import OfflineTeacher
 from distill.teachers.routed import RoutedTeacher
 from distill.teachers.topk_client import ServerSettings, ServerTeacher
 
@@ -85,7 +88,7 @@ def hidden_server_teacher(settings: ServerSettings, tokenizer, vocab_size: int, 
     return teacher
 
 
-def one_or_routed(teachers: dict[str, object], pad_id: int):
+def one_or_routed(teachers: dict[str, Teacher], pad_id: int) -> Teacher:
     """The only teacher of a run with one (its route is ""), or several routed by each row's teacher_id."""
     if list(teachers) == [""]:
         return teachers[""]
@@ -102,7 +105,7 @@ def check_routes(teacher, examples) -> None:
                              f"teachers {sorted(teacher.teachers)}; add a 'teacher_id' column naming one of them")
 
 
-def teachers_of(teacher) -> dict[str, object]:
+def teachers_of(teacher: Teacher | None) -> Mapping[str, Teacher | None]:
     return teacher.teachers if isinstance(teacher, RoutedTeacher) else {"": teacher}
 
 
@@ -111,7 +114,9 @@ def use_cached_completions(teacher, examples, encoded) -> None:
     their prompts must be the run's."""
     teachers = teachers_of(teacher)
     for example, one in zip(examples, encoded):
-        cache = teachers[example.teacher_id if len(teachers) > 1 else ""].cache
+        one_teacher = teachers[example.teacher_id if len(teachers) > 1 else ""]
+        assert isinstance(one_teacher, OfflineTeacher)  # a cache location's teachers
+        cache = one_teacher.cache
         if example.index not in cache:
             raise ValueError(f"teacher_cache {cache.directory} has no entry for dataset row {example.index}: was it made "
                              "from this dataset and split?")

@@ -47,6 +47,7 @@ from distill.conversations.layout import Layout
 from distill.data import Example
 from distill.generation import SamplingParams, generate_completions
 from distill.generation.sample import Sample
+from distill.losses import LogitHead
 from distill.losses.uld import Alignment, ULDSettings, VocabularyMatch
 from distill.models import eos_token_ids, logit_head
 from distill.models.inputs import RowExtras, collate_extras
@@ -110,6 +111,7 @@ class CrossTokenizerTeacher(Teacher):
     can_generate = True
     aligned = True  # its divergence is the aligned (ULD / hybrid) one, not a same-vocabulary KL
     frozen = True  # its weights never change during the run (`Teacher.frozen`)
+    head: LogitHead  # always held: the model's, or the remote teacher's (fetched when it was checked)
 
     def __init__(self, model: nn.Module | None, tokenizer, student_tokenizer, student_eos_ids: list[int], max_prompt_length: int,
                  settings: ULDSettings, device: torch.device, remote=None, offered_tools: list[dict] | None = None):
@@ -303,7 +305,8 @@ class CrossTokenizerTeacher(Teacher):
         num_rows = batch.num_completion_tokens
         row_group = torch.full((num_rows,), -1, dtype=torch.long)
         row_last = torch.zeros(num_rows, dtype=torch.bool)
-        weights, last_at, inner_at, inner_group, inner_target = [], [], [], [], []
+        weights: list[float] = []
+        last_at, inner_at, inner_group, inner_target = [], [], [], []
         offset = 0
         for row, (m, completion) in enumerate(zip(mapped, batch.completions)):
             # A completion token's row among the batch's N trained positions. A group holding an untrained

@@ -70,7 +70,7 @@ class HiddenStateServerTeacher(Teacher):
         try:
             info = self.client.request("GET", "/distill/v1/info")
         except TeacherServerError as refused:
-            if getattr(refused, "status", None) != 404:
+            if refused.status != 404:
                 raise
             self._check_vllm_pooling(tokenizer, head_path)
             return
@@ -101,7 +101,7 @@ class HiddenStateServerTeacher(Teacher):
         try:
             width = self._vllm_pooling([probe], [1])[0].shape[1]
         except TeacherServerError as refused:
-            if getattr(refused, "status", None) not in (400, 404):
+            if refused.status not in (400, 404):
                 raise
             raise ValueError(f"teacher_payload: hidden needs a server that sends hidden states: `distill serve-teacher`, or "
                              f"stock vLLM started with --runner pooling --pooler-config '{VLLM_POOLER_CONFIG}'; "

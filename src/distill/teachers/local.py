@@ -8,6 +8,7 @@ from torch import nn
 from distill.batch import MicroBatch
 from distill.generation import SamplingParams, generate_completions
 from distill.generation.sample import Sample
+from distill.losses import LogitHead
 from distill.models import logit_head
 from distill.signals import DenseSignal
 from distill.teachers.base import Teacher
@@ -20,6 +21,7 @@ class LocalTeacher(Teacher):
     can_generate = True
     continues_prompts = True  # it samples from the student's own ids
     frozen = True  # its weights never change during the run (`Teacher.frozen`)
+    head: LogitHead  # always held
 
     def __init__(self, model: nn.Module, vocab_size: int, eos_ids: list[int], pad_id: int, device: torch.device):
         self.model = model.eval().requires_grad_(False)

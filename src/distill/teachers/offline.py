@@ -9,6 +9,7 @@ from distill.batch import MicroBatch
 from distill.signals import DenseSignal, SparseSignal
 from distill.teachers.base import Teacher
 from distill.teachers.cache import TeacherCache
+from distill.teachers.cache.reader import CachedExample, CachedHidden
 
 
 class OfflineTeacher(Teacher):
@@ -37,10 +38,17 @@ class OfflineTeacher(Teacher):
                 raise ValueError(f"example {completion.example.index}: the completion is not the one the cache scored")
             parts.append((entry, torch.tensor(completion.trained_indices(), dtype=torch.long)))
         if hidden:
-            width = self.cache.head.weight.shape[1]
-            states = torch.cat([entry.hidden[rows] for entry, rows in parts]) if parts else torch.empty(0, width)
-            return DenseSignal(states, self.cache.head)
+            head = self.cache.head
+            assert head is not None  # a hidden cache holds its head
+            width = head.weight.shape[1]
+            states = torch.cat([_hidden(entry)[rows] for entry, rows in parts]) if parts else torch.empty(0, width)
+            return DenseSignal(states, head)
         k = self.cache.top_k
         cat = lambda name, empty: torch.cat([getattr(e, name)[rows] for e, rows in parts]) if parts else empty  # noqa: E731
         return SparseSignal(cat("topk_ids", torch.empty(0, k, dtype=torch.long)), cat("topk_logprobs", torch.empty(0, k)),
                             cat("token_logprobs", torch.empty(0)), cat("tail_logprobs", torch.empty(0)), self.cache.temperature)
+
+
+def _hidden(entry: CachedExample | CachedHidden) -> torch.Tensor:
+    assert isinstance(entry, CachedHidden)  # a hidden cache's entries
+    return entry.hidden

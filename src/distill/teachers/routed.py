@@ -30,7 +30,8 @@ class RoutedTeacher(Teacher):
 
     def score_many(self, batches: list[MicroBatch], temperature: float) -> list[RoutedSignal]:
         """Every micro-batch of a step: each teacher scores all its rows of the step in one call."""
-        plans, requests = [], {}  # plans[b]: (teacher id, positions of its rows in batch b); requests[tid]: sub-batches
+        plans: list[list[tuple[str, torch.Tensor, int]]] = []
+        requests: dict[str, list[MicroBatch]] = {}  # plans[b]: (teacher id, positions of its rows in batch b); requests[tid]: sub-batches
         for batch in batches:
             lengths = [c.num_trained for c in batch.completions]  # each row's positions in the batch's N
             starts = torch.tensor([0, *lengths]).cumsum(0)
@@ -38,7 +39,8 @@ class RoutedTeacher(Teacher):
             for row, completion in enumerate(batch.completions):
                 tid = completion.example.teacher_id if completion.example is not None else None
                 if tid not in self.teachers:
-                    raise ValueError(f"example {getattr(completion.example, 'index', '?')}: teacher_id {tid!r} is not one of "
+                    index = completion.example.index if completion.example is not None else "?"
+                    raise ValueError(f"example {index}: teacher_id {tid!r} is not one of "
                                      f"{sorted(self.teachers)}")
                 rows_by_teacher.setdefault(tid, []).append(row)
             plan = []

@@ -34,6 +34,7 @@ from distill.data import (
 from distill.data_files import BUNDLED_DATASET, data_root, load_dataset_spec
 from distill.generation import SamplingParams
 from distill.locations import TRAIN, TeacherLocation, Teachers
+from distill.methods.async_fields import AsyncFields
 from distill.methods.base import Method
 from distill.models import (
     check_context,
@@ -51,6 +52,7 @@ from distill.training.plan import RolloutSettings
 from distill.training.rollout import StepRollout
 from distill.training.rollout_parts import RolloutParts
 from distill.training.teacher_assembly import Comparison, assemble_teachers, comparison
+from distill.training.vision_fields import VisionFields
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
@@ -157,7 +159,7 @@ def prepare_models(config: DistillConfig, method: Method, location: TeacherLocat
         logger.info("end of turn (appended to dataset and teacher completions): %s", describe_stop_tokens(tokenizer, eos_ids))
     lora = dict(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                 target_modules=list(config.lora_target_modules)) if config.use_peft else None
-    student = prepare_student(student, config.gradient_checkpointing, lora, config.train_vision_tower)
+    student = prepare_student(student, config.gradient_checkpointing, lora, VisionFields.of(config).train_vision_tower)
     encoder = model_kind_of(student).encoder(tokenizer, config.max_prompt_length, config.max_new_tokens, eos_ids, student)
     encoder = offering_tools(config, encoder)
     encoded = [encoder.row(e) for e in train_examples]
@@ -288,13 +290,14 @@ def rollout_producer(config: DistillConfig, plan, sampler, examples, encoded, se
                      teacher, eos_ids: list[int], pad_id: int, vocab_size: int, device, process_index: int, stage):
     """The run's rollout producer: synchronous (`StepRollout`), or with `max_staleness` > 0 sampling ahead in a worker
     thread (`distill.training.async_rollout.AsyncRollout`), which pushes the weights to an engine that keeps its own."""
+    own = AsyncFields.of(config)
     parts = RolloutParts.build(plan, sampler, examples, encoded, settings, with_student, teacher, eos_ids, pad_id, vocab_size,
-                               device, process_index, stage, sampler.first_row if config.max_staleness else None)
-    if not config.max_staleness:
+                               device, process_index, stage, sampler.first_row if own.max_staleness else None)
+    if not own.max_staleness:
         return StepRollout(parts)
     from distill.generation.registry import AUTO, get_engine
     from distill.training.async_rollout import AsyncRollout
 
     engine = None if config.generation_engine == AUTO else get_engine(config.generation_engine)
-    return AsyncRollout(parts, config.max_staleness, engine if engine is not None and engine.keeps_weights else None,
-                        config.staleness_pacing)
+    return AsyncRollout(parts, own.max_staleness, engine if engine is not None and engine.keeps_weights else None,
+                        own.staleness_pacing)

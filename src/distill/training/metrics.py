@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 import torch.distributed as dist
@@ -16,6 +17,9 @@ import torch.distributed as dist
 from distill.losses import STAT_NAMES, all_reduce_sum
 from distill.objectives.staleness import STALENESS_MAXIMA, STALENESS_METRICS, STALENESS_MINIMA
 from distill.training.plan import ASYNC_TIMERS, SOURCES
+
+if TYPE_CHECKING:
+    from distill.methods.base import Method
 
 
 class MetricWindow:
@@ -70,8 +74,8 @@ class MetricWindow:
         result.update({name: value for name, value in extremes if math.isfinite(value)})
         return result
 
-    def register(self, means: list[str], sums: list[str], maxima: list[str], minima: list[str] = (),
-                 signed_maxima: list[str] = ()) -> None:
+    def register(self, means: Sequence[str], sums: Sequence[str], maxima: Sequence[str], minima: Sequence[str] = (),
+                 signed_maxima: Sequence[str] = ()) -> None:
         """Create entries so every process reduces the same vector even if it never saw some source.
         `maxima` start at 0 (lengths); `signed_maxima` at -inf, so an unseen one is not logged."""
         for name in means:
@@ -86,12 +90,12 @@ class MetricWindow:
             self.minima[name]
 
 
-def new_window(method=None, teacher_ids: list[str] = (), stage_metrics: list[str] = ()) -> MetricWindow:
+def new_window(method: Method | None = None, teacher_ids: Sequence[str] = (), stage_metrics: Sequence[str] = ()) -> MetricWindow:
     """A window with every name the run may log registered (`method`'s own metrics, maxima and minima
     too, and its step stage's), so every process reduces the same vector."""
     window = MetricWindow()
     means = ["loss", "completion_length", "clipped_ratio", "grad_norm", "learning_rate", *STAT_NAMES,
-             *getattr(method, "metrics", ()), *stage_metrics]
+             *(method.metrics if method is not None else ()), *stage_metrics]
     means += [f"{kind}/{s}" for s in SOURCES for kind in ("loss", "completion_length")]
     means += [f"loss/teacher/{tid}" for tid in teacher_ids if tid]
     # Asynchronous rollouts' (max_staleness > 0): logged only by such a run (a mean nothing added to is not logged).
@@ -99,16 +103,18 @@ def new_window(method=None, teacher_ids: list[str] = (), stage_metrics: list[str
     window.register(means, ["prompts_truncated", *[f"micro_batches/{s}" for s in SOURCES], "tokens_per_second/generation",
                             "tokens_per_second/teacher", "tokens_per_second/student"],
                     ["completion_length_max", *[f"completion_length/{s}_max" for s in SOURCES]],
-                    minima=[*getattr(method, "minima", ()), *STALENESS_MINIMA],
-                    signed_maxima=[*getattr(method, "maxima", ()), *STALENESS_MAXIMA, "staleness_max"])
+                    minima=[*(method.minima if method is not None else ()), *STALENESS_MINIMA],
+                    signed_maxima=[*(method.maxima if method is not None else ()), *STALENESS_MAXIMA, "staleness_max"])
     return window
 
 
-def record_micro_batch(window: MetricWindow, mb, out, log_step: bool, method=None, trained_version: int | None = None) -> None:
+def record_micro_batch(window: MetricWindow, mb, out, log_step: bool, method: Method | None = None,
+                       trained_version: int | None = None) -> None:
     """Add one micro-batch's loss sums, lengths and diagnostics (`out`: its DistillLoss) to `window`;
     `method` declares the objective's own metric names. `trained_version`: with asynchronous rollouts, the weights
     version the step trains, for each student sample's staleness (None: not logged)."""
-    method_metrics = (*getattr(method, "metrics", ()), *STALENESS_METRICS)
+    maxima, minima = (method.maxima, method.minima) if method is not None else ((), ())
+    method_metrics = (*(method.metrics if method is not None else ()), *STALENESS_METRICS)
     tokens = int(out.num_tokens)
     loss_sum = float(out.loss_sum.detach())
     window.add_mean("loss", loss_sum, tokens)
@@ -131,9 +137,9 @@ def record_micro_batch(window: MetricWindow, mb, out, log_step: bool, method=Non
         window.add_mean("staleness", sum(staleness), len(staleness))
         window.add_max("staleness_max", max(staleness, default=0))
     for name, value in (out.extrema or {}).items():
-        if name in (*getattr(method, "maxima", ()), *STALENESS_MAXIMA):
+        if name in (*maxima, *STALENESS_MAXIMA):
             window.add_max(name, float(value))
-        elif name in (*getattr(method, "minima", ()), *STALENESS_MINIMA):
+        elif name in (*minima, *STALENESS_MINIMA):
             window.add_min(name, float(value))
         else:
             raise ValueError(f"the objective reported extreme {name!r}, which its method does not declare in "

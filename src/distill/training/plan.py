@@ -85,7 +85,8 @@ class StepStage(Protocol):
 
     Called once per rollout (a reused rollout is staged once; a restored one again, so the stage must be
     a function of the completions) with the step and this process's micro-batches, on every process at
-    once (it may use collectives). It sets the completions' `advantage` / `reprompt` / `distilled` and
+    once (it may use collectives). It writes what the loss reads as declared annotations (`distill.batch.Annotation`:
+    sdpo's `ADVANTAGE`, the self-teacher's `TEACHER_PROMPT` and `DISTILLED`) or micro-batch fields (`advantages`) and
     returns metrics: name -> (numerator, denominator), reduced across processes like every metric."""
 
     def metric_names(self) -> list[str]: ...

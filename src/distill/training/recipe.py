@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from distill.agents.support import check_conversation_rows
+from distill.conversations.fields import ConversationFields
 from distill.data import EncodedExample, Example, StepSampler
 from distill.locations import TeacherLocation, Teachers, location_of
 from distill.methods import get_method
@@ -190,8 +191,9 @@ def _setup_examples(config: DistillConfig, parts: _Parts, given: Given) -> _Rows
         check_objects_given(config, {name for name, value in given.inputs().items() if value is not None})
     train, held_out = load_examples(config, parts.method, given.train_dataset, given.eval_dataset)
     parts.location.check_dataset(config, parts.method, parts.plan.possible(), train)
+    conversation = ConversationFields.of(config)
     check_conversation_rows(parts.method, parts.plan.possible(), train, "dataset",
-                            bool(config.tools) or config.environment is not None)
+                            bool(conversation.tools) or conversation.environment is not None)
     check_output_dir(Path(config.output_dir), config.overwrite_output_dir, run_inputs(config, parts.location),
                      resuming=given.resume, break_lock=given.break_lock)
     teacher = parts.location.model_source(config, given.teacher)

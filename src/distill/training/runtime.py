@@ -20,6 +20,8 @@ import torch
 from distill.training import cpu_memory
 
 if TYPE_CHECKING:
+    from accelerate import Accelerator
+
     from distill.config import DistillConfig
 
 MIXED_PRECISION = {"float32": "no", "bfloat16": "bf16", "float16": "fp16"}
@@ -37,7 +39,7 @@ def phase_clock(device: torch.device) -> float:
 
 @dataclass
 class Runtime:
-    accelerator: object
+    accelerator: Accelerator
     device: torch.device
     teacher_dtype: torch.dtype
 

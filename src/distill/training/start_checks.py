@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from distill.doctor.context import DoctorContext
+from distill.doctor.fields import DoctorFields
 from distill.doctor.report import act_on
 from distill.doctor.run import run_checks
 from distill.training.step import StepTimer
@@ -23,9 +24,9 @@ def start_checks(parts: Assembly, models: LoadedModels, doctor: bool) -> list[Fi
     """Every check's findings on `parts` (`models`: as loaded, the teacher model held here among them); raises
     `ChecksFailed` when one stops the run. `doctor`: built by `distill doctor`."""
     # A hidden-state payload's head, held here when no teacher model is.
-    head = getattr(parts.teacher, "head", None) if models.teacher is None else None
+    head = parts.teacher.head if models.teacher is None and parts.teacher is not None else None
     findings = run_checks(DoctorContext(parts.config, parts.method, parts.train_examples, parts.student_model,
                                         parts.tokenizer, models.teacher, models.teacher_tokenizer, parts.student_given,
                                         parts.eos_ids, parts.encoded, doctor, head, StepTimer(parts)))
-    act_on(findings, parts.config.strict_checks, show=not doctor and parts.runtime.is_main_process)
+    act_on(findings, DoctorFields.of(parts.config).strict_checks, show=not doctor and parts.runtime.is_main_process)
     return findings

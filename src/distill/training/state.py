@@ -20,6 +20,7 @@ from torch import nn
 from distill.doctor.report import write_findings
 from distill.generation.registry import configure_engine
 from distill.generation.sync import weight_sync
+from distill.methods.async_fields import AsyncFields
 from distill.models import sharding
 from distill.objectives.student import StudentObjective
 from distill.rundir.directory import RunDirectory, RunIdentity, TrainedStudent
@@ -119,7 +120,7 @@ def _setup_hooks(parts: Assembly) -> tuple[list, Any]:
         hooks.append(parts.rollout)
     configure_engine(config)  # an engine's own settings (vLLM's KV cache), before its first decode
     # An engine with its own weights is synced after each step; an asynchronous producer pushes them itself.
-    sync = None if config.max_staleness else weight_sync(config.generation_engine, parts.with_student,
+    sync = None if AsyncFields.of(config).max_staleness else weight_sync(config.generation_engine, parts.with_student,
                                                          parts.teachers.sampling_models)
     if sync is not None:
         hooks.append(sync)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from distill.methods.async_fields import AsyncFields
 from distill.objectives import StepContext
 from distill.objectives.student import StudentObjective
 from distill.teachers.build import teachers_of
@@ -69,7 +70,7 @@ def step_passes(parts: Assembly, model: nn.Module, step: int, window: MetricWind
             out = model(mb, signal, parts.objective, context)
             accelerator.backward(out.loss_sum * scale)
         timings["student"] = timings.get("student", 0.0) + phase_clock(parts.device) - start
-        record_micro_batch(window, mb, out, log_step, parts.method, step if config.max_staleness else None)
+        record_micro_batch(window, mb, out, log_step, parts.method, step if AsyncFields.of(config).max_staleness else None)
         timings["tokens_scored"] = timings.get("tokens_scored", 0.0) + mb.num_completion_tokens
     return step_tokens
 

@@ -26,4 +26,5 @@ def score_step_ahead(teacher, micro_batches: list, temperature: float, runtime, 
         raise error or RuntimeError("the teacher of another process failed (its error is in that process's log)")
     if failed:
         raise error or TeacherServerError("the teacher server of another process failed (its error is in that process's log)")
+    assert signals is not None  # no process failed
     return signals

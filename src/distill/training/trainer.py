@@ -222,5 +222,6 @@ class Distiller:
         parts = self.parts
         if not parts.eval_examples or not parts.runtime.is_main_process:
             return None
+        assert parts.teachers.eval is not None  # every location that evaluates builds its evaluation teacher
         return Evaluator(parts.teachers.eval, parts.tokenizer, parts.encoder, parts.eval_examples, parts.vocab_size,
                          parts.eos_ids, parts.pad_id, parts.device, eval_settings(parts.config, parts.method, parts.encoder))

@@ -36,7 +36,7 @@ from distill.objectives.group_policy import PolicySettings
 from distill.objectives.sdpo import METRICS, SDPOObjective, SDPOSettings
 from distill.objectives.self_distillation import SelfDistillationSettings
 from distill.registry import Reads
-from distill.teachers.self_teacher import EMAUpdate
+from distill.teachers.self_teacher import EMAUpdate, SelfTeacher
 
 if TYPE_CHECKING:
     from distill.config import DistillConfig
@@ -130,6 +130,7 @@ class SDPO(Method):
         reused = stale_samples(config)
         policy = PolicySettings(sdpo.loss_type, ClipSettings(reuse.epsilon_low, reuse.epsilon_high, dual_clip=None),
                                 config.temperature, config.loss_chunk_size, config.max_new_tokens, reused)
+        assert self_teacher.distillation_mode is not None and config.beta is not None  # validate() filled the method's defaults
         distillation = SelfDistillationSettings(self_teacher.distillation_mode, config.beta, config.temperature,
                                                 config.loss_chunk_size, self_teacher.distillation_topk,
                                                 self_teacher.distillation_is_clip, reused)
@@ -201,10 +202,11 @@ class SDPO(Method):
             reprompts = Reprompts(encoder, sdpo.reprompt_template, sdpo.solution_template, sdpo.feedback_template)
         return RewardStage(rewards(config), settings, reprompts, parts.tokenizer, parts.runtime, parts.first_row)
 
-    def hooks(self, config: DistillConfig, student, teacher) -> list:
+    def hooks(self, config: DistillConfig, student, teacher: SelfTeacher) -> list:
         self_teacher = SelfTeacherFields.of(config)
         if not distils(config) or self_teacher.teacher_model_kind != "ema":
             return []
+        assert teacher.copy is not None  # an EMA self-teacher holds its copy
         return [EMAUpdate(teacher.copy, student, self_teacher.teacher_update_rate, self_teacher.teacher_sync_steps)]
 
     def describe_loss(self, record: dict) -> str:

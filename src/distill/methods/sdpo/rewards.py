@@ -102,10 +102,12 @@ def load_reward_function(spec: str, regex: str | None = None) -> RewardFunction:
 
 def weighted_range(functions: list[RewardFunction], weights: list[float]) -> tuple[float, float] | None:
     """The range of sum_k w_k r_k, or None when some function's range is unknown."""
-    if any(f.value_range is None for f in functions):
+    ranges = [f.value_range for f in functions]
+    if any(r is None for r in ranges):
         return None
-    low = sum(min(w * f.value_range[0], w * f.value_range[1]) for f, w in zip(functions, weights))
-    high = sum(max(w * f.value_range[0], w * f.value_range[1]) for f, w in zip(functions, weights))
+    known = [r for r in ranges if r is not None]
+    low = sum(min(w * r[0], w * r[1]) for r, w in zip(known, weights))
+    high = sum(max(w * r[0], w * r[1]) for r, w in zip(known, weights))
     return low, high
 
 

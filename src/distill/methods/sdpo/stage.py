@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from distill.batch import Annotation, Completion, MicroBatch
+from distill.data import Example
 from distill.errors import RewardFunctionError
 from distill.methods.sdpo.reprompts import Reprompts
 from distill.methods.sdpo.rewards import Rewards
@@ -142,7 +143,7 @@ class RewardStage:
     # ------------------------------------------------------------------------------------------ parts --
     def _local_rewards(self, completions: list[Completion]) -> torch.Tensor:
         """(n, K) this process's reward values; any process failing stops all of them."""
-        examples = [c.example for c in completions]
+        examples = [_example(c) for c in completions]
         texts = [self._decode(c.completion_ids if c.layout is None else c.layout.final_turn(c.completion_ids))
                  for c in completions]
         environment = [None if c.layout is None else c.layout.reward for c in completions]
@@ -168,7 +169,7 @@ class RewardStage:
     def _annotate(self, completion: Completion, advantage: float, demonstration: int | None, all_texts: list[str]) -> bool:
         """Annotate the completion with its advantage and, for the self-teacher, whether it is distilled and
         its teacher prompt (the reprompt); returns whether its reprompt shows feedback."""
-        s, example = self.settings, completion.example
+        s, example = self.settings, _example(completion)
         ADVANTAGE.put(completion, advantage)
         feedback = example.feedback if example.feedback is not None else example.privileged_context
         use_feedback = (s.include_feedback and feedback is not None and shows_something(feedback)
@@ -181,6 +182,7 @@ class RewardStage:
             if text is not None and s.remove_thinking:
                 text = THINKING.sub("", text).strip()
             observation = None if completion.layout is None else completion.layout.observation
+            assert self.reprompts is not None  # `distilled` implies them
             reprompt = self.reprompts.ids(example, text, feedback if use_feedback else None, observation)
         TEACHER_PROMPT.put(completion, reprompt)
         return distilled and use_feedback
@@ -223,3 +225,9 @@ class RewardStage:
         metrics["sdpo/equal_reward_group_fraction"] = (float((grouped[owned] == grouped[owned, :1]).all(dim=1).sum()),
                                                        float(len(owned)))
         return metrics
+
+
+def _example(completion: Completion) -> Example:
+    """The dataset row a completion answers (every rollout sdpo stages samples dataset rows)."""
+    assert completion.example is not None
+    return completion.example

@@ -174,7 +174,8 @@ def cache_files(directory: Path) -> tuple[list[Path], list[Path]]:
     .shard-NNNNN.safetensors.tmp (possibly half-written, so judged by name). Only the first list is ever
     deleted; the second names what a user must move before the directory can be rebuilt.
     """
-    own, foreign = [], []
+    own: list[Path] = []
+    foreign: list[Path] = []
     manifest = Path(directory) / MANIFEST
     listed = set()
     if manifest.is_file() and is_cache_manifest(manifest):

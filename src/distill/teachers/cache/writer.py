@@ -87,7 +87,12 @@ def write_shard(directory: Path, index: int, records: ShardRecords | HiddenShard
     from safetensors.numpy import save_file
 
     name = shard_name(index)
-    arrays = records.arrays(id_bytes, *hidden) if hidden is not None else records.arrays(id_bytes, k)
+    if hidden is not None:
+        assert isinstance(records, HiddenShardRecords)  # a hidden-payload shard's
+        arrays = records.arrays(id_bytes, *hidden)
+    else:
+        assert isinstance(records, ShardRecords) and k is not None  # a top-k shard's, with its k
+        arrays = records.arrays(id_bytes, k)
     temporary = directory / f".{name}.tmp"
     save_file(arrays, str(temporary))
     os.replace(temporary, directory / name)
