@@ -3,7 +3,8 @@
 - `trainer.py`: `Distiller`, the loop: assemble the run, check it, set up its training state, then per step train,
   log, checkpoint.
 - `recipe.py`: the run assembled top to bottom into one `Assembly` (method, rows, runtime, models, teachers, rollout);
-  `assembly.py`: the pieces it is built from (student, data, sampler, optimizer, rollout producer);
+  `assembly.py`: the pieces it is built from (student, data, sampler, optimizer, rollout producer); `image_checks.py`:
+  rows with images against the models that read them;
   `teacher_assembly.py`: the teachers, one path shared with `distill eval` and `distill cache-teacher`;
   `student_access.py`: the student as it is now, for the rollout and the weight sync;
   `start_checks.py`: the doctor's start-of-run checks on the assembly.

@@ -33,7 +33,6 @@ from distill.training.assembly import (
     LoadedModels,
     PreparedModels,
     check_arguments,
-    check_images_before_loading,
     load_examples,
     load_models,
     make_sampler,
@@ -42,6 +41,7 @@ from distill.training.assembly import (
     rollout_settings,
     student_source,
 )
+from distill.training.image_checks import check_images_before_loading
 from distill.training.plan import RolloutProducer, SourcePlan, StepStage
 from distill.training.runtime import Runtime, start_runtime
 from distill.training.student_access import StudentAccess
