@@ -1,4 +1,4 @@
-"""The import graph of `distill` has no circle, lazy imports (inside functions) included.
+"""The import graph of `distill` has no circle, lazy imports (inside functions) and type-only ones included.
 
 Edges are read from the source (every `import` / `from ... import` statement anywhere in a module, except under
 `if TYPE_CHECKING:`, which never runs), not from what Python happens to execute, so a circle hidden behind a
@@ -133,7 +133,7 @@ def test_the_reader_sees_lazy_imports_and_finds_a_planted_circle():
     graph = import_graph()
     assert "distill.generation.complete" in graph["distill.generation"]  # a function-level import is an edge
     assert "distill.config.values" in graph["distill.config"]
-    assert "distill.batch" not in graph["distill.objectives.base"]  # imported under TYPE_CHECKING only
+    assert "distill.methods.base" not in graph["distill.features"]  # imported under TYPE_CHECKING only
     planted = {name: set(edges) for name, edges in graph.items()}
     planted["distill.config.values"].add("distill.config")
     assert any({"distill.config", "distill.config.values"} <= set(c) for c in circles(planted))
@@ -143,6 +143,13 @@ def test_no_import_circle_remains():
     found = circles(import_graph())
     assert not found, "import circles (break each at a leaf module or a registration): " + "; ".join(
         " <-> ".join(c) for c in found)
+
+
+def test_no_import_circle_remains_counting_type_only_imports():
+    """Annotations are dependencies too: an import under `if TYPE_CHECKING:` closes no circle either."""
+    assert "distill.methods.base" in import_graph(type_checking=True)["distill.features"]  # annotations only
+    found = circles(import_graph(type_checking=True))
+    assert not found, "import circles through type-only imports: " + "; ".join(" <-> ".join(c) for c in found)
 
 
 # The folders' layers, bottom first (the design, §3 Layout: leaves <- data, rendering, models <- generation,
