@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import torch
+from provenance import write_result  # a sibling script: the result with its environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from curves import curve, metrics, parse_arm_arguments, train  # noqa: E402  (a sibling script)
@@ -174,7 +175,7 @@ def main() -> None:
             results.setdefault("repeats", {}).setdefault(str(args.seed), {})[name] = {"rows": rows, "seconds": record["seconds"]}
         else:
             results["arms"][name], results["seconds"][name] = rows, record["seconds"]
-        out.write_text(json.dumps(results, indent=2))
+        write_result(out, results)
     # The last checkpoint of each arm, with what it spent (seed 0), and its success for every seed: the docs read this.
     results["final"] = {}
     for name, rows in results["arms"].items():
@@ -182,7 +183,7 @@ def main() -> None:
                                                for seed, arms_of in results.get("repeats", {}).items() if name in arms_of}
         results["final"][name] = {**rows[-1], "minutes": results["seconds"][name] / 60, "success_by_seed": by_seed,
                                   "success_mean": sum(by_seed.values()) / len(by_seed), "seeds": len(by_seed)}
-    out.write_text(json.dumps(results, indent=2))
+    write_result(out, results)
     plot(results, out.with_suffix(".png"))
     print("| arm | step | task success | calls / question | valid calls |\n| --- | ---: | ---: | ---: | ---: |")
     for name, rows in results["arms"].items():

@@ -19,7 +19,6 @@ Writes benchmarks/results/align.json (override with --out).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -27,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+from provenance import write_result  # a sibling script: the result with its environment
 
 PARAGRAPHS = [
     "The café on the corner serves crème brûlée and a naïve little rosé; Zoë says it is déjà vu every time. ",
@@ -130,7 +130,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"teacher_tokens": len(teacher_ids_all), "bytes": len(text.encode()), "chunk_size": args.chunk_size, "repeats": args.repeats,
             "machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__}
-    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, ensure_ascii=False))
+    write_result(args.out, {"meta": meta, "rows": rows}, ensure_ascii=False)
     print(f"wrote {args.out}")
 
 

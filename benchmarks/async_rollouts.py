@@ -30,6 +30,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from provenance import write_result  # a sibling script: the result with its environment
+
 TIMERS = ("time/queue_wait", "time/generation", "time/weight_push", "time/training")
 
 
@@ -199,7 +201,7 @@ def main() -> None:
             server.wait(timeout=60)
         shutil.rmtree(scratch)  # its own folder: each arm's checkpoints and the server's weights (gigabytes)
     results["summary"] = summary(results["arms"])
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    write_result(args.out, results)
     print_table(results["summary"])
 
 

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from provenance import write_result  # a sibling script: the result with its environment
+
 MB = 2**20
 
 
@@ -125,9 +127,9 @@ def main() -> None:
     ratios = {c: summary["fsdp"][c] / summary["ddp"][c] for c in columns if summary["ddp"][c]}
     print("fsdp / ddp: " + ", ".join(f"{c.removesuffix('_mb')} {v:.2f}" for c, v in ratios.items()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": platform.machine(), "processes": args.processes, "steps": args.steps,
-                                    "new_tokens": args.new_tokens, "per_process_mean": summary, "fsdp_over_ddp": ratios,
-                                    "runs": rows}, indent=2))
+    write_result(args.out, {"machine": platform.machine(), "processes": args.processes, "steps": args.steps,
+                            "new_tokens": args.new_tokens, "per_process_mean": summary, "fsdp_over_ddp": ratios,
+                            "runs": rows})
     print(f"wrote {args.out}")
 
 

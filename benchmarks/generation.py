@@ -13,13 +13,13 @@ Writes benchmarks/results/generation.json.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from provenance import write_result  # a sibling script: the result with its environment
 
 
 def load_pair():
@@ -117,9 +117,8 @@ def main() -> None:
 
 def write_results(args: argparse.Namespace, results: dict) -> None:
     """`args.out`: the settings, the machine and `results`, as JSON."""
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"rows": args.rows, "new_tokens": args.new_tokens, "machine": platform.machine(),
-                                    "threads": torch.get_num_threads(), "results": results}, indent=2))
+    write_result(args.out, {"rows": args.rows, "new_tokens": args.new_tokens, "machine": platform.machine(),
+                            "threads": torch.get_num_threads(), "results": results})
     print(f"wrote {args.out}")
 
 

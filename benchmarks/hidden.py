@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from provenance import write_result  # a sibling script: the result with its environment
+
 sys.path.insert(0, str(Path(__file__).parent))
 from teacher import TEACHER, _free_port, make_data_and_student, timed_steps  # noqa: E402
 
@@ -220,7 +222,7 @@ def main() -> None:
         result["outcome"] = outcome(args, work)
     result["wall_minutes"] = (time.perf_counter() - started) / 60
     out = Path(__file__).parent / "results" / "hidden.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(out, result)
     print(f"wrote {out} ({result['wall_minutes']:.1f} minutes; work directory {work})")
 
 

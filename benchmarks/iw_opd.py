@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from provenance import write_result  # a sibling script: the result with its environment
+
 COMMON = ["--learning_rate", "1e-4", "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", "5", "--save_steps", "0",
           "--progress_bar", "false", "--eval_before_after", "false"]
 PHASE1 = ["--seq_kd", "true", "--seq_kd_generation_steps", "1", "--lmbda", "0", "--lmbda_schedule", "constant",
@@ -92,8 +94,7 @@ def main() -> None:
         print(f"{name}: {row['steps']} steps, forward KL {row['forward_kl_teacher']:.3f}, reverse KL (own) "
               f"{row['reverse_kl_own']:.3f}, top-1 {row['top1_teacher']:.3f}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"phase1_steps": args.phase1_steps, "minutes": args.minutes, "rows": rows}, indent=2,
-                                   ensure_ascii=False))
+    write_result(args.out, {"phase1_steps": args.phase1_steps, "minutes": args.minutes, "rows": rows}, ensure_ascii=False)
     print("\n| second phase | steps | forward KL on teacher completions | reverse KL on own completions | top-1 agreement |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for row in rows:

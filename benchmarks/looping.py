@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 import torch
+from provenance import write_result  # a sibling script: the result with its environment
 
 sys.path.insert(0, str(Path(__file__).parent))
 from curves import curve, metrics, parse_arm_arguments, train  # noqa: E402  (sibling scripts)
@@ -152,12 +153,12 @@ def main() -> None:
         for row in rows:
             row["clipped_ratio"] = training[row["step"]].get("clipped_ratio")
         results["arms"][name] = {"flags": flags, "seconds": trained["seconds"], "curve": rows}
-        out.write_text(json.dumps(results, indent=2) + "\n")
+        write_result(out, results)
     if args.decoding and "decoding" not in results:
         student = load_model(str(RUNS / ARMS[FORMER_DEFAULT][0] / "model"), "model", torch.device("cpu"))[0]
         results["decoding"] = decoding(distiller, evaluator, student)
     results["summary"] = summary(results)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    write_result(out, results)
     print_table(results)
     plot(results, out.with_suffix(".png"))
 

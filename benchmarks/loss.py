@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from provenance import write_result  # a sibling script: the result with its environment
+
 IMPLEMENTATIONS = ("dense", "chunked", "trl", "liger")
 DTYPES = ("float32", "bfloat16")
 
@@ -189,8 +191,8 @@ def main() -> None:
     meta = {"vocab": args.vocab, "hidden": args.hidden, "chunk_size": args.chunk_size, "repeats": args.repeats,
             "device": args.device, "dtype": args.dtype, "machine": platform.machine(), "cpus": os.cpu_count(),
             "python": platform.python_version()}
-    args.out.write_text(json.dumps({"meta": meta, "rows": rows, "reverse_over_forward": {
-        f"{impl} N={n}": ratio for (impl, n), ratio in summary.items()}}, indent=2))
+    write_result(args.out, {"meta": meta, "rows": rows, "reverse_over_forward": {
+        f"{impl} N={n}": ratio for (impl, n), ratio in summary.items()}})
     print(f"wrote {args.out}")
 
 

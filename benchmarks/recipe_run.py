@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from provenance import write_result  # a sibling script: the result with its environment
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -47,8 +49,7 @@ def main() -> None:
               "last_step": max((m.get("step", 0) for m in metrics), default=0),
               "machine": platform.machine(), "cpus": len(os.sched_getaffinity(0)),
               "eval": json.loads((run_dir / "eval" / "eval.json").read_text())}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(out, result)
     print(f"{result['command']}: {wall / 60:.1f} minutes, peak RSS {result['peak_rss_gb']:.2f} GB, {result['last_step']} steps; {out}")
 
 

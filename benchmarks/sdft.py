@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import torch
+from provenance import write_result  # a sibling script: the result with its environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arms import run_arms  # noqa: E402  (a sibling script)
@@ -142,8 +143,8 @@ def main() -> None:
         print(f"{name:32} {row['heldout']['accuracy']:>12.3f} {row['train_questions']['accuracy']:>11.3f} "
               f"{row['forgetting_forward_kl']:>13.4f} {steps}")
     print(f"self-teacher (original model shown the fact), held-out accuracy: {results['before training']['teacher_with_fact_heldout']['accuracy']:.3f}")
-    Path(args.out).write_text(json.dumps({"minutes_per_arm": args.minutes, "command": " ".join(sys.argv), "common_flags": COMMON,
-                                          "arms": {name: flags for name, (_, flags) in ARMS.items()}, "results": results}, indent=2))
+    write_result(args.out, {"minutes_per_arm": args.minutes, "command": " ".join(sys.argv), "common_flags": COMMON,
+                            "arms": {name: flags for name, (_, flags) in ARMS.items()}, "results": results})
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from provenance import write_result  # a sibling script: the result with its environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from curves import curve, measuring_seconds, metrics, parse_arm_arguments, train  # noqa: E402  (sibling scripts)
@@ -214,13 +215,13 @@ def main() -> None:
     plot(results, out.with_suffix(".png"))
     final = [max((r for r in rows if r["arm"] == name), key=lambda r: r["step"]) for name in results if name in ARMS]
     wall = sum(row["seconds"] + row["measuring_seconds"] for row in results.values() if "seconds" in row)
-    out.write_text(json.dumps({"command": " ".join(sys.argv), "wall_minutes": wall / 60, "facts": FACTS,
-                               "final_points": final, "points": rows, "frontier_comparison": matched,
-                               "at_leak_step": [r for r in rows if r["step"] == LEAK_STEP],
-                               "levers_where_sdft_learns": [r for r in rows if r["arm"].startswith(LEARNING_ARM)
-                                                            and r["step"] == LEARNING_STEP],
-                               "seed_repeats": seed_repeats(rows),
-                               "results": results}, indent=2))
+    write_result(out, {"command": " ".join(sys.argv), "wall_minutes": wall / 60, "facts": FACTS,
+                       "final_points": final, "points": rows, "frontier_comparison": matched,
+                       "at_leak_step": [r for r in rows if r["step"] == LEAK_STEP],
+                       "levers_where_sdft_learns": [r for r in rows if r["arm"].startswith(LEARNING_ARM)
+                                                    and r["step"] == LEARNING_STEP],
+                       "seed_repeats": seed_repeats(rows),
+                       "results": results})
 
 
 if __name__ == "__main__":

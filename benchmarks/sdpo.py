@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import torch
+from provenance import write_result  # a sibling script: the result with its environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arms import run_arms  # noqa: E402  (a sibling script)
@@ -141,8 +142,8 @@ def main() -> None:
         print(f"{name:38} {row['greedy_accuracy']:>10.3f} {row['sampled_pass_at_1']:>7.3f} {rewards} {minutes}")
     out = Path(args.out)
     plot(results, out.with_name("sdpo_rewards.png"))
-    out.write_text(json.dumps({"steps_per_arm": args.steps, "command": " ".join(sys.argv), "common_flags": COMMON,
-                               "arms": {name: flags for name, (_, flags) in ARMS.items()}, "results": results}, indent=2))
+    write_result(out, {"steps_per_arm": args.steps, "command": " ".join(sys.argv), "common_flags": COMMON,
+                       "arms": {name: flags for name, (_, flags) in ARMS.items()}, "results": results})
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ import threading
 import time
 from pathlib import Path
 
+from provenance import write_result  # a sibling script: the result with its environment
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from soak import REPO, make_models  # noqa: E402  (a sibling script: the same tiny models)
 
@@ -175,7 +177,7 @@ def main() -> None:
           f"{loaded['requests_per_second']:.0f} requests/s")
     print(f"SIGTERM with {shutdown['in_flight_at_sigterm']} of {shutdown['requests']} requests in flight: "
           f"{shutdown['answered']} answered correctly, server exit status {shutdown['server_exit_code']}")
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    write_result(args.out, result)
     ok = loaded["failed"] == loaded["mismatched"] == 0 and shutdown["answered"] == shutdown["requests"]
     sys.exit(0 if ok else 1)
 

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from provenance import write_result  # a sibling script: the result with its environment
+
 REPO = Path(__file__).resolve().parents[1]
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -153,7 +155,7 @@ def main() -> None:
     print(f"final weights torch.equal: {verdict['weights_equal']}; last optimizer state torch.equal: {verdict['optimizer_state_equal']}")
     print(f"resident memory: {result['rss_mb_after_step_50']:.0f} MB after step 50, "
           f"{result[f'rss_mb_after_step_{args.steps}']:.0f} MB after step {args.steps}")
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    write_result(args.out, result)
     if not (verdict["weights_equal"] and verdict["optimizer_state_equal"]):
         sys.exit(1)
 

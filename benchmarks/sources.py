@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from provenance import write_result  # a sibling script: the result with its environment
+
 # The published table was measured with one teacher generate call per step (seq_kd_generation_steps 1).
 COMMON = ["--learning_rate", "1e-4", "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", "5", "--max_steps", "1000",
           "--save_steps", "0", "--progress_bar", "false"]
@@ -73,7 +75,7 @@ def main() -> None:
               f"{row['forward_kl_teacher_after']:.2f}, reverse KL (own) {row['reverse_kl_own_before']:.2f} -> "
               f"{row['reverse_kl_own_after']:.2f}, top-1 {row['top1_teacher_after']:.3f}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"minutes": args.minutes, "rows": rows}, indent=2, ensure_ascii=False))
+    write_result(args.out, {"minutes": args.minutes, "rows": rows}, ensure_ascii=False)
     print(f"wrote {args.out}")
 
 

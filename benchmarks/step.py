@@ -26,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from provenance import write_result  # a sibling script: the result with its environment
+
 
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -233,7 +235,7 @@ def main() -> None:
                           "peak_device_mb": median(theirs, "peak_device_mb") if device == "CUDA" else None}
         summary["ratios"] = {"time": ratio_time, "peak_memory": ratio_memory}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=2))
+    write_result(args.out, summary)
     print(f"wrote {args.out}")
 
 

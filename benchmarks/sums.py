@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from provenance import write_result  # a sibling script: the result with its environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from curves import curve, measuring_seconds, metrics, parse_arm_arguments, train  # noqa: E402  (sibling scripts)
@@ -238,9 +239,9 @@ def main() -> None:
     out = Path(args.out)
     plot(results, out.with_suffix(".png"))
     wall = sum(row["seconds"] + row["measuring_seconds"] for row in results.values() if "seconds" in row)
-    out.write_text(json.dumps({"command": " ".join(sys.argv), "wall_minutes": wall / 60,
-                               "samples_per_prompt": args.samples, "summary": rows,
-                               "points": points(results), "results": results}, indent=2))
+    write_result(out, {"command": " ".join(sys.argv), "wall_minutes": wall / 60,
+                       "samples_per_prompt": args.samples, "summary": rows,
+                       "points": points(results), "results": results})
 
 
 if __name__ == "__main__":

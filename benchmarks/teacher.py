@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from provenance import write_result  # a sibling script: the result with its environment
+
 TEACHER = "smollm2-135m-instruct"
 
 
@@ -206,7 +208,7 @@ def main() -> None:
                        "offline_over_local_step_time": step_rows[0]["seconds_per_step"] / step_rows[1]["seconds_per_step"],
                        "offline_over_local_peak_rss": step_rows[0]["peak_rss_mb"] / step_rows[1]["peak_rss_mb"]})
         print(f"offline / local: step time {result['offline_over_local_step_time']:.2f}x, peak RSS {result['offline_over_local_peak_rss']:.2f}x")
-    out.write_text(json.dumps(result, indent=2))
+    write_result(out, result)
     print(f"wrote {out} (work directory {work})")
 
 

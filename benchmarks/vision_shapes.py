@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from provenance import write_result  # a sibling script: the result with its environment
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -165,7 +167,7 @@ def main() -> None:
         result["arms"][name] = {"train_seconds": seconds, "curve": [*head, *rows]}
         print(f"{name:>14}: " + ", ".join(f"step {r['step']} {r['accuracy']:.2f}" for r in [*head, *rows]), flush=True)
     result["wall_minutes"] = (time.time() - started) / 60
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, result)
     plot(result, args.out.with_suffix(".png"))
     print(f"wrote {args.out} ({result['wall_minutes']:.1f} minutes)")
 

@@ -1,0 +1,88 @@
+"""The benchmarks' results say what they were measured with: every file of benchmarks/results/ has a `provenance`
+entry (the commit, and the versions of the packages that shape its numbers, or "not recorded" for the files measured
+before they were recorded), and every benchmark script writes its result through `benchmarks/provenance.py`."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import re
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+RESULTS = BENCHMARKS / "results"
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _provenance_module():
+    spec = importlib.util.spec_from_file_location("benchmark_provenance", BENCHMARKS / "provenance.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("path", sorted(RESULTS.glob("*.json")), ids=lambda p: p.name)
+def test_every_result_file_records_its_commit_and_versions(path):
+    entry = json.loads(path.read_text()).get("provenance")
+    assert isinstance(entry, dict), f"{path.name}: no provenance (write it with benchmarks/provenance.py's write_result)"
+    assert COMMIT.match(entry.get("commit") or ""), f"{path.name}: provenance without a commit: {entry}"
+    versions = entry.get("versions")
+    if versions != "not recorded":
+        assert isinstance(versions, dict) and versions.get("torch") and versions.get("transformers"), (path.name, versions)
+
+
+def _scripts() -> list[Path]:
+    """The benchmark scripts that write a result file: their docstring names benchmarks/results/."""
+    return [p for p in sorted(BENCHMARKS.glob("*.py"))
+            if "benchmarks/results/" in (ast.get_docstring(ast.parse(p.read_text())) or "") and p.name != "provenance.py"]
+
+
+def test_every_benchmark_script_writes_its_result_with_provenance():
+    scripts = _scripts()
+    assert len(scripts) >= 20
+    for path in scripts:
+        tree = ast.parse(path.read_text())
+        called = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+        assert called & {"write_result", "write_results"}, f"{path.name}: writes no result through write_result"
+        for node in ast.walk(tree):  # a result file written around the helper: `out.write_text(json.dumps(...))`
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "write_text"
+                    and node.args and "json.dumps" in ast.unparse(node.args[0])):
+                target = ast.unparse(node.func.value)
+                assert target not in ("out", "args.out", "Path(args.out)"), f"{path.name}: {ast.unparse(node)[:80]}"
+    generation = (BENCHMARKS / "generation.py").read_text()
+    assert "def write_results" in generation and "write_result(args.out" in generation  # vllm_generation's writer too
+
+
+def test_write_result_adds_the_installed_versions_and_the_commit(tmp_path):
+    provenance = _provenance_module()
+    path = provenance.write_result(tmp_path / "sub" / "r.json", {"seconds": 1.5, "provenance": "stale"})
+    data = json.loads(path.read_text())
+    assert data["seconds"] == 1.5
+    entry = data["provenance"]
+    assert entry["versions"]["torch"] == metadata.version("torch")
+    assert entry["versions"]["transformers"] == metadata.version("transformers")
+    assert entry["versions"]["vllm"] is None or isinstance(entry["versions"]["vllm"], str)
+    assert entry["commit"] is None or COMMIT.match(entry["commit"])
+    with pytest.raises(TypeError, match="JSON object"):
+        provenance.write_result(tmp_path / "list.json", [1, 2])
+
+
+def test_backfill_states_only_what_is_known(tmp_path, monkeypatch):
+    """A file measured before provenance was recorded gets "not recorded" versions and its last commit, nothing
+    invented; a file that has provenance is left as it is."""
+    provenance = _provenance_module()
+    old = RESULTS / "step.json"
+    copy = tmp_path / "old.json"
+    data = {k: v for k, v in json.loads(old.read_text()).items() if k != "provenance"}
+    copy.write_text(json.dumps(data, indent=2))
+    monkeypatch.setattr(provenance, "_git", lambda *args: "0" * 40)
+    assert provenance.backfill([copy]) == [copy]
+    entry = json.loads(copy.read_text())["provenance"]
+    assert entry["versions"] == "not recorded" and entry["commit"] == "0" * 40
+    before = copy.read_text()
+    assert provenance.backfill([copy]) == [] and copy.read_text() == before
