@@ -355,61 +355,57 @@ TRL_CONFIGS = {
 }
 
 
-def _trl_defaults(module: str, name: str) -> dict[str, object] | None:
-    """The TRL config class's field defaults, or None when TRL is not installed (the `trl` extra)."""
-    import dataclasses
-    import importlib
-    import os
+TRL_DEFAULTS = Path(__file__).parent / "trl_defaults.json"  # written by scripts/trl_defaults.py from TRL itself
 
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # its experimental configs are what is migrated from
-    try:
-        config = getattr(importlib.import_module(module), name)
-    except ImportError:
-        return None
-    defaults: dict[str, object] = {}
-    for field in dataclasses.fields(config):
-        if field.default is not dataclasses.MISSING:
-            defaults[field.name] = field.default
-        elif field.default_factory is not dataclasses.MISSING:
-            defaults[field.name] = field.default_factory()
-    return defaults
+
+def _trl_defaults(name: str) -> dict[str, object]:
+    """The TRL config class's field defaults, from docs/trl_defaults.json (the site is built without TRL)."""
+    return json.loads(TRL_DEFAULTS.read_text())["configs"][name]["defaults"]
 
 
 def _shown(value: object) -> str:
-    return "—" if value is None else f"`{value!r}`" if isinstance(value, str) else f"`{value}`"
+    return f"`{value!r}`" if isinstance(value, str) else f"`{value}`"
+
+
+# TrainingArguments fields every TRL config has, listed in each table: (TRL field, distill field).
+COMMON_FIELDS = [("learning_rate", "learning_rate"), ("per_device_train_batch_size", "per_device_train_batch_size"),
+                 ("gradient_accumulation_steps", "gradient_accumulation_steps"), ("max_steps", "max_steps")]
 
 
 def trl_reference() -> str:
     from distill.config import DistillConfig
 
+    version = json.loads(TRL_DEFAULTS.read_text())["trl"]
     lines = ["# Migrating from TRL", "",
-             "TRL's trainer configs and the distill fields that do the same (TRL 1.16.0; the table is checked against "
+             f"TRL's trainer configs and the distill fields that do the same (TRL {version}; the table is checked against "
              "both libraries by `tests/test_docs.py`). Fields shared with `TrainingArguments` (`learning_rate`, "
              "`per_device_train_batch_size`, `gradient_accumulation_steps`, `max_steps`, `seed`, `logging_steps`, "
              "`save_steps`, `report_to`, ...) keep their names. A TRL field not listed has no distill equivalent.", "",
-             "Behaviours that differ on purpose:", "",
+             "How the two compare:", "",
              "- **The loss denominator**: the sum over the whole optimizer step's completion tokens, divided by their "
-             "count over every micro-batch and process (TRL divides per micro-batch): the gradient does not depend on "
-             "how a step is split ([Using it](../usage.md)). sdpo's distillation term is a mean over the step's "
-             "distilled tokens.",
+             "count over every micro-batch and process, so the gradient does not depend on how a step is split "
+             f"([Using it](../usage.md)). TRL {version}'s `DistillationTrainer` does the same: it counts the completion "
+             "tokens it generated for the step over every process. Its `GKDTrainer` divides by the label tokens that "
+             "transformers' `Trainer` counts in the step's dataset batches before on-policy or `seq_kd` sampling "
+             "replaces their completions, so a sampled micro-batch is divided by the length of completions it does not "
+             "train on. sdpo's distillation term is a mean over the step's distilled tokens.",
              "- **Metrics** are token-weighted over the step and the processes.",
              "- **Temperatures**: the loss temperature (`temperature`) and the sampling temperatures are separate fields.",
              "- **Bad input fails before a model loads**, naming the field; a field the run would not read is an error.",
-             "- **Defaults differ**: each table gives both libraries' defaults (TRL's read from TRL when the `trl` extra "
-             "is installed; distill's with the method's own defaults filled in). The learning rate, the lengths and "
-             "gkd's `lmbda` schedule are tuned for the bundled 135M demo: set them for your models.",
+             f"- **Defaults differ**: each table gives both libraries' defaults (TRL {version}'s as its config classes "
+             "declare them, recorded in `docs/trl_defaults.json` by `scripts/trl_defaults.py`; distill's with the "
+             "method's own defaults filled in). The learning rate, the lengths and gkd's `lmbda` schedule are tuned for "
+             "the bundled 135M demo: set them for your models.",
              ""]
-    common = [("learning_rate", "learning_rate"), ("per_device_train_batch_size", "per_device_train_batch_size"),
-              ("gradient_accumulation_steps", "gradient_accumulation_steps"), ("max_steps", "max_steps")]
     for name, (module, method, rows) in TRL_CONFIGS.items():
-        trl_defaults = _trl_defaults(module, name)
+        trl_defaults = _trl_defaults(name)
         ours_resolved = DistillConfig(method=method).validate()
         lines += [f"## `{name}` -> `method: {method}`", "", f"(`{module}.{name}`)", "",
                   "| TRL | TRL default | distill | distill default | note |", "| --- | --- | --- | --- | --- |"]
-        for trl_name, ours, note in [*rows, *((t, o, "") for t, o in common if t not in {r[0] for r in rows})]:
+        for trl_name, ours, note in [*rows, *((t, o, "") for t, o in COMMON_FIELDS if t not in {r[0] for r in rows})]:
             names = [n.strip() for n in ours.split(",")] if ours else []
             mapped = ", ".join(f"[`{n}`](config.md#{n})" for n in names) if names else "—"
-            theirs = "—" if trl_defaults is None or trl_name not in trl_defaults else _shown(trl_defaults[trl_name])
+            theirs = _shown(trl_defaults[trl_name]) if trl_name in trl_defaults else "—"
             own = ", ".join(_shown(getattr(ours_resolved, n)) for n in names if hasattr(ours_resolved, n)) or "—"
             lines.append(f"| `{trl_name}` | {theirs} | {mapped} | {own} | {note} |")
         lines.append("")

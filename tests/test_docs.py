@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import json
 import re
 import sys
@@ -167,6 +168,22 @@ def test_the_trl_migration_table_names_real_fields_on_both_sides():
         config = getattr(importlib.import_module(module), name)
         theirs = {f.name for f in dataclasses.fields(config)}
         assert {trl_name for trl_name, _, _ in rows} <= theirs, name
+
+
+def test_the_trl_defaults_file_is_what_the_installed_trl_declares():
+    """The Migrating from TRL page reads TRL's defaults from docs/trl_defaults.json (the site is built without TRL):
+    the file is current for the pinned TRL, and every row of the page has TRL's default."""
+    needs_extra("trl", "trl")
+    spec = importlib.util.spec_from_file_location("trl_defaults_script", ROOT / "scripts" / "trl_defaults.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert (ROOT / "docs" / "trl_defaults.json").read_text() == script.rendered(), "run python scripts/trl_defaults.py"
+    reference = _reference_pages()
+    page = reference.trl_reference()
+    assert "| `beta` | `1.0` | [`beta`](config.md#beta) | `0.5` |" in page  # DistillationConfig's beta against on_policy's
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    assert len(rows) > 40
+    assert not [row for row in rows if row.split("|")[2].strip() in ("", "—")]
 
 
 def test_the_troubleshooting_page_lists_every_error_class():
