@@ -249,11 +249,14 @@ def test_per_method_facts_in_field_help_are_generated_from_the_registry(toy_meth
     url = field_help("teacher_url")
     assert "Methods that can learn from it: gkd, iw_opd, on_policy" in url  # iw_opd's was missing by hand
     assert TOY not in url  # its objective takes dense signals only
-    assert f"; {TOY} (" in field_help("temperature")  # it declares reading temperature
+    assert TOY in field_help("temperature").split("Read by ")[1]  # it declares reading temperature
     assert "Methods that can learn from it: gkd." in field_help("teacher_cache")
     assert f"'{TOY}': a toy for tests." in field_help("method")
     assert "Method defaults: gkd 0.5, gold 0.5, on_policy 0.5, sdft 0.0, sdpo 1.0." in field_help("beta")
-    assert field_help("num_iterations").endswith("Read by iw_opd (always); sdft (always); sdpo (always).")
+    assert field_help("num_iterations").endswith("Read by iw_opd, sdft and sdpo.")
+    # a condition several methods share is written once, with the methods it holds for
+    assert field_help("lmbda").endswith("Read by gkd and gold with on/off-policy mixing.")
+    assert field_help("beta").count("gold") == 2  # "by gold with uld_use_hybrid_loss ..." and its default
     assert "Read by" not in field_help("learning_rate")  # every run reads it
     assert field_help("epsilon_low") in fields_help().replace("\n      ", " ")
 

@@ -12,6 +12,8 @@ teacher's location, each method's own, then those several methods read.
 
 from __future__ import annotations
 
+import re
+
 from distill.config import DistillConfig
 from distill.config_rules.reads import own_fields, run_reads
 from distill.locations.registry import locations
@@ -29,7 +31,7 @@ def field_help(name: str) -> str:
         parts.append(f"Methods that can learn from it: {', '.join(methods) if methods else 'none'}.")
     readers = method_readers(name)
     if readers:
-        parts.append("Read by " + "; ".join(f"{m} ({needs})" for m, needs in readers) + ".")
+        parts.append(readers_sentence(readers))
     defaults = [(m, get_method(m).defaults[name]) for m in method_names() if name in get_method(m).defaults]
     if defaults:
         parts.append("Method defaults: " + ", ".join(f"{m} {value!r}" for m, value in defaults) + ".")
@@ -48,6 +50,20 @@ def method_readers(name: str) -> list[tuple[str, str]]:
         if needs is not None:
             found.append((method, needs.removeprefix(f"method {method}").strip(" ,") or "always"))
     return found
+
+
+def readers_sentence(readers: list[tuple[str, str]]) -> str:
+    """`method_readers` as one sentence, each condition written once with the methods it holds for:
+    "Read by gkd, on_policy and sdft; by gold with uld_use_hybrid_loss: true." A condition that names its methods in
+    a trailing "(methods ...)" loses it (the sentence names them)."""
+    by_condition: dict[str, list[str]] = {}
+    for method, needs in readers:
+        by_condition.setdefault(re.sub(r"\s*\(methods? [^()]*\)$", "", needs), []).append(method)
+    clauses = []
+    for needs, methods in by_condition.items():
+        names = methods[0] if len(methods) == 1 else f"{', '.join(methods[:-1])} and {methods[-1]}"
+        clauses.append(names if needs == "always" else f"{names} with {needs}")
+    return "Read by " + "; by ".join(clauses) + "."
 
 
 def selecting_fields() -> dict[str, tuple]:
