@@ -128,6 +128,15 @@ def test_overwrite_removes_only_what_a_run_wrote(run_copy, tokenizer):
     assert [r["step"] for r in map(json.loads, (run_copy / "metrics.jsonl").read_text().splitlines())] == [1]
 
 
+def test_overwrite_output_dirs_help_names_what_it_removes():
+    """The help (and so the reference and `distill train --help`) lists exactly what is removed, and says the rest stays."""
+    from distill.config import DistillConfig
+    from distill.rundir.directory import WRITTEN
+
+    text = {f.name: f for f in DistillConfig.config_fields()}["overwrite_output_dir"].metadata["help"]
+    assert all(name in text for name in WRITTEN) and "any other file is kept" in text
+
+
 def test_output_dir_that_is_a_file_is_refused(tmp_path):
     target = tmp_path / "file.txt"
     target.write_text("x")

@@ -70,8 +70,9 @@ class RunFields:
                               "a `split` column needs eval_split: train).")
     output_dir: str = setting("runs/default", "Run directory: config, metrics.jsonl, checkpoints, final model, "
                               "model card, plots, evaluation report.")
-    overwrite_output_dir: bool = setting(False, "Allow writing into an existing, non-empty `output_dir` (its "
-                                         "contents are replaced).")
+    overwrite_output_dir: bool = setting(False, "Allow writing into an existing, non-empty `output_dir`: what a "
+                                         "previous distill run wrote there (config.yaml, metrics.jsonl, checkpoints/, "
+                                         "model/, plots/, eval/, checks.json) is removed first; any other file is kept.")
 
     # --- the loss --------------------------------------------------------------------------------------
     beta: float | None = setting(None, "Generalized JSD interpolation for student-sampled completions: 0 = forward "
