@@ -18,6 +18,7 @@
 
 - `{{ bench FILE PATH }}` or `{{ bench FILE PATH | FORMAT }}` becomes one value, e.g.
   `{{ bench sdft.json results/sft/heldout/accuracy | .3f }}` (a path may be quoted: `"results/sdft, EMA/steps"`);
+  `{{ bench FILE "A" / "B" | FORMAT }}` the ratio of two values of the file;
   `{{ bench FILE provenance | provenance }}` the file's commit and package versions in words;
 - `{{ method NAME }}` becomes the method's generated reference: what it reads and when, its defaults, metrics
   and recipes (the same text as the Methods reference page, from the registry; for pages under `guides/`);
@@ -186,7 +187,11 @@ def render(markdown: str, page: str = "a page") -> str:
             return method_section(argument.strip(), heading_level=None, config_page="../reference/config.md")
         target, _, spec = argument.partition(" | ")
         source, _, path = target.strip().partition(" ")
-        return fmt(lookup(load(source), path.strip().strip('"'), f"{page}: {match.group(0)}"), spec.strip() or None)
+        where = f"{page}: {match.group(0)}"
+        paths = [part.strip().strip('"') for part in path.split(" / ")]  # `"A" / "B"`: the ratio of two values
+        values = [lookup(load(source), part, where) for part in paths]
+        value = values[0] if len(values) == 1 else values[0] / values[1]
+        return fmt(value, spec.strip() or None)
 
     return INLINE.sub(inline, TABLE_BLOCK.sub(table, markdown))
 

@@ -36,6 +36,9 @@ NOT_RUN = {  # (page, the block's first line) -> why the test suite does not run
     ("guides/async.md", "distill train on_policy --max_staleness 2 --generation_engine vllm_server --vllm_server_url "
                         "http://127.0.0.1:8000"):
         "needs a running vLLM server (tests/vllm runs the engine against one)",
+    ("guides/async.md", "python benchmarks/async_rollouts.py --student runs/default/model --learning-rate 2e-5 "
+                        "--vllm-python VLLM_PYTHON"):
+        "a benchmark of about 20 minutes with the real models and a vLLM server",
     ("guides/sdpo.md", "python benchmarks/sdpo.py --steps 40       # about 35 to 40 minutes on 2 CPU cores; writes benchmarks/results/sdpo.json and sdpo_rewards.png"):
         "a benchmark of 40 minutes with the real model",
 }
@@ -147,3 +150,41 @@ def test_the_page_examples_run(page, tiny_runs, workdir):
     if any(language == "python" or "distill train" in code for language, code in examples):
         assert tiny_runs, f"{page}: its examples built no Distiller"
         assert all(config.max_steps == 2 for config in tiny_runs)
+
+
+SERVER_PAGES = ["vllm.md", "teachers.md", "tutorial.md", "guides/async.md", "scaling.md"]
+
+
+def _train_lines(page: str) -> list[str]:
+    """The `distill train` commands of every fenced block of a page, launched by a launcher or not (continuation lines
+    joined, `...` and trailing comments dropped)."""
+    lines = []
+    for _, code in FENCE.findall((DOCS / page).read_text()):
+        for line in code.replace("\\\n", " ").splitlines():
+            command = line.split("  #")[0].strip().removesuffix("&").strip()
+            for part in command.split(" && "):  # `distill train ...`, `torchrun ... -m distill train ...`
+                if "distill train" in part:
+                    lines.append(part[part.index("distill train"):].removesuffix("...").strip())
+    return lines
+
+
+@pytest.mark.parametrize("page", SERVER_PAGES)
+def test_the_commands_that_need_a_server_or_gpus_validate(page):
+    """The examples the suite cannot run (a vLLM or teacher server, several processes) still hold a configuration that
+    validates: a field they set that the run would not read, or a combination the rules refuse, fails here."""
+    from distill.cli import parse_field_flags
+    from distill.recipes import recipe_path
+
+    lines = _train_lines(page)
+    assert lines, page
+    for command in lines:
+        argv = shlex.split(command)[2:]
+        recipe = argv.pop(0) if argv and not argv[0].startswith("--") else None
+        if "--resume" in argv:
+            continue
+        flags = parse_field_flags([a for a in argv if a not in ("--break-lock", "--break_lock")])
+        config = DistillConfig.from_yaml(recipe_path(recipe), flags) if recipe else DistillConfig.from_dict(flags, page)
+        try:
+            config.validate()
+        except ValueError as error:
+            pytest.fail(f"{page}: {command}: {error}")
