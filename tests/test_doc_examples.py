@@ -5,8 +5,9 @@ Every fenced block of those pages declares its language. Each `bash` line that c
 name (`./teacher`, `./student`, `./llama-teacher`, `./qwen-student`, `data.jsonl`, `facts.jsonl`,
 `sums.jsonl`, and for the vision guide `./qwen2-vl-teacher`, `./qwen2-vl-student` and `shapes.jsonl` with its images). The models are tiny and random, and so is the default SmolLM2 teacher's stand-in: every
 `Distiller` the examples build gets its models swapped for those and its budget cut to 2 optimizer steps and a
-short evaluation (`_shrink`). A block that cannot run here in seconds (an install, a benchmark of minutes) is
-listed in NOT_RUN with the reason; a new block must be run or listed, and a listed one must still exist.
+short evaluation (`_shrink`). A block of benchmark commands (`python benchmarks/...`) is not run; another block that
+cannot run in seconds (an install, a server) is listed in NOT_RUN with the reason; a new block must be run or listed,
+and a listed one must still exist.
 """
 
 from __future__ import annotations
@@ -31,16 +32,9 @@ LANGUAGES = {"bash", "python", "yaml", "text", "json", "benchmark-table"}  # jso
 NOT_RUN = {  # (page, the block's first line) -> why the test suite does not run it
     ("quickstart.md", "git clone https://github.com/OWNER/distill && cd distill"):
         "the README's install: it clones and installs packages (CI runs the test command itself)",
-    ("guides/sdft.md", "python benchmarks/sdft.py --minutes 8      # about 50 minutes on 2 CPU cores; writes benchmarks/results/sdft.json"):
-        "a benchmark of 50 minutes with the real model",
     ("guides/async.md", "distill train on_policy --max_staleness 2 --generation_engine vllm_server --vllm_server_url "
                         "http://127.0.0.1:8000"):
         "needs a running vLLM server (tests/vllm runs the engine against one)",
-    ("guides/async.md", "python benchmarks/async_rollouts.py --student runs/default/model --learning-rate 2e-5 "
-                        "--vllm-python VLLM_PYTHON"):
-        "a benchmark of about 20 minutes with the real models and a vLLM server",
-    ("guides/sdpo.md", "python benchmarks/sdpo.py --steps 40       # about 35 to 40 minutes on 2 CPU cores; writes benchmarks/results/sdpo.json and sdpo_rewards.png"):
-        "a benchmark of 40 minutes with the real model",
 }
 
 
@@ -49,9 +43,15 @@ def blocks(page: str) -> list[tuple[str, str]]:
     return [(language, code) for language, code in FENCE.findall((DOCS / page).read_text())]
 
 
+def benchmark(code: str) -> bool:
+    """A block of benchmark commands (`python benchmarks/...` lines): minutes to hours with the real models, not run."""
+    commands = [line for line in code.replace("\\\n", " ").splitlines() if line.strip() and not line.startswith("#")]
+    return bool(commands) and all(line.startswith("python benchmarks/") for line in commands)
+
+
 def runnable(page: str) -> list[tuple[str, str]]:
     return [(language, code) for language, code in blocks(page)
-            if language in ("bash", "python") and (page, code.splitlines()[0]) not in NOT_RUN]
+            if language in ("bash", "python") and (page, code.splitlines()[0]) not in NOT_RUN and not benchmark(code)]
 
 
 def test_every_block_declares_its_language_and_the_skipped_ones_exist():
