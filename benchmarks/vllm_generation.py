@@ -1,4 +1,4 @@
-"""Generation time per step of the default pair on this machine: HF `generate`, distill's lean loop and vLLM
+"""Generation time per step of the default pair on CPU: HF `generate`, distill's lean loop and vLLM
 colocated (`generation_engine: vllm`), side by side in one process, through `generate_completions` (what
 training calls). Needs vLLM (bash scripts/install_vllm_cpu.sh on a CPU machine).
 

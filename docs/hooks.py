@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def on_files(files, config):
     for path, render_page in PAGES.items():
         files.append(File.generated(config, path, content=render_page()))
-    for picture in sorted((ROOT / "benchmarks" / "results").glob("*.png")):  # the guides show the benchmarks' plots
-        files.append(File.generated(config, f"benchmarks/results/{picture.name}", abs_src_path=str(picture)))
+    for result in sorted((ROOT / "benchmarks" / "results").iterdir()):  # the plots, and the raw JSON
+        if result.suffix in (".png", ".json"):                                        # the benchmark page links
+            files.append(File.generated(config, f"benchmarks/results/{result.name}", abs_src_path=str(result)))
     return files
 
 

@@ -7,7 +7,8 @@ stale (`docs/hooks.py` adds them to the site; `tests/test_docs.py` checks them a
 - `cli_reference()`: every `distill` command's `--help`, as the argument parser prints it;
 - `methods_reference()`: every registered method: what it reads and when, its defaults, metrics and recipes;
 - `trl_reference()`: TRL's config fields and distill's equivalents (`TRL_CONFIGS`);
-- `benchmark_reference()`: the tables of `benchmarks/results/*.json`, as the benchmarks wrote them.
+- `benchmark_reference()`: one section per `benchmarks/results/*.json`: what it measures, what it was measured with,
+  a summary table (the first one a written page renders from it), its plot and a link to the raw JSON.
 """
 
 from __future__ import annotations
@@ -83,11 +84,7 @@ def cli_reference() -> str:
     return "\n".join(lines)
 
 
-def _scalar(value) -> bool:
-    return isinstance(value, (str, int, float, bool)) or value is None
-
-
-CELL_CHARACTERS = 120  # longer texts (a model's answer) are cut in the table; the JSON file holds them whole
+CELL_CHARACTERS = 120  # longer texts (a model's answer) are cut in a table; the JSON file holds them whole
 
 
 def _cell(value) -> str:
@@ -106,71 +103,118 @@ def table_text(value, limit: int) -> str:
     return html.escape(text, quote=False).replace("|", "\\|")
 
 
-def _leaf(value) -> bool:
-    """A value shown in a cell: a scalar, or a list of scalars."""
-    return _scalar(value) or (isinstance(value, list) and all(_scalar(v) for v in value))
+def _scalar(value) -> bool:
+    return isinstance(value, (str, int, float, bool)) or value is None
 
 
-def _columns(rows) -> list[str]:
-    """The leaf keys of `rows` (dicts), in first-seen order."""
-    seen: dict[str, None] = {}
-    for row in rows:
-        seen.update({k: None for k, v in row.items() if _leaf(v)})
-    return list(seen)
+def _nav_pages() -> list[str]:
+    """The written pages in the site's navigation order."""
+    import yaml
+
+    def walk(entries) -> list[str]:
+        found = []
+        for entry in entries:
+            value = next(iter(entry.values())) if isinstance(entry, dict) else entry
+            found += walk(value) if isinstance(value, list) else [value]
+        return found
+
+    return [page for page in walk(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]) if (ROOT / "docs" / page).is_file()]
 
 
-def _row_table(title: str, keys: list[str], rows: list[dict], lines: list[str]) -> None:
-    columns = _columns(rows)
-    lines += [f"**{title}**", "", "| | " + " | ".join(columns) + " |", "| --- " * (len(columns) + 1) + "|"]
-    lines += [f"| {key} | " + " | ".join(_cell(row[c]) if c in row and _leaf(row[c]) else "" for c in columns) + " |"
-              for key, row in zip(keys, rows)]
-    lines.append("")
+def curated_tables() -> dict[str, list[tuple[str, dict]]]:
+    """{result file: [(page, benchmark-table spec)]}: the tables the written pages render from each file, in the site's
+    navigation order (the page that discusses a result chose its columns)."""
+    import yaml
+    from macros import TABLE_BLOCK
+
+    found: dict[str, list[tuple[str, dict]]] = {}
+    for page in _nav_pages():
+        for block in TABLE_BLOCK.findall((ROOT / "docs" / page).read_text()):
+            spec = yaml.safe_load(block)
+            found.setdefault(spec["source"], []).append((page, spec))
+    return found
 
 
-def _tables(value, path: str, lines: list[str]) -> None:
-    """JSON as tables: a dict's leaves (scalars, lists of scalars) as a field/value table; a dict of dicts, or a list
-    of dicts, as one table with a row per entry (the rows that hold leaves); everything deeper is walked, so no list
-    or nested value is left out."""
-    if isinstance(value, list):
-        if value and all(isinstance(v, dict) for v in value):
-            if _columns(value):
-                _row_table(path or "rows", [str(i) for i in range(len(value))], value, lines)
-            for i, item in enumerate(value):
-                _tables({k: v for k, v in item.items() if not _leaf(v)}, f"{path}[{i}]", lines)
-        elif not _leaf(value):
-            for i, item in enumerate(value):
-                _tables(item, f"{path}[{i}]", lines)
-        return
-    if not isinstance(value, dict):
-        return
-    leaves = {k: v for k, v in value.items() if _leaf(v)}
-    if leaves:
-        lines += [f"**{path}**" if path else "", "", "| field | value |", "| --- | --- |"]
-        lines += [f"| {k} | {_cell(v)} |" for k, v in leaves.items()] + [""]
-    rows = {k: v for k, v in value.items() if isinstance(v, dict) and any(_leaf(x) for x in v.values())}
-    if rows:
-        names = list(rows)
-        title = f"{path + '.' if path else ''}{{{', '.join(names[:4])}{', ...' if len(names) > 4 else ''}}}"
-        _row_table(title, names, list(rows.values()), lines)
-    for key, child in value.items():
-        if _leaf(child):
-            continue
-        inner = {k: v for k, v in child.items() if not _leaf(v)} if isinstance(child, dict) and key in rows else child
-        _tables(inner, f"{path}.{key}" if path else key, lines)
+def _writing_script(result: Path) -> Path | None:
+    """The benchmark script that writes `result`: the script of its name, else the one whose docstring names the file
+    (`recipe_<name>.json` names recipe_default.json), else the script its name starts with."""
+    import ast
+    import re
+
+    scripts = sorted((ROOT / "benchmarks").glob("*.py"))
+    exact = ROOT / "benchmarks" / f"{result.stem}.py"
+    if exact.is_file():
+        return exact
+    for script in scripts:
+        doc = ast.get_docstring(ast.parse(script.read_text())) or ""
+        for named in re.findall(r"benchmarks/results/([\w<>]+)\.json", doc):
+            if re.fullmatch(re.sub(r"<\w+>", r"\\w+", named), result.stem):
+                return script
+    prefix = ROOT / "benchmarks" / f"{result.stem.split('_')[0]}.py"
+    return prefix if prefix.is_file() else None
+
+
+def _plots(result: Path) -> list[Path]:
+    """The PNG files of a result: named like it, or starting with its name and `_` where no longer result name does
+    (sdpo_rewards.png is sdpo.json's; sdft_frontier.png is sdft_frontier.json's, not sdft.json's)."""
+    stems = [p.stem for p in RESULTS.glob("*.json")]
+
+    def owner(picture: Path) -> str | None:
+        matches = [s for s in stems if picture.stem == s or picture.stem.startswith(s + "_")]
+        return max(matches, key=len) if matches else None
+
+    return [picture for picture in sorted(RESULTS.glob("*.png")) if owner(picture) == result.stem]
+
+
+def _overview(data: dict) -> list[str]:
+    """A field/value table of a result without a curated table: its top-level values, and those one level down."""
+    rows = [(k, v) for k, v in data.items() if _scalar(v) and k != "provenance"]
+    rows += [(f"{k} / {k2}", v2) for k, v in data.items() if isinstance(v, dict) and k != "provenance"
+             for k2, v2 in v.items() if _scalar(v2)]
+    return ["| field | value |", "| --- | --- |", *[f"| {k} | {_cell(v)} |" for k, v in rows], ""]
 
 
 def benchmark_reference() -> str:
+    """One section per result file: what it measures, what it was measured with, its summary table (the first table a
+    written page renders from it), its plot, and a link to the raw JSON."""
+    from macros import provenance_text, render_table
+
+    tables = curated_tables()
     lines = ["# Benchmark results", "",
-             "Every `benchmarks/results/*.json`, rendered when the site is built: the numbers as the benchmark scripts "
-             "wrote them (each script's docstring says what it measures and how; the guides discuss them). Texts longer "
-             f"than {CELL_CHARACTERS} characters (a model's answers) are cut here; the files hold them whole.", ""]
+             "Every file of `benchmarks/results/`, one section each: what the benchmark measures (from its script's "
+             "docstring), what it was measured with (the commit and package versions the file records), a summary "
+             "table, its plot where it has one, and the raw JSON. The pages that discuss a result say what it shows "
+             "and does not.", ""]
     for path in sorted(RESULTS.glob("*.json")):
-        script = next((s for s in (path.stem, path.stem.split("_")[0]) if (ROOT / "benchmarks" / f"{s}.py").exists()), None)
-        written = "" if script is None else f"Written by `benchmarks/{script}.py`" + (
-            "." if script == path.stem else " (or a variant of it).")
-        lines += [f"## `{path.name}`", "", written, ""]
-        _tables(json.loads(path.read_text()), "", lines)
+        data = json.loads(path.read_text())
+        script = _writing_script(path)
+        lines += [f"## `{path.name}`", ""]
+        if script is not None:
+            import ast
+
+            doc = (ast.get_docstring(ast.parse(script.read_text())) or "").split("\n\n")[0]
+            lines += [f"{' '.join(doc.split())} Written by `benchmarks/{script.name}`.", ""]
+        pages = [page for page in _nav_pages() if re.search(rf"(bench|source:) {re.escape(path.name)}\b",
+                                                            (ROOT / "docs" / page).read_text())]
+        provenance = provenance_text(data["provenance"]) if "provenance" in data else "not recorded"
+        lines += [f"Measured with: {provenance}. Raw data: [`{path.name}`](../benchmarks/results/{path.name})"
+                  + ("; discussed on " + ", ".join(f"[{_page_title(page)}](../{page})" for page in pages) if pages else "")
+                  + ".", ""]
+        if path.name in tables:
+            page, spec = tables[path.name][0]
+            lines += [render_table(spec, f"reference/benchmarks.md ({page}'s table)"), ""]
+        else:
+            lines += _overview(data)
+        lines += [f"![{picture.stem}](../benchmarks/results/{picture.name})" for picture in _plots(path)] + [""]
     return "\n".join(lines)
+
+
+def _page_title(page: str) -> str:
+    """A written page's first heading."""
+    for line in (ROOT / "docs" / page).read_text().splitlines():
+        if line.startswith("# "):
+            return line[2:].strip().replace("`", "")
+    return page
 
 
 def _recipes_by_method() -> dict[str, list[Path]]:

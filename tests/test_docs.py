@@ -113,10 +113,19 @@ def test_the_methods_reference_has_every_method_and_every_recipe():
         assert f"Recipe `distill train {recipe.stem}`" in page
 
 
-def test_every_benchmark_result_has_a_section():
+def test_every_benchmark_result_has_a_section_with_a_table_its_plot_and_the_raw_json():
     page = _reference_pages().benchmark_reference()
-    for path in (ROOT / "benchmarks" / "results").glob("*.json"):
-        assert f"## `{path.name}`" in page
+    sections = dict(re.findall(r"^## `([\w.]+)`\n(.*?)(?=^## |\Z)", page, flags=re.MULTILINE | re.DOTALL))
+    results = ROOT / "benchmarks" / "results"
+    assert set(sections) == {path.name for path in results.glob("*.json")}
+    for name, section in sections.items():
+        assert f"](../benchmarks/results/{name})" in section and "Measured with: commit `" in section, name
+        assert re.search(r"^\| .* \|$", section, flags=re.MULTILINE), f"{name}: no summary table"
+    assert "![sdpo_rewards](../benchmarks/results/sdpo_rewards.png)" in sections["sdpo.json"]
+    assert "sdft_frontier.png" in sections["sdft_frontier.json"] and ".png" not in sections["sdft.json"]
+    for picture in results.glob("*.png"):
+        assert sum(f"({'../benchmarks/results/' + picture.name})" in s for s in sections.values()) == 1, picture.name
+    assert len(page) < 60_000  # a summary, not a dump of every file (the raw JSON is a click away)
 
 
 def test_benchmark_cells_show_markup_as_text_and_cut_long_answers():
