@@ -2,7 +2,7 @@
 
 Every fenced block of those pages declares its language. Each `bash` line that calls `distill` runs through
 `distill.cli.main` and each `python` block is executed, in a temporary directory holding the files the examples
-name (`./teacher`, `./student`, `./llama-teacher`, `./qwen-student`, `data.jsonl`, `facts.jsonl`,
+name (`./teacher`, `./student`, `./llama-teacher`, `./qwen-student`, `data.jsonl`, `qa.jsonl`, `facts.jsonl`,
 `sums.jsonl`, and for the vision guide `./qwen2-vl-teacher`, `./qwen2-vl-student` and `shapes.jsonl` with its images). The models are tiny and random, and so is the default SmolLM2 teacher's stand-in: every
 `Distiller` the examples build gets its models swapped for those and its budget cut to 2 optimizer steps and a
 short evaluation (`_shrink`). A block of benchmark commands (`python benchmarks/...`) is not run; another block that
@@ -25,13 +25,18 @@ from distill.config import DEFAULT_TEACHER, DistillConfig
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-PAGES = ["quickstart.md", "tutorial.md", *sorted(str(p.relative_to(DOCS)) for p in (DOCS / "guides").glob("*.md"))]
+PAGES = ["quickstart.md", "tutorial.md", "faq.md", *sorted(str(p.relative_to(DOCS)) for p in (DOCS / "guides").glob("*.md"))]
 FENCE = re.compile(r"^```(\S*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
 LANGUAGES = {"bash", "python", "yaml", "text", "json", "benchmark-table"}  # json: a data row, not run
 
 NOT_RUN = {  # (page, the block's first line) -> why the test suite does not run it
     ("quickstart.md", "git clone https://github.com/OWNER/distill && cd distill"):
         "the README's install: it clones and installs packages (CI runs the test command itself)",
+    ("faq.md", "accelerate launch --multi_gpu --num_processes 4 -m distill train --teacher ./teacher --student ./student "
+               "--dataset data.jsonl"):
+        "several GPUs (tests/training/test_fsdp.py runs 2 processes; the command is validated below)",
+    ("faq.md", "torchrun --nnodes 2 --nproc_per_node 8 --node_rank R --rdzv_backend c10d --rdzv_endpoint HOST:29500 \\"):
+        "several machines (the command is validated below)",
     ("guides/async.md", "distill train on_policy --max_staleness 2 --generation_engine vllm_server --vllm_server_url "
                         "http://127.0.0.1:8000"):
         "needs a running vLLM server (tests/vllm runs the engine against one)",
@@ -76,6 +81,8 @@ def workdir(tmp_path_factory):
         tok.save_pretrained(root / name)
     rows = chat_rows(12)
     (root / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    qa = [{"question": f"What is {a} times 3?", "answer": str(3 * a)} for a in range(8)]  # the FAQ's own column names
+    (root / "qa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in qa))
     facts = [{"prompt": f"What is the capital of Country {i}?", "privileged_context": f"The capital of Country {i} is Town {i}."}
              for i in range(8)]
     (root / "facts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in facts))
@@ -152,7 +159,7 @@ def test_the_page_examples_run(page, tiny_runs, workdir):
         assert all(config.max_steps == 2 for config in tiny_runs)
 
 
-SERVER_PAGES = ["vllm.md", "teachers.md", "tutorial.md", "guides/async.md", "scaling.md"]
+SERVER_PAGES = ["vllm.md", "teachers.md", "tutorial.md", "guides/async.md", "scaling.md", "faq.md"]
 
 
 def _train_lines(page: str) -> list[str]:
