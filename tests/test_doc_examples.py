@@ -79,7 +79,7 @@ def workdir(tmp_path_factory):
                                     ("llama-teacher", other, 2, 3), ("qwen-student", tokenizer, 2, 4)):
         tiny_lm(len(tok), layers=layers, seed=seed, eos_token_id=tok.eos_token_id).save_pretrained(root / name)
         tok.save_pretrained(root / name)
-    rows = chat_rows(12)
+    rows = [{**row, "split": "train" if i < 12 else "heldout"} for i, row in enumerate(chat_rows(16))]  # the tutorial's
     (root / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     qa = [{"question": f"What is {a} times 3?", "answer": str(3 * a)} for a in range(8)]  # the FAQ's own column names
     (root / "qa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in qa))
@@ -157,6 +157,10 @@ def test_the_page_examples_run(page, tiny_runs, workdir):
     if any(language == "python" or "distill train" in code for language, code in examples):
         assert tiny_runs, f"{page}: its examples built no Distiller"
         assert all(config.max_steps == 2 for config in tiny_runs)
+    if page == "tutorial.md":  # the evaluation it promises is written: before and after, then again by `distill eval`
+        report = (Path("runs") / "mine" / "eval" / "eval.md").read_text()
+        assert "before" in report and "after" in report
+        assert (Path("runs") / "mine" / "eval-cli" / "eval.md").is_file()
 
 
 SERVER_PAGES = ["vllm.md", "teachers.md", "tutorial.md", "guides/async.md", "scaling.md", "faq.md"]
