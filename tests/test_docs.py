@@ -87,6 +87,18 @@ def test_a_missing_benchmark_key_is_an_error_naming_the_page():
     assert f"**{best:.3f}**" in rendered and rendered.count("**") == 2
 
 
+def test_a_ratio_and_a_provenance_render_from_the_file():
+    macros = _docs_module("macros")
+    data = json.loads((ROOT / "benchmarks" / "results" / "hidden.json").read_text())
+    arms = data["step_time"]["arms"]
+    ratio = macros.render('{{ bench hidden.json "step_time/arms/local/seconds_per_step" / '
+                          '"step_time/arms/top-k cache/seconds_per_step" | .3f }}', "page.md")
+    assert ratio == f"{arms['local']['seconds_per_step'] / arms['top-k cache']['seconds_per_step']:.3f}"
+    recorded = {"commit": "a" * 40, "versions": {"torch": "2.13.0+cpu", "transformers": "5.25.0", "trl": None}}
+    assert macros.provenance_text(recorded) == "commit `aaaaaaaaaa`, torch 2.13.0+cpu, transformers 5.25.0"
+    assert macros.provenance_text({"commit": "b" * 40, "versions": "not recorded"}).endswith("package versions not recorded")
+
+
 def test_the_config_reference_has_every_field_once_with_its_default():
     page = _reference_pages().config_reference()
     headings = re.findall(r"^### `(\w+)`$", page, flags=re.MULTILINE)
