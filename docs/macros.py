@@ -152,8 +152,8 @@ def render_table(spec: dict, where: str) -> str:
             raise MacroError(f"{where}: a column is [header, path, format, best (max or min)], not {column}")
     columns = [list(c) + [None] * (4 - len(c)) for c in spec["columns"]]
     cells = [[cell(row, path, where) for _, path, _, _ in columns] for _, row in labelled]
-    lines = ["| " + " | ".join([header] + [c[0] for c in columns]) + " |",
-             "| --- |" + " ---: |" * len(columns)]
+    aligned = [" --- |" if str(c[2]).startswith("text") else " ---: |" for c in columns]  # text left, numbers right
+    lines = ["| " + " | ".join([header] + [c[0] for c in columns]) + " |", "| --- |" + "".join(aligned)]
     best = {}
     for j, (_, _, _, which) in enumerate(columns):
         numbers = [row[j] for row in cells if isinstance(row[j], (int, float)) and not isinstance(row[j], bool)]
