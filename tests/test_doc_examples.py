@@ -20,6 +20,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 
 from distill.config import DEFAULT_TEACHER, DistillConfig
 from tests.conftest import chat_rows, tiny_lm, train_tiny_tokenizer
@@ -29,8 +30,9 @@ PAGES = ["quickstart.md", "tutorial.md", "faq.md", *sorted(str(p.relative_to(DOC
 FENCE = re.compile(r"^```(\S*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
 LANGUAGES = {"bash", "python", "yaml", "text", "json", "benchmark-table"}  # json: a data row, not run
 
+REPO_URL = yaml.safe_load((DOCS.parent / "mkdocs.yml").read_text())["repo_url"]  # the README's clone command names it
 NOT_RUN = {  # (page, the block's first line) -> why the test suite does not run it
-    ("quickstart.md", "git clone https://github.com/OWNER/distill && cd distill"):
+    ("quickstart.md", f"git clone {REPO_URL} && cd distill"):
         "the README's install: it clones and installs packages (CI runs the test command itself)",
     ("faq.md", "accelerate launch --multi_gpu --num_processes 4 -m distill train --teacher ./teacher --student ./student "
                "--dataset data.jsonl"):
