@@ -26,4 +26,4 @@ class CancelledReward:
         return "nothing here"
 
     async def get_reward(self) -> float:
-        raise asyncio.CancelledError()
+        raise asyncio.CancelledError
