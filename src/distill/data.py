@@ -208,8 +208,8 @@ def _example(index: int, row: dict[str, Any], field: str, image_root: Path | Non
     if isinstance(prompt, str) and (turns is not None or tools is not None):
         raise ValueError(f"{where}: a conversation (tools, or a completion of several turns) needs a 'prompt' of chat "
                          "messages, got text")
-    shown = prompt if isinstance(prompt, list) else []
-    check_turns([*shown, *(turns or [])], tools, where, trained_from=len(shown))
+    prompt_messages = prompt if isinstance(prompt, list) else []
+    check_turns([*prompt_messages, *(turns or [])], tools, where, trained_from=len(prompt_messages))
     teacher_id = row.get("teacher_id")
     if teacher_id is not None and not isinstance(teacher_id, (str, int)):
         raise ValueError(f"{where}: 'teacher_id' must be text (the id of a configured teacher)")

@@ -44,7 +44,9 @@ def check_turns(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | No
     formed `{"role", "content"}` messages) checked as the module docstring says; ValueError naming `where` and the
     message index."""
     pending = 0  # calls of the last assistant turn not answered yet
-    asked_at, offered, answered = 0, [], {}  # that turn's index, its calls' ids, the ids answered -> by which message
+    asked_at = 0  # that turn's index
+    offered: list[str] = []  # its calls' ids
+    answered: dict[str, int] = {}  # the ids answered -> by which message
     for i, message in enumerate(messages):
         at = f"{where} message {i}"
         calls = tool_calls_of(message, at)
