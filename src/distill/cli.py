@@ -135,8 +135,9 @@ def _distiller(argv: list[str], doctor: bool = False):
 
 def cmd_doctor(argv: list[str]) -> int:
     """`distill doctor` takes what `distill train` takes, runs everything a run does before it writes a file (the
-    config's and the data's checks, the models loaded, the start-of-run checks), prints every finding, and writes
-    nothing. Exit 0 when nothing would stop the run, 1 otherwise."""
+    config's and the data's checks, the models loaded, the start-of-run checks, a few steps timed), prints every
+    finding it can reach (`distill.doctor.setup_problems`), and writes nothing. Exit 0 when nothing would stop the
+    run, 1 otherwise."""
     if any(a in ("-h", "--help") for a in argv):
         _say("usage: distill doctor [RECIPE.yaml | RECIPE_NAME] [--field value ...]")
         _say("What `distill train` with the same arguments would find before writing anything: every start-of-run "
@@ -150,7 +151,7 @@ def cmd_doctor(argv: list[str]) -> int:
     except ChecksFailed as failed:
         print(text_report(failed.findings))
         return 1
-    except ValueError as error:
+    except (ValueError, StepFailure) as error:  # what stops `distill train` stops doctor: exit 1
         print(f"ERROR   before the checks: {error}")
         return 1
     print(text_report(distiller.findings))

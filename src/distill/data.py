@@ -27,7 +27,8 @@ from typing import Any, NamedTuple
 import torch
 
 from distill.conversations.layout import Layout
-from distill.conversations.tool_calls import check_tools, tool_calls_of, tool_names
+from distill.conversations.tool_calls import check_tools
+from distill.conversations.turn_checks import check_turns, empty_turn_message, says_something
 from distill.data_files import check_columns
 from distill.images import ImageRef, context_images, is_block_list, row_images
 from distill.models.inputs import RowExtras
@@ -193,16 +194,22 @@ def _example(index: int, row: dict[str, Any], field: str, image_root: Path | Non
                 raise ValueError(f"{where}: a completion of messages starts with an assistant turn, got "
                                  f"{completion[0]['role']!r}")
             if len(completion) == 1 and not completion[0].get("tool_calls"):
+                if not says_something(completion[0]["content"]):  # message indices count the prompt's first
+                    at = f"message {len(prompt)}" if isinstance(prompt, list) else "'completion' message 0"
+                    raise ValueError(empty_turn_message(f"{where} {at}"))
                 completion = completion[0]["content"]
             else:
                 turns, completion = completion, None
         elif not isinstance(completion, str):
             raise ValueError(f"{where}: 'completion' must be text or a list of messages")
+        elif not completion.strip():
+            raise ValueError(empty_turn_message(f"{where} 'completion'"))
     tools = None if row.get("tools") is None else check_tools(row["tools"], where)
     if isinstance(prompt, str) and (turns is not None or tools is not None):
         raise ValueError(f"{where}: a conversation (tools, or a completion of several turns) needs a 'prompt' of chat "
                          "messages, got text")
-    _check_conversation(prompt if isinstance(prompt, list) else [], turns or [], tools, where)
+    prompt_messages = prompt if isinstance(prompt, list) else []
+    check_turns([*prompt_messages, *(turns or [])], tools, where, trained_from=len(prompt_messages))
     teacher_id = row.get("teacher_id")
     if teacher_id is not None and not isinstance(teacher_id, (str, int)):
         raise ValueError(f"{where}: 'teacher_id' must be text (the id of a configured teacher)")
@@ -260,25 +267,6 @@ def _check_messages(messages: Any, where: str, column: str) -> None:
                              "of text and image blocks)")
         if turn["role"] not in ROLES:
             raise ValueError(f"{where}: '{column}' has an unknown role {turn['role']!r} (expected one of {ROLES})")
-
-
-def _check_conversation(prompt: list[dict], turns: list[dict], tools: list[dict] | None, where: str) -> None:
-    """Tool calls well formed, to tools the row offers (when it lists them), each `tool` turn answering a call."""
-    pending = 0
-    for i, message in enumerate(prompt + turns):
-        calls = tool_calls_of(message, f"{where} message {i}")
-        if tools is not None:
-            unknown = sorted({c.name for c in calls} - tool_names(tools))
-            if unknown:
-                raise ValueError(f"{where} message {i}: calls {unknown}, which the row's 'tools' do not offer "
-                                 f"({sorted(tool_names(tools))})")
-        if message["role"] == "tool":
-            if pending == 0:
-                raise ValueError(f"{where} message {i}: a 'tool' message answers no tool call (it comes before any "
-                                 "call, or after every call was answered)")
-            pending -= 1
-        else:
-            pending = len(calls)
 
 
 class StepSampler:

@@ -242,11 +242,30 @@ def test_a_checks_title_and_source_show_tags_as_code_on_the_troubleshooting_page
             assert not re.search(r"<[a-z/]", outside), (check.name, text)
 
 
-def test_the_memory_estimate_counts_the_asynchronous_samplers_copy(tokenizer):
+def test_the_memory_estimate_counts_the_versions_the_asynchronous_pacing_holds(tokenizer):
     assert "sampler copy" not in memory_estimate(context(tokenizer, lmbda=1.0))
-    parts = memory_estimate(context(tokenizer, lmbda=1.0, max_staleness=2))
     params = sum(p.numel() for p in context(tokenizer).student.parameters())
-    assert parts["sampler copy"] == params * 4 * (1 + 3)  # the copy, and up to 3 versions of its weights
+    # (max_staleness, pacing, max_steps) -> snapshots held at once: waiting, versions k - s .. k while step k waits,
+    # and no more than the run makes (max_steps - s); dropping, up to 2s steps ahead of the trainer.
+    for (staleness, pacing, steps), held in {(2, "wait", 72): 3, (2, "wait", 3): 1, (3, "wait", 5): 2,
+                                             (2, "drop", 72): 5, (2, "drop", 4): 4}.items():
+        parts = memory_estimate(context(tokenizer, lmbda=1.0, max_staleness=staleness, staleness_pacing=pacing,
+                                        max_steps=steps))
+        assert parts["sampler copy"] == params * 4 * (1 + held), (staleness, pacing, steps)  # the copy, the snapshots
+
+
+def test_the_memory_fix_names_the_field_that_drives_the_largest_part(tokenizer, monkeypatch):
+    import distill.doctor.checks
+
+    Memory = namedtuple("Memory", "total available")
+    ctx = context(tokenizer, lmbda=1.0, max_staleness=40, max_steps=100, gradient_checkpointing=True, loss_chunk_size=16)
+    parts = memory_estimate(ctx)
+    assert max(parts, key=parts.__getitem__) == "sampler copy"  # 41 snapshots of the weights
+    need = sum(parts.values())
+    monkeypatch.setattr(distill.doctor.checks.psutil, "virtual_memory", lambda: Memory(need / 2, need / 4))
+    [found] = findings_of("memory", ctx)
+    assert found.severity == "error" and found.fix.startswith("lower max_staleness")
+    assert "per_device_train_batch_size" not in found.fix
 
 
 def test_asynchronous_rollouts_on_few_cores_are_a_warning(tokenizer, monkeypatch):
@@ -267,3 +286,43 @@ def test_asynchronous_rollouts_sampled_elsewhere_are_not_warned_about(tokenizer,
     ctx = context(tokenizer, lmbda=1.0, max_staleness=1, generation_engine="vllm_server",
                   vllm_server_url="http://127.0.0.1:8000")
     assert findings_of("async_cores", ctx) == []
+
+
+def test_a_timed_step_that_fails_is_an_error_the_run_would_stop_on(tokenizer):
+    from distill.errors import RewardFunctionError
+
+    for raised, said in ((RewardFunctionError("reward function f raised on dataset row 3"), "RewardFunctionError: reward"),
+                         (SystemExit(3), "SystemExit: 3"), (ValueError("environment: E.reset raised"), "ValueError")):
+        def time_step(step, raised=raised):
+            raise raised
+
+        ctx = context(tokenizer, max_steps=3)
+        ctx.doctor, ctx.steps = True, Steps(lambda: [["dataset"]] * 3, time_step)
+        [found] = findings_of("step_time", ctx)
+        assert found.severity == "error" and found.measured.startswith("step 0 failed as it would in `distill train`")
+        assert said in found.measured
+
+
+def test_a_check_that_runs_the_run_is_not_run_after_an_error(tokenizer):
+    ctx = context(tokenizer, max_steps=3)
+    ctx.doctor = True
+    ctx.steps = Steps(lambda: [["dataset"]] * 3, lambda step: pytest.fail("a run that would not start was stepped"))
+    earlier = [Finding("prompts_per_step", "error", "2 prompts per optimizer step, more than the dataset's 1")]
+    [found] = [f for f in run_checks(ctx, earlier) if f.check == "step_time"]
+    assert found.severity == "info" and found.measured.startswith("not run: ")
+    assert "errors found (prompts_per_step) stop the run before its first step" in found.measured
+
+
+def test_a_check_that_cannot_run_because_the_run_would_stop_is_an_error(tokenizer):
+    from distill.doctor.findings import register_check, unregister_check
+    from distill.errors import TeacherServerError
+
+    def unreachable(ctx):
+        raise TeacherServerError("the teacher server at http://127.0.0.1:9 gave no answer")
+
+    register_check("asks_the_teacher", "t", "s")(unreachable)
+    try:
+        [found] = findings_of("asks_the_teacher", context(tokenizer))
+    finally:
+        unregister_check("asks_the_teacher")
+    assert found.severity == "error" and "the run itself would stop here: TeacherServerError" in found.measured

@@ -40,7 +40,7 @@ def _mixed_step(seed, accumulation):
 
 
 def test_loss_denominator_is_the_completion_tokens_of_the_whole_step(tokenizer, tmp_path):
-    rows = [{**row, "completion": "ok " * (i % 5)} for i, row in enumerate(chat_rows(16))]
+    rows = [{**row, "completion": "ok " * (1 + i % 5)} for i, row in enumerate(chat_rows(16))]  # "" is refused
     distiller = make_distiller(tokenizer, tmp_path, rows=rows, lmbda=0.5, gradient_accumulation_steps=3, max_new_tokens=30)
     distiller.setup()
     step = _mixed_step(distiller.parts.config.seed, 3)

@@ -3,6 +3,8 @@ into token ids with a trained mask is `distill.rendering`; the tool-call loop th
 
 - `tool_calls.py`: the calls' format in datasets (transformers'), the Hermes format distill writes and parses
   where a chat template has no tool support, the tools' schemas.
+- `turn_checks.py`: a dataset conversation's turns checked as it loads: no trained assistant turn without text or
+  calls, each `tool` message answering a call of the turn before it (by `tool_call_id` where the row gives ids).
 - `layout.py`: which completion ids are the model's and which the environment's, with what the environment said
   (its messages, observation, reward): what another tokenizer's teacher, a reward and a self-teacher read.
 - `tools.py`, `environments.py`: the run's tools (import paths) and environments (a factory per row), run with

@@ -17,12 +17,12 @@ import torch
 from distill.conversations.fields import ConversationFields
 from distill.doctor.context import DoctorContext
 from distill.doctor.findings import Finding, register_check
+from distill.doctor.memory import GIB, memory_estimate, memory_fix
 from distill.doctor.timing import estimate, step_seconds, steps_to_time, unit_costs
 from distill.generation import AUTO, get_engine
 from distill.methods.async_fields import AsyncFields
 from distill.models import eos_token_ids
 
-GIB = float(1 << 30)
 ON_POLICY_METHODS = ("on_policy", "iw_opd", "gkd", "sdft", "sdpo", "gold")
 PRETRAINED_LR = 2e-5  # measured: benchmarks/sums.py (see `learning_rate`)
 
@@ -169,36 +169,6 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     return all(x.shape == pb[name].shape and torch.equal(x.detach(), pb[name].detach()) for name, x in pa.items())
 
 
-def memory_estimate(context: DoctorContext) -> dict[str, float]:
-    """Bytes a training step needs, by part (an estimate: the formulas are in the docstring of `memory`)."""
-    config, student = context.config, context.student
-    trainable = sum(p.numel() for p in student.parameters() if p.requires_grad)
-    weights = sum(p.numel() * p.element_size() for p in student.parameters())
-    teacher = 0.0 if context.teacher is None or context.teacher is student else float(
-        sum(p.numel() * p.element_size() for p in context.teacher.parameters()))
-    model_config = getattr(student, "config", None)
-    hidden = getattr(model_config, "hidden_size", 0) or 0
-    layers = getattr(model_config, "num_hidden_layers", 0) or 0
-    vocabulary = student.get_output_embeddings().weight.shape[0]
-    tokens = config.per_device_train_batch_size * (config.max_prompt_length + config.max_new_tokens)
-    activations = 0.0 if config.gradient_checkpointing else float(tokens * hidden * layers * 16 * 4)
-    parts = {"student weights": float(weights), "gradients": float(trainable * 4), "optimizer state": float(trainable * 8),
-             "teacher": teacher, "activations": activations, "loss chunk": float(4 * config.loss_chunk_size * vocabulary * 4)}
-    if config.generation_engine != AUTO:  # an engine's own copy of the student (vLLM's replica and KV cache)
-        engine = get_engine(config.generation_engine)
-        held = engine.resident_bytes(student, config)
-        if held:
-            parts[f"{engine.label}"] = held
-    max_staleness = AsyncFields.of(config).max_staleness
-    if max_staleness:  # the asynchronous producer's copy of the student, and the versions waiting for it
-        trainable_bytes = sum(p.numel() * p.element_size() for p in student.parameters() if p.requires_grad)
-        parts["sampler copy"] = float(weights + trainable_bytes * (max_staleness + 1))
-    head = context.teacher_head.weight if context.teacher_head is not None else None
-    if head is not None:  # the hidden-state payload's teacher head, held here
-        parts["teacher head"] = float(head.numel() * head.element_size())
-    return parts
-
-
 @register_check("memory", "The run fits in this machine's memory",
                 "runs that do not fit are found out an hour in, at the first long batch")
 def memory(context: DoctorContext) -> list[Finding]:
@@ -206,8 +176,10 @@ def memory(context: DoctorContext) -> list[Finding]:
     teacher's weights, activations at the configured batch and lengths (about 16 fp32 values per token, layer and
     hidden unit; none kept with gradient checkpointing), the chunked loss's logits (4 x chunk x vocabulary fp32), a
     colocated vLLM replica (weights and `vllm_kv_cache_gib`), with `max_staleness` s the sampler's copy of the student
-    and up to s + 1 snapshots of its trainable weights, and a hidden-state teacher's head; against the
-    machine's memory, or a GPU's (`torch.cuda.mem_get_info`) when the models are there."""
+    and the snapshots of its trainable weights the pacing holds (`AsyncFields.snapshots_held`: s + 1 at most when
+    waiting, 2s + 1 when dropping; counted here though they live in host memory), and a hidden-state teacher's head;
+    against the machine's memory, or a GPU's (`torch.cuda.mem_get_info`) when the models are there. The fix names what
+    lowers the largest parts (`memory_fix`)."""
     device = next(context.student.parameters()).device
     parts = memory_estimate(context)
     need = sum(parts.values())
@@ -221,11 +193,10 @@ def memory(context: DoctorContext) -> list[Finding]:
     measured = (f"about {need / GIB:.2f} GiB ({shown}) against {available / GIB:.1f} GiB available of {total / GIB:.1f} "
                 f"GiB {where}")
     if need > total:
-        return [Finding("memory", "error", measured, "lower per_device_train_batch_size or the lengths (raise "
-                        "gradient_accumulation_steps to keep the batch), set gradient_checkpointing: true, or use LoRA")]
+        return [Finding("memory", "error", measured, memory_fix(parts))]
     if need > 0.8 * available:
-        return [Finding("memory", "warning", measured, "the run may swap or be killed: lower per_device_train_batch_size, "
-                        "set gradient_checkpointing: true, or free memory")]
+        return [Finding("memory", "warning", measured, f"the run may swap or be killed: {memory_fix(parts)}; or free "
+                        "memory")]
     return [Finding("memory", "info", measured)]
 
 
@@ -302,12 +273,13 @@ def async_cores(context: DoctorContext) -> list[Finding]:
 
 
 @register_check("step_time", "How long the run's steps take (measured, `distill doctor` only)",
-                "runs that cannot finish in their budget are found out hours in")
+                "runs that cannot finish in their budget are found out hours in", runs_the_run=True)
 def step_time(context: DoctorContext) -> list[Finding]:
     """The first step, and the first that generates each other sampled source, run as training runs them and timed by
     phase (`distill.doctor.timing`); the run's steps extrapolated from those unit costs over the sources every step
-    draws. The evaluation before and after training comes on top."""
-    if not context.doctor or context.steps is None:
+    draws. The evaluation before and after training comes on top. A step that fails is an error: it fails as the
+    run's would, and `distill train` would stop there."""
+    if context.steps is None:
         return []
     config = context.config
     if config.generation_engine != AUTO and get_engine(config.generation_engine).keeps_weights:
@@ -316,7 +288,16 @@ def step_time(context: DoctorContext) -> list[Finding]:
                         "the tokens_per_second/* and timings in metrics.jsonl")]
     sources = context.steps.generated_sources()
     steps = steps_to_time(sources)
-    timed = [context.steps.time_step(step) for step in steps]
+    timed: list[dict[str, float]] = []
+    try:
+        for step in steps:
+            timed.append(context.steps.time_step(step))
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # SystemExit from an environment, CancelledError from a reward: the run's too
+        said = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        return [Finding("step_time", "error", f"step {steps[len(timed)]} failed as it would in `distill train`, which "
+                        f"stops there: {said}", "fix what the error names, then run `distill doctor` again")]
     accumulation = config.gradient_accumulation_steps
     seconds = estimate(unit_costs(timed, accumulation), sources, accumulation)
     measured = "; ".join(f"step {step} ({', '.join(sources[step]) or 'a reused rollout'}) "

@@ -45,6 +45,9 @@ class Check:
     title: str
     source: str  # the failure it comes from: an upstream issue, or a measurement here
     run: Callable[["DoctorContext"], list[Finding]]
+    # It runs the run's own steps: `distill doctor` only, and only while no earlier finding is an error (a run that
+    # would stop before its first step has no step to run; one that does not fit in memory should not try).
+    runs_the_run: bool = False
 
     @property
     def fields(self) -> tuple[type, ...]:
@@ -58,10 +61,11 @@ BUILT_IN_CHECKS = "distill.doctor.checks"
 CHECKS: Registry[Check] = Registry("doctor check", "doctor check", load=lambda: resolve(BUILT_IN_CHECKS))
 
 
-def register_check(name: str, title: str, source: str):
-    """Decorator: `function(context) -> list[Finding]` becomes the check `name` (a name may be registered once)."""
+def register_check(name: str, title: str, source: str, runs_the_run: bool = False):
+    """Decorator: `function(context) -> list[Finding]` becomes the check `name` (a name may be registered once);
+    `runs_the_run`: it runs the run's own steps (`Check.runs_the_run`)."""
     def register(function: Callable[["DoctorContext"], list[Finding]]):
-        CHECKS.register(Check(name, title, source, function))
+        CHECKS.register(Check(name, title, source, function, runs_the_run))
         return function
 
     return register

@@ -38,3 +38,18 @@ class AsyncFields(PartFields):
                                    "whole sample), 'token' (token t's own, verl's TIS).")
     staleness_ratio_cap: float = setting(2.0, "The bound c of staleness_correction: tis truncates the ratio at c, "
                                          "icepop keeps [1 / c, c].")
+
+    def snapshots_held(self, max_steps: int) -> int:
+        """How many snapshots of the trainable weights the asynchronous producer holds at once, at most, over a run of
+        `max_steps` steps (0 when max_staleness is 0). With pacing wait, step k's rollout samples from version k - s
+        and the worker drops a version once it samples from a newer one, so while the trainer waits at step k it holds
+        k - s .. k: s + 1; only versions some rollout samples from are made, max(1, max_steps - s) in the whole run.
+        Dropping, the worker runs up to 2s steps ahead of the trainer, sampling from the newest version it has, so it
+        holds up to 2s + 1 of the max_steps versions made (`distill.training.async_rollout`)."""
+        s = self.max_staleness
+        if not s:
+            return 0
+        if self.staleness_pacing == "drop":
+            return min(2 * s + 1, max_steps)
+        return min(s + 1, max(1, max_steps - s))
+

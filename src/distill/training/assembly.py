@@ -6,7 +6,8 @@
     load_models       the student and the teacher model the location holds (if any), with tokenizers
     prepare_models    the student as it trains, the vocabulary, the encoded rows, the location's teachers
     check_contexts    prompt + completion budgets within every model's context
-    make_sampler      which prompts each step draws (refusing more prompts per step than the dataset has)
+    make_sampler      which prompts each step draws
+    check_prompts_per_step  refusing more prompts per step than the dataset has
     rollout_settings  the rollout's sampling settings (`distill.training.plan.RolloutSettings`)
     make_optimizer    AdamW (fused where it can) and the learning-rate schedule
 
@@ -32,6 +33,7 @@ from distill.data import (
     examples_from_dataset,
 )
 from distill.data_files import BUNDLED_DATASET, data_root, load_dataset_spec
+from distill.doctor.setup_problems import SetupProblems
 from distill.generation import SamplingParams
 from distill.locations import TRAIN, TeacherLocation, Teachers
 from distill.methods.async_fields import AsyncFields
@@ -143,14 +145,15 @@ class PreparedModels:
 
 
 def prepare_models(config: DistillConfig, method: Method, location: TeacherLocation, runtime, models: LoadedModels, student_given: bool,
-                   train_examples: list[Example], eval_examples: list[Example]) -> PreparedModels:
+                   train_examples: list[Example], eval_examples: list[Example], problems: SetupProblems) -> PreparedModels:
     """The student as it trains, the vocabulary both models are compared over, the encoded training rows,
-    and the teachers the location builds against them (`TeacherLocation.build`, purpose TRAIN)."""
+    and the teachers the location builds against them (`TeacherLocation.build`, purpose TRAIN). `problems`: what
+    becomes of the context lengths' problem (raised, or kept by `distill doctor`)."""
     check_images(train_examples + eval_examples, method, location, models.student, models.teacher,
                  bool(method.objective(config).signals))
     student = make_student(models.student, config.resolved_student_init(student_given))
-    check_contexts(config, location, method, bool(method.objective(config).signals), student, models.teacher,
-                   bool(eval_examples))
+    problems.check("context_length", lambda: check_contexts(config, location, method, bool(method.objective(config).signals),
+                                                            student, models.teacher, bool(eval_examples)))
     tokenizer = models.tokenizer
     against = comparison(method, tokenizer, student, models.teacher, models.teacher_tokenizer)
     eos_ids = against.eos_ids
@@ -190,8 +193,12 @@ def check_contexts(config: DistillConfig, location: TeacherLocation, method: Met
 
 
 def make_sampler(config: DistillConfig, method: Method, runtime, num_examples: int) -> StepSampler:
-    sampler = StepSampler(num_examples, config.per_device_train_batch_size, config.gradient_accumulation_steps,
-                          runtime.num_processes, runtime.process_index, config.seed, method.group_size(config))
+    return StepSampler(num_examples, config.per_device_train_batch_size, config.gradient_accumulation_steps,
+                       runtime.num_processes, runtime.process_index, config.seed, method.group_size(config))
+
+
+def check_prompts_per_step(config: DistillConfig, sampler: StepSampler, runtime, num_examples: int) -> None:
+    """A step's distinct prompts fit in the dataset (a step never repeats a prompt of its own)."""
     if sampler.prompts_per_step > num_examples:
         per_prompt = f" / num_generations ({sampler.generations})" if sampler.generations > 1 else ""
         raise ValueError(
@@ -199,7 +206,6 @@ def make_sampler(config: DistillConfig, method: Method, runtime, num_examples: i
             f"({config.gradient_accumulation_steps}) x processes ({runtime.num_processes}){per_prompt} = "
             f"{sampler.prompts_per_step} prompts per optimizer step, more than the dataset's {num_examples}; lower the "
             "batch sizes")
-    return sampler
 
 
 def rollout_settings(config: DistillConfig, method: Method, teacher, encoder: Renderer) -> RolloutSettings:

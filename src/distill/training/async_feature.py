@@ -34,8 +34,9 @@ class AsyncRollouts(Feature):
                       lambda c: AsyncFields.of(c).max_staleness > 0))
 
     def check_run(self, config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
-        """Its fields' ranges; then, sampling ahead, that the run samples from the student, reuses no rollout and
-        does not shard the student."""
+        """Its fields' ranges (max_staleness below max_steps: at max_steps - 1 every rollout already samples the
+        starting weights, and an absurd value would have the producer loop over steps that never come); then, sampling
+        ahead, that the run samples from the student, reuses no rollout and does not shard the student."""
         own = AsyncFields.of(config)
         if not isinstance(own.max_staleness, int) or own.max_staleness < 0:
             raise ValueError(f"max_staleness must be an integer >= 0 (0: the synchronous loop), got {own.max_staleness!r}")
@@ -46,6 +47,11 @@ class AsyncRollouts(Feature):
             raise ValueError(f"staleness_ratio_cap must be a finite number > 1 (2 is usual), got {own.staleness_ratio_cap!r}")
         if own.max_staleness == 0:
             return
+        if own.max_staleness >= config.max_steps:
+            raise ValueError(f"max_staleness {own.max_staleness} is not below max_steps {config.max_steps}: step k's rollout "
+                             "is sampled by the weights of step k - max_staleness, so at max_steps - 1 every rollout already "
+                             "comes from the weights the run starts with and a larger value changes nothing; set "
+                             "max_staleness below max_steps (1 or 2 is usual), or 0 for the synchronous loop")
         if "student" not in sources:
             raise ValueError(f"max_staleness {own.max_staleness}: this run never samples from the student (method "
                              f"{config.method}'s completions come from {sorted(sources)}), so nothing can be sampled "

@@ -22,8 +22,15 @@ Checkpoints. A checkpoint holds the rollouts sampled ahead (the worker's finishe
 the worker could not finish (it failed), the snapshot of the weights they need: on resume they are sampled again from
 those weights with the same seeds. So a run killed and resumed trains on exactly the samples an uninterrupted one does.
 
-Faults. An error in the worker (a server that died, an engine that raised) fails the step that takes that rollout as
-a `StepFailure`: the trainer checkpoints the state from before the step and prints the resume command.
+Faults. Any failure in the worker (a server that died, an engine that raised, and those outside `Exception`:
+`SystemExit` from an environment, `asyncio.CancelledError` out of an async reward) fails the step that takes that
+rollout as a `StepFailure`: the trainer checkpoints the state from before the step and prints the resume command.
+The worker says it has ended whatever ends it (a `finally`), so the training thread waiting for a rollout the worker
+will never sample stops with the same failure instead of waiting forever.
+
+Memory. The worker drops a version as soon as it samples from a newer one (later steps sample from that version or
+newer ones), so with pacing wait it holds the versions k - s .. k while the trainer waits at step k: at most s + 1
+snapshots (`AsyncFields.snapshots_held`, what the doctor's memory estimate counts).
 """
 
 from __future__ import annotations
@@ -39,7 +46,15 @@ from torch import nn
 from distill.batch import MicroBatch
 from distill.errors import StepFailure
 from distill.generation.sample import sample_from_plain, sample_to_plain
-from distill.training.async_worker import Failed, Sampled, Snapshot, frozen_copy, load_snapshot, trainable_snapshot
+from distill.training.async_worker import (
+    Failed,
+    Sampled,
+    Snapshot,
+    describe,
+    frozen_copy,
+    load_snapshot,
+    trainable_snapshot,
+)
 from distill.training.plan import PACINGS
 from distill.training.rollout_parts import ComposedRollout, RolloutParts
 from distill.training.student_sampler import Metrics
@@ -78,6 +93,8 @@ class AsyncRollout(ComposedRollout):
         self._taken_at: float | None = None  # when the training thread took the last rollout
         self.metrics: dict[str, tuple[float, float]] = {}  # name -> (sum, steps counted): timers, drops
         self._halted = False  # the worker failed a rollout and takes no more
+        self._ended = False  # the worker thread has ended, however it ended (set in its `finally`)
+        self._died: BaseException | None = None  # what ended it outside a rollout, if anything did
 
     # ----------------------------------------------------------------------------------- the schedule --
     def version_for(self, step: int) -> int:
@@ -135,13 +152,18 @@ class AsyncRollout(ComposedRollout):
         samples, loop = {}, {}
         if self._samples(first):
             waited = time.perf_counter()
-            with self._condition:
-                self._condition.wait_for(lambda: first in self._results)
-                result = self._results[first]
+            with self._condition:  # until the rollout is there, or the worker has ended without it
+                self._condition.wait_for(lambda: first in self._results or self._ended)
+                result = self._results.get(first)
+                died = self._died
             self._timer("queue_wait", time.perf_counter() - waited)
+            if result is None:
+                cause = f": {describe(died)}" if died is not None else " (it was closed)"
+                raise RolloutProducerError(f"the rollout producer's worker ended before sampling step {first}'s "
+                                           f"rollout{cause}") from died
             if isinstance(result, Failed):
                 raise RolloutProducerError(f"the rollout producer failed sampling step {first}'s rollout: "
-                                           f"{type(result.error).__name__}: {result.error}") from result.error
+                                           f"{describe(result.error)}") from result.error
             samples, loop, version = result.samples, result.loop_metrics, result.version
             for name, value in result.timings.items():
                 if name == "weight_push":
@@ -197,6 +219,18 @@ class AsyncRollout(ComposedRollout):
 
     # ----------------------------------------------------------------------------------- the worker --
     def _work(self) -> None:
+        """The worker thread: rollouts until closed or halted. Whatever ends it, the training thread learns of it."""
+        try:
+            self._work_until_done()
+        except BaseException as error:  # outside a rollout: handed to whichever step waits next
+            with self._condition:
+                self._died = error
+        finally:
+            with self._condition:
+                self._ended = True
+                self._condition.notify_all()
+
+    def _work_until_done(self) -> None:
         stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None  # beside training's kernels
         while True:
             with self._condition:
@@ -209,22 +243,21 @@ class AsyncRollout(ComposedRollout):
                 if self._closing or not ready or version is None:
                     return
                 snapshot = self._versions[version]
+                for old in [v for v in self._versions if v < version]:  # later rollouts sample from this one or newer
+                    del self._versions[old]
             result: Sampled | Failed
             try:
                 with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
                     result = self._sample(step, version, snapshot)
                     if stream is not None:
                         stream.synchronize()
-            except Exception as error:  # handed to the training thread, which fails the step that takes it
+            except BaseException as error:  # any: handed to the training thread, which fails the step
                 result = Failed(error)
             with self._condition:
                 self._jobs.pop(0)
                 self._results[step] = result
                 if isinstance(result, Failed):  # what is left waits for a resume (its weights go into the checkpoint)
                     self._halted = True
-                else:  # later rollouts sample from this version or newer ones
-                    for old in [v for v in self._versions if v < version]:
-                        del self._versions[old]
                 self._condition.notify_all()
                 if self._halted:
                     return
@@ -273,7 +306,7 @@ class AsyncRollout(ComposedRollout):
         """The rollouts sampled ahead (waited for: the worker finishes what it was given) and, for any it could not
         finish, the steps and the weights they need; the trainer saves this after an optimizer step."""
         with self._condition:
-            self._condition.wait_for(lambda: not self._jobs or self._halted or self._thread is None)
+            self._condition.wait_for(lambda: not self._jobs or self._halted or self._ended or self._thread is None)
             done = {step: result for step, result in self._results.items() if isinstance(result, Sampled)}
             pending = sorted([step for step, result in self._results.items() if isinstance(result, Failed)] + self._jobs)
             # Dropping, a pending rollout samples from the newest weights at resume: the checkpoint's own.

@@ -29,9 +29,17 @@ class Sampled:
 
 @dataclass(frozen=True)
 class Failed:
-    """The worker failed a step's rollout with `error` (handed to the training thread, which fails the step)."""
+    """The worker failed a step's rollout with `error` (handed to the training thread, which fails the step): any
+    exception, those outside `Exception` too (`SystemExit` from an environment, `asyncio.CancelledError` out of an
+    async reward), which would otherwise end the thread without a word."""
 
-    error: Exception
+    error: BaseException
+
+
+def describe(error: BaseException) -> str:
+    """`error` in one line: its type and message (its type alone when it has none: a bare `CancelledError`)."""
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def frozen_copy(student: nn.Module) -> nn.Module:

@@ -25,6 +25,7 @@ from torch import nn
 from distill.agents.support import check_conversation_rows
 from distill.conversations.fields import ConversationFields
 from distill.data import EncodedExample, Example, StepSampler
+from distill.doctor.setup_problems import SetupProblems
 from distill.locations import TeacherLocation, Teachers, location_of
 from distill.methods import get_method
 from distill.methods.base import Method, StageParts
@@ -33,6 +34,7 @@ from distill.training.assembly import (
     LoadedModels,
     PreparedModels,
     check_arguments,
+    check_prompts_per_step,
     load_examples,
     load_models,
     make_sampler,
@@ -160,14 +162,16 @@ class _Rows:
     teacher: Any  # the location's teacher model source (`TeacherLocation.model_source`)
 
 
-def assemble(config: DistillConfig, given: Given) -> tuple[Assembly, LoadedModels]:
+def assemble(config: DistillConfig, given: Given, problems: SetupProblems | None = None) -> tuple[Assembly, LoadedModels]:
     """The run's parts from a validated `config` and what the caller gave, checked as early as each can be:
     everything that needs no model (config, datasets, output directory and its lock, model paths and files) before
-    any model loads. Returns the assembly and the models as loaded (the doctor's checks read the teacher model)."""
+    any model loads. Returns the assembly and the models as loaded (the doctor's checks read the teacher model).
+    `problems`: what becomes of a check's problem that nothing later builds on (`SetupProblems`; default: raised)."""
+    problems = problems if problems is not None else SetupProblems(collect=False)
     parts = _setup_parts(config)
-    rows = _setup_examples(config, parts, given)
-    objective, runtime, sampler = _setup_runtime(config, parts, rows)
-    models, prepared = _setup_models(config, parts, rows, runtime, given)
+    rows = _setup_examples(config, parts, given, problems)
+    objective, runtime, sampler = _setup_runtime(config, parts, rows, problems)
+    models, prepared = _setup_models(config, parts, rows, runtime, given, problems)
     accelerator: Any = runtime.accelerator
     with_student = StudentAccess(prepared.student, config.fsdp, accelerator.unwrap_model)
     stage, rollout = _setup_rollout(config, parts, rows, runtime, sampler, prepared, with_student)
@@ -184,38 +188,43 @@ def _setup_parts(config: DistillConfig) -> _Parts:
     return _Parts(method, method.sources(config), location_of(config, method))
 
 
-def _setup_examples(config: DistillConfig, parts: _Parts, given: Given) -> _Rows:
+def _setup_examples(config: DistillConfig, parts: _Parts, given: Given, problems: SetupProblems) -> _Rows:
     """Arguments, rows, output directory and model paths checked; no model loaded yet."""
     check_arguments(config, parts.location, given.teacher, given.teacher_tokenizer, given.eval_dataset)
     if given.resume:
         check_objects_given(config, {name for name, value in given.inputs().items() if value is not None})
     train, held_out = load_examples(config, parts.method, given.train_dataset, given.eval_dataset)
-    parts.location.check_dataset(config, parts.method, parts.plan.possible(), train)
+    sources = parts.plan.possible()
+    problems.check("dataset_completions", lambda: parts.location.check_dataset(config, parts.method, sources, train))
     conversation = ConversationFields.of(config)
-    check_conversation_rows(parts.method, parts.plan.possible(), train, "dataset",
-                            bool(conversation.tools) or conversation.environment is not None)
-    check_output_dir(Path(config.output_dir), config.overwrite_output_dir, run_inputs(config, parts.location),
-                     resuming=given.resume, break_lock=given.break_lock)
+    problems.check("conversation_rows", lambda: check_conversation_rows(
+        parts.method, sources, train, "dataset", bool(conversation.tools) or conversation.environment is not None))
+    problems.check("output_dir", lambda: check_output_dir(
+        Path(config.output_dir), config.overwrite_output_dir, run_inputs(config, parts.location), resuming=given.resume,
+        break_lock=given.break_lock))
     teacher = parts.location.model_source(config, given.teacher)
     student = student_source(config, parts.location, given.student)  # None: the student starts from the teacher's weights
     check_images_before_loading(train + held_out, student if student is not None else teacher)
     return _Rows(train, held_out, student, teacher)
 
 
-def _setup_runtime(config: DistillConfig, parts: _Parts, rows: _Rows) -> tuple[Any, Runtime, StepSampler]:
+def _setup_runtime(config: DistillConfig, parts: _Parts, rows: _Rows,
+                   problems: SetupProblems) -> tuple[Any, Runtime, StepSampler]:
     objective = parts.method.objective(config)
     runtime = start_runtime(config, str(Path(config.output_dir)))
-    return objective, runtime, make_sampler(config, parts.method, runtime, len(rows.train))
+    sampler = make_sampler(config, parts.method, runtime, len(rows.train))
+    problems.check("prompts_per_step", lambda: check_prompts_per_step(config, sampler, runtime, len(rows.train)))
+    return objective, runtime, sampler
 
 
-def _setup_models(config: DistillConfig, parts: _Parts, rows: _Rows, runtime: Runtime,
-                  given: Given) -> tuple[LoadedModels, PreparedModels]:
+def _setup_models(config: DistillConfig, parts: _Parts, rows: _Rows, runtime: Runtime, given: Given,
+                  problems: SetupProblems) -> tuple[LoadedModels, PreparedModels]:
     """The models as loaded, and as they train: the student prepared, the rows encoded, the teachers built."""
     models = load_models(parts.location, parts.method, rows.student, rows.teacher, given.tokenizer,
                          given.teacher_tokenizer)
     # A student of its own (given, or the location's default model) keeps all its layers unless student_init says.
     return models, prepare_models(config, parts.method, parts.location, runtime, models, rows.student is not None,
-                                  rows.train, rows.held_out)
+                                  rows.train, rows.held_out, problems)
 
 
 def _setup_rollout(config: DistillConfig, parts: _Parts, rows: _Rows, runtime: Runtime, sampler: StepSampler,

@@ -20,13 +20,15 @@ if TYPE_CHECKING:
     from distill.training.recipe import Assembly
 
 
-def start_checks(parts: Assembly, models: LoadedModels, doctor: bool) -> list[Finding]:
-    """Every check's findings on `parts` (`models`: as loaded, the teacher model held here among them); raises
-    `ChecksFailed` when one stops the run. `doctor`: built by `distill doctor`."""
+def start_checks(parts: Assembly, models: LoadedModels, doctor: bool, setup: list[Finding]) -> list[Finding]:
+    """The set-up's findings (`setup`: kept by `distill doctor`, `distill.doctor.setup_problems`) and every check's
+    on `parts` (`models`: as loaded, the teacher model held here among them); raises `ChecksFailed` when one stops
+    the run. `doctor`: built by `distill doctor`."""
     # A hidden-state payload's head, held here when no teacher model is.
     head = parts.teacher.head if models.teacher is None and parts.teacher is not None else None
-    findings = run_checks(DoctorContext(parts.config, parts.method, parts.train_examples, parts.student_model,
-                                        parts.tokenizer, models.teacher, models.teacher_tokenizer, parts.student_given,
-                                        parts.eos_ids, parts.encoded, doctor, head, StepTimer(parts)))
+    findings = setup + run_checks(DoctorContext(parts.config, parts.method, parts.train_examples, parts.student_model,
+                                                parts.tokenizer, models.teacher, models.teacher_tokenizer,
+                                                parts.student_given, parts.eos_ids, parts.encoded, doctor, head,
+                                                StepTimer(parts)), setup)
     act_on(findings, DoctorFields.of(parts.config).strict_checks, show=not doctor and parts.runtime.is_main_process)
     return findings

@@ -26,6 +26,8 @@ from typing import Any
 from torch import nn
 
 from distill.config import DistillConfig
+from distill.doctor.report import ChecksFailed
+from distill.doctor.setup_problems import SetupProblems
 from distill.errors import StepFailure
 from distill.evaluation.evaluator import Evaluator, eval_settings
 from distill.generation.registry import close_engine
@@ -65,10 +67,17 @@ class Distiller:
         directory's last checkpoint. break_lock: take over a lock another host left. doctor: built by `distill doctor`,
         which runs the slower checks too and prints the findings itself."""
         given = Given(student, teacher, tokenizer, teacher_tokenizer, train_dataset, eval_dataset, resume, break_lock)
-        parts, models = assemble(config.validate(), given)  # validated: the method's defaults filled in
+        # The set-up's problems stop a run at the first; doctor keeps those nothing later builds on, and goes on.
+        problems = SetupProblems(collect=doctor)
+        try:
+            parts, models = assemble(config.validate(), given, problems)  # validated: the method's defaults filled in
+        except (ValueError, StepFailure) as error:
+            if not doctor or isinstance(error, ChecksFailed):
+                raise
+            raise problems.stopped(error) from error
         self.parts: Assembly = parts
         # What users trip over (`distill.doctor`): errors (and warnings with strict_checks) stop here, before any file.
-        self.findings = start_checks(parts, models, doctor)
+        self.findings = start_checks(parts, models, doctor, problems.findings)
         self.state: TrainingState | None = None  # made by setup()
 
     # Read most often by callers (tests, benchmarks): the student as it trains, the teacher, the rollout.
