@@ -12,7 +12,7 @@ from typing import Any
 
 EXIF_ORIENTATION = 0x0112
 SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N")  # unsigned 16-bit grey, of either byte order
-CONVERTED_BY_PIL = ("1", "L", "P", "RGB", "RGBX", "CMYK", "YCbCr", "LAB", "HSV")
+CONVERTED_BY_PIL = ("1", "L", "P", "RGB", "RGBX", "CMYK", "YCbCr", "HSV")
 PREMULTIPLIED = ("La", "RGBa")
 BACKGROUND = 255  # transparent pixels are shown over white
 
@@ -27,10 +27,12 @@ def viewer_rgb(image: Any) -> Any:
 
     - RGB: as it is. 16-bit RGB files (PNG, TIFF) are decoded by PIL to their top 8 bits (v >> 8, within 1 of
       v * 255 / 65535).
-    - 1 (bilevel), L (8-bit grey), P (palette), RGBX, CMYK, YCbCr, LAB, HSV: PIL's conversion. Grey is copied to
-      the three channels; a palette index becomes its colour; CMYK becomes R = (255 - C)(255 - K) / 255 (and so on
-      for G, B; an embedded ICC profile is not applied); YCbCr by JPEG's (BT.601 full-range) matrix; CIE L*a*b* by
-      littlecms to sRGB; HSV by the hexcone formula.
+    - 1 (bilevel), L (8-bit grey), P (palette), RGBX, CMYK, YCbCr, HSV: PIL's conversion. Grey is copied to the
+      three channels; a palette index becomes its colour; CMYK becomes R = round((255 - C)(255 - K) / 255) (and so
+      on for G, B; an embedded ICC profile is not applied); YCbCr by JPEG's (BT.601 full-range) matrix, in fixed
+      point as JPEG decoders do (within 1 of the exact matrix); HSV by the hexcone formula.
+    - LAB (CIE L*a*b*, a TIFF's CIELab): refused, since PIL's conversion to RGB (a littlecms lookup table) strays
+      from the CIE definition by up to a tenth of the range: convert it to sRGB with a colour-managed tool.
     - I;16, I;16L, I;16B, I;16N (16-bit grey: 16-bit PNGs, TIFFs): scaled by the range of 16 bits,
       v -> round(v * 255 / 65535), then grey to RGB.
     - I (32-bit signed integers: PIL's mode for 16-bit samples it holds in 32 bits, or a 32-bit TIFF): when every
@@ -60,6 +62,9 @@ def viewer_rgb(image: Any) -> Any:
         return _over_white(image.convert("RGBA"))
     if mode in CONVERTED_BY_PIL:
         return image.convert("RGB")
+    if mode == "LAB":
+        raise ValueError("it is a CIE L*a*b* image (mode 'LAB'), which PIL converts to RGB only approximately; convert "
+                         "it to sRGB (an RGB PNG or JPEG) with a colour-managed tool")
     raise ValueError(f"its mode {mode!r} is not one distill converts to RGB; save it as an RGB (or grey) PNG or JPEG")
 
 

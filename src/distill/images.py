@@ -127,7 +127,7 @@ class ImageRef:
         try:
             return viewer_rgb(image)
         except ValueError as error:
-            raise ValueError(self._error(f"is shown wrongly if converted to RGB: {error}")) from None
+            raise ValueError(self._error(f"is refused: {error}")) from None
 
     @staticmethod
     def _damaged(error: Exception) -> str:
