@@ -17,9 +17,17 @@ PREMULTIPLIED = ("La", "RGBa")
 BACKGROUND = 255  # transparent pixels are shown over white
 
 
+class RefusedImage(ValueError):
+    """An image `viewer_rgb` would show wrongly: `reason` says why, `fix` what to do about it."""
+
+    def __init__(self, reason: str, fix: str):
+        super().__init__(f"{reason}; {fix}")
+        self.reason, self.fix = reason, fix
+
+
 def viewer_rgb(image: Any) -> Any:
-    """`image` (a PIL image, decoded) in 8-bit RGB as an image viewer shows it; ValueError saying why and what to do
-    for an image it would show wrongly. The pixels (H x W) keep their meaning; only orientation and mode change.
+    """`image` (a PIL image, decoded) in 8-bit RGB as an image viewer shows it; `RefusedImage` (a ValueError) saying
+    why and what to do for an image it would show wrongly. The pixels (H x W) keep their meaning; only orientation and mode change.
 
     First the EXIF orientation (tag 274, or the XMP one) is applied, as `ImageOps.exif_transpose` does: orientations
     2-8 flip and/or turn the picture upright (6: turned 90 degrees clockwise to be upright; 8: counter-clockwise),
@@ -63,9 +71,9 @@ def viewer_rgb(image: Any) -> Any:
     if mode in CONVERTED_BY_PIL:
         return image.convert("RGB")
     if mode == "LAB":
-        raise ValueError("it is a CIE L*a*b* image (mode 'LAB'), which PIL converts to RGB only approximately; convert "
-                         "it to sRGB (an RGB PNG or JPEG) with a colour-managed tool")
-    raise ValueError(f"its mode {mode!r} is not one distill converts to RGB; save it as an RGB (or grey) PNG or JPEG")
+        raise RefusedImage("it is a CIE L*a*b* image (mode 'LAB'), which PIL converts to RGB only approximately",
+                           "convert it to sRGB (an RGB PNG or JPEG) with a colour-managed tool")
+    raise RefusedImage(f"its mode {mode!r} is not one distill converts to RGB", "save it as an RGB (or grey) PNG or JPEG")
 
 
 def _upright(image: Any) -> Any:
@@ -84,9 +92,9 @@ def _scaled_integer_grey(image: Any):
 
     values = np.asarray(image).astype(np.int64)
     if image.mode == "I" and values.size and (values.min() < 0 or values.max() > 65535):
-        raise ValueError(f"it is a 32-bit integer image (mode 'I') with values from {values.min()} to {values.max()}, "
-                         "outside 16 bits (0..65535), so it has no range to scale to 8 bits; save it as an 8- or 16-bit "
-                         "image (PNG)")
+        raise RefusedImage(f"it is a 32-bit integer image (mode 'I') with values from {values.min()} to {values.max()}, "
+                           "outside 16 bits (0..65535), so it has no range to scale to 8 bits",
+                           "save it as an 8- or 16-bit image (PNG)")
     grey = ((values * 255 + 32767) // 65535).astype(np.uint8)  # round(v * 255 / 65535): the quotient is never n + 1/2
     transparent = image.info.get("transparency")
     alpha = None if not isinstance(transparent, int) else np.where(values == transparent, 0, 255).astype(np.uint8)
@@ -102,8 +110,8 @@ def _scaled_float_grey(image: Any):
         finite = values[np.isfinite(values)]
         seen = (f"values from {finite.min():g} to {finite.max():g}" if finite.size else "no finite value") + (
             "" if finite.size == values.size else ", and values that are not finite")
-        raise ValueError(f"it is a float image (mode 'F') with {seen}; a float image is read as 0 (black) to 1 (white). "
-                         "Scale it into 0..1, or save it as an 8-bit image")
+        raise RefusedImage(f"it is a float image (mode 'F') with {seen}, and a float image is read as 0 (black) to 1 "
+                           "(white)", "scale it into 0..1, or save it as an 8-bit image")
     return np.rint(values * 255.0).astype(np.uint8)
 
 

@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from distill.errors import ImageChangedError
-from distill.image_modes import viewer_rgb
+from distill.image_modes import RefusedImage, viewer_rgb
 
 IMAGE_BLOCK = "image"
 TEXT_BLOCK = "text"
 # distill's extension of a teacher server's requests: per prompt, its images as base64 PNG (stock vLLM has none).
 IMAGES_FIELD = "distill_images"
+CHANGED = "it decoded when the run started, so it changed during the run: restore it"
 
 
 @dataclass(frozen=True)
@@ -71,11 +72,11 @@ class ImageRef:
         (a step failure: the run checkpoints and stops); for one never checked, the ValueError of `check`."""
         checked = self.__dict__.get("shown_size")
         try:
-            image = self._decode()
+            image = self._decode(during_run=checked is not None)
         except ValueError as error:
             if checked is None:
                 raise
-            raise ImageChangedError(f"{error}; it decoded when the run started, so it was changed since: restore it") from error
+            raise ImageChangedError(str(error)) from None
         if checked is not None and tuple(image.size) != checked:
             raise ImageChangedError(self._error(f"decodes to {image.size[0]}x{image.size[1]} pixels, and to "
                                                 f"{checked[0]}x{checked[1]} when the run started (it was replaced during "
@@ -90,30 +91,37 @@ class ImageRef:
         hasher.update(image.tobytes())
         return hasher.hexdigest()
 
-    def _decode(self):
+    def _decode(self, during_run: bool = False):
         """The image in 8-bit RGB as shown (`viewer_rgb`): a file or bytes checked whole first (PIL's `verify`:
-        a PNG's chunk checksums, say), then decoded whole; ValueError naming the row and image otherwise."""
+        a PNG's chunk checksums, say), then decoded whole; ValueError naming the row, the image and the fix (with
+        `during_run`, the fix for an image that decoded at the start: restore it)."""
         from PIL import Image
 
+        def failure(problem: str, fix: str) -> ValueError:
+            return ValueError(self._error(f"{problem}; {CHANGED if during_run else fix}"))
+
         if self.image is not None:
-            return self._shown(self.image)
+            return self._shown(self.image, failure)
         try:
-            with self._open() as opened:  # the header: raises here for a missing file, or one that is no image
-                opened.verify()
+            opened = self._open()  # the header: raises here for a missing file, or one that is no image
         except FileNotFoundError:
-            raise ValueError(self._error("does not exist")) from None
-        except Image.UnidentifiedImageError as error:
-            raise ValueError(self._error(f"cannot be read as an image ({error})")) from None
-        except Exception as error:  # a damaged file (verify), a decompression bomb, a directory
-            raise ValueError(self._error(self._damaged(error))) from None
+            raise failure("does not exist", "give the path of an image file") from None
+        except Image.DecompressionBombError as error:
+            raise failure(f"is refused ({error})", "give a smaller image") from None
+        except Exception as error:  # PIL.UnidentifiedImageError, a truncated header, a directory
+            raise failure(f"cannot be read as an image ({type(error).__name__}: {error})", "give an image file PIL reads "
+                          "(PNG, JPEG, WebP, GIF, TIFF, BMP, ...)") from None
         try:
+            with opened:
+                opened.verify()
             with self._open() as opened:
                 opened.load()
-                return self._shown(opened)
+                return self._shown(opened, failure)
         except ValueError:
             raise
-        except Exception as error:  # a body that does not decode: cut short, or not what its header says
-            raise ValueError(self._error(self._damaged(error))) from None
+        except Exception as error:  # a body that does not decode: cut short, a wrong checksum, not what its header says
+            raise failure(f"cannot be decoded ({type(error).__name__}: {error}): its data is damaged or cut short",
+                          "replace it with a good copy, or drop the row") from None
 
     def _open(self):
         from PIL import Image
@@ -123,16 +131,12 @@ class ImageRef:
         assert self.path is not None
         return Image.open(self.path)
 
-    def _shown(self, image):
+    @staticmethod
+    def _shown(image, failure):
         try:
             return viewer_rgb(image)
-        except ValueError as error:
-            raise ValueError(self._error(f"is refused: {error}")) from None
-
-    @staticmethod
-    def _damaged(error: Exception) -> str:
-        return (f"cannot be decoded ({type(error).__name__}: {error}): its data is damaged or cut short; replace it with "
-                "a good copy, or drop the row")
+        except RefusedImage as error:
+            raise failure(f"is refused: {error.reason}", error.fix) from None
 
 
 def image_ref(value: Any, root: Path | None, where: str) -> ImageRef:

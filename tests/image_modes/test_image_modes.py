@@ -119,7 +119,8 @@ def test_a_float_image_reads_0_as_black_and_1_as_white_and_other_values_are_refu
     assert image.mode == "F"
     expected = np.round(values.astype(np.float64) * 255.0).astype(np.int64)
     assert np.array_equal(_shown(image), _grey_rgb(expected))
-    with pytest.raises(ValueError, match=r"float image \(mode 'F'\) with values from 0 to 255; .* Scale it into 0..1"):
+    with pytest.raises(ValueError, match=r"float image \(mode 'F'\) with values from 0 to 255, and a float image is read as 0 \(black\) to 1 \(white\); "
+                                         "scale it into 0..1, or save it as an 8-bit image"):
         viewer_rgb(Image.fromarray((values * 255).round().astype(np.float32)))
     values[1, 1] = np.nan
     with pytest.raises(ValueError, match="and values that are not finite"):
