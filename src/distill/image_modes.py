@@ -27,11 +27,12 @@ class RefusedImage(ValueError):
 
 def viewer_rgb(image: Any) -> Any:
     """`image` (a PIL image, decoded) in 8-bit RGB as an image viewer shows it; `RefusedImage` (a ValueError) saying
-    why and what to do for an image it would show wrongly. The pixels (H x W) keep their meaning; only orientation and mode change.
+    why and what to do for an image it would show wrongly.
 
     First the EXIF orientation (tag 274, or the XMP one) is applied, as `ImageOps.exif_transpose` does: orientations
     2-8 flip and/or turn the picture upright (6: turned 90 degrees clockwise to be upright; 8: counter-clockwise),
-    so width and height swap for 5-8. Then, by mode (PIL's names):
+    so width and height swap for 5-8; a damaged EXIF block gives no orientation, as viewers treat it. Then, by mode
+    (PIL's names):
 
     - RGB: as it is. 16-bit RGB files (PNG, TIFF) are decoded by PIL to their top 8 bits (v >> 8, within 1 of
       v * 255 / 65535).
@@ -80,7 +81,7 @@ def _upright(image: Any) -> Any:
     """`image` turned by its EXIF orientation (the image itself when it has none, or orientation 1)."""
     from PIL import ImageOps
 
-    if image.getexif().get(EXIF_ORIENTATION, 1) in (1, None):
+    if image.getexif().get(EXIF_ORIENTATION, 1) == 1:  # PIL reads a damaged EXIF block as empty (with a warning)
         return image
     return ImageOps.exif_transpose(image)
 

@@ -245,3 +245,11 @@ def test_an_exif_orientation_applies_before_the_mode_conversion():
     image = _opened(_saved(Image.fromarray(values), "PNG", exif=exif))
     assert image.mode == "I;16"
     assert np.array_equal(_shown(image), _grey_rgb(np.rot90(_scaled16(values), k=-1)))
+
+
+def test_a_damaged_exif_block_gives_the_picture_as_stored():
+    cut = b"Exif\x00\x00MM\x00\x2a\x00\x00\x00\x08\x00\x05\x01\x12\x00\x03"  # an orientation entry cut short
+    with pytest.warns(UserWarning, match="Corrupt EXIF data"):  # PIL reads it as no EXIF, saying so
+        data = _saved(Image.fromarray(_quadrants(40, 24)), "JPEG", quality=95, exif=cut)
+        stored = np.asarray(_opened(data).convert("RGB")).astype(np.int64)
+        assert np.array_equal(_shown(_opened(data)), stored)
