@@ -1,4 +1,4 @@
-"""Images in dataset rows: where each one is (`ImageRef`), checking it without decoding it, and the chat messages
+"""Images in dataset rows: where each one is (`ImageRef`), checking it by decoding it once, and the chat messages
 that show it (content blocks).
 
 A row shows images through content blocks in its chat messages, as transformers' chat templates take them:
@@ -101,6 +101,11 @@ class ImageRef:
             return ValueError(self._error(f"{problem}; {CHANGED if during_run else fix}"))
 
         if self.image is not None:
+            try:
+                self.image.load()  # a PIL image opened from a file and not decoded yet decodes here
+            except Exception as error:
+                raise failure(f"cannot be decoded ({type(error).__name__}: {error}): its data is damaged or cut short",
+                              "give an image that decodes") from None
             return self._shown(self.image, failure)
         try:
             opened = self._open()  # the header: raises here for a missing file, or one that is no image
@@ -114,14 +119,13 @@ class ImageRef:
         try:
             with opened:
                 opened.verify()
-            with self._open() as opened:
-                opened.load()
-                return self._shown(opened, failure)
-        except ValueError:
-            raise
+            decoded = self._open()
+            decoded.load()
         except Exception as error:  # a body that does not decode: cut short, a wrong checksum, not what its header says
             raise failure(f"cannot be decoded ({type(error).__name__}: {error}): its data is damaged or cut short",
                           "replace it with a good copy, or drop the row") from None
+        with decoded:
+            return self._shown(decoded, failure)
 
     def _open(self):
         from PIL import Image

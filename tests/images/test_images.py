@@ -113,6 +113,11 @@ def test_images_as_bytes_and_pil_images_are_checked_whole_and_named_by_their_row
     pil = ImageRef(image=Image.fromarray(np.full((8, 8), 3.0, np.float32)), where="dataset row 5")
     with pytest.raises(ValueError, match=r"dataset row 5: an image given as a PIL image is refused: it is a float image"):
         pil.check()
+    good_png = _png(shape_image("green"))
+    lazy = Image.open(io.BytesIO(good_png[: len(good_png) // 2]))  # opened (the header read), not decoded, cut short
+    with pytest.raises(ValueError, match="dataset row 6: an image given as a PIL image cannot be decoded .*: its data is "
+                                         "damaged or cut short"):
+        ImageRef(image=lazy, where="dataset row 6").check()
 
 
 def test_the_dataset_file_is_left_as_it_was(tmp_path):
