@@ -160,7 +160,7 @@ def test_no_import_circle_remains_counting_type_only_imports():
 # `agents`.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("distill", "errors", "registry", "config", "settings", "seeds", "features", "version", "callables", "data_files", "images",
-     "align", "recipes", "tasks", "losses"),
+     "image_modes", "align", "recipes", "tasks", "losses"),
     ("conversations", "data", "rendering", "models", "batch", "signals"),
     ("generation", "agents", "teachers"),
     ("objectives",),

@@ -11,8 +11,8 @@ self-teacher sees and the student does not; `answer` (text or a number) is a sho
 checkable answer (the evaluation reports how often a greedy answer contains it; reward functions check
 it); `feedback` (text) is environment feedback an SDPO self-teacher may be re-prompted with; `teacher_id`
 routes the row to one of several teachers; `images` (a list) are the images its chat messages show through
-`{"type": "image"}` content blocks (`distill.images`: paths, bytes or PIL images, decoded only when a
-micro-batch needs them). Every problem is reported when the run is set up, before any model is loaded, with the
+`{"type": "image"}` content blocks (`distill.images`: paths, bytes or PIL images, decoded once to check them,
+then again only when a micro-batch needs them). Every problem is reported when the run is set up, before any model is loaded, with the
 column or row at fault. Loading files and splits is `distill.data_files`; rendering a row in a model's ids
 (`EncodedExample`, `RowPrompt`) is `distill.rendering`. The step sampler (which prompts each optimizer step trains
 on) is here too.
@@ -92,8 +92,8 @@ class RowPrompt(NamedTuple):
 def examples_from_dataset(dataset, field: str, image_root: Path | None = None) -> list[Example]:
     """Validate every row and turn it into an Example; raises ValueError naming the column or row.
 
-    `image_root`: where relative image paths start (the dataset file's folder). Images are checked (they exist,
-    their headers read) and not decoded: an image column of `datasets.Image` is read with `decode=False`."""
+    `image_root`: where relative image paths start (the dataset file's folder). Each image is decoded once, to check
+    it, and dropped (`ImageRef.check`): an image column of `datasets.Image` is read with `decode=False`."""
     check_columns(dataset.column_names, field)
     if len(dataset) == 0:
         raise ValueError(f"{field}: the dataset is empty")
@@ -102,10 +102,7 @@ def examples_from_dataset(dataset, field: str, image_root: Path | None = None) -
     for index, row in enumerate(dataset):
         example = _example(index, row, field, image_root)
         for image in example.images + example.privileged_images:
-            try:
-                image.check()
-            except ValueError as error:
-                raise ValueError(f"{field} row {index}: {error}") from None
+            image.check()  # its errors name the row and the image
         examples.append(example)
     return examples
 

@@ -22,3 +22,10 @@ class RewardFunctionError(StepFailure):
     the function and the dataset row."""
 
     resume_hint = "once the reward function is fixed"
+
+
+class ImageChangedError(StepFailure):
+    """An image that decoded at the start of the run no longer decodes, or decodes to another size: its file changed
+    during the run. The message names the dataset row and the image."""
+
+    resume_hint = "once the image is restored"

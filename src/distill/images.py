@@ -1,4 +1,4 @@
-"""Images in dataset rows: where each one is (`ImageRef`), checking it without decoding it, and the chat messages
+"""Images in dataset rows: where each one is (`ImageRef`), checking it by decoding it once, and the chat messages
 that show it (content blocks).
 
 A row shows images through content blocks in its chat messages, as transformers' chat templates take them:
@@ -8,9 +8,12 @@ own instead (`{"type": "image", "image": ...}`, or `"path"`). An image is a file
 folder of the dataset file, or the dataset folder), raw bytes, a `{"bytes", "path"}` mapping (a `datasets.Image`
 column read without decoding) or a PIL image.
 
-Nothing is decoded when the rows are read: `ImageRef.check` opens a file's header (its size, and that PIL knows
-the format), so a missing or unreadable image fails before any model loads, and `ImageRef.load` decodes it when a
-micro-batch needs its pixels.
+Each image is decoded fully once when the rows are read (`ImageRef.check`: PIL's `verify` then `load`, and the
+conversion to what a viewer shows, `distill.image_modes.viewer_rgb`), and dropped: a missing, damaged or unreadable
+image, or one of a mode distill refuses, fails naming its row before any model loads, and the size it is shown at
+is known. `ImageRef.load` decodes it again when a micro-batch needs its pixels; an image that decoded at the start
+and no longer does (or decodes to another size) was changed during the run: `ImageChangedError`, a step failure
+(the run checkpoints and says how to resume).
 """
 
 from __future__ import annotations
@@ -18,57 +21,67 @@ from __future__ import annotations
 import hashlib
 import io
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeGuard
+
+from distill.errors import ImageChangedError
+from distill.image_modes import RefusedImage, viewer_rgb
 
 IMAGE_BLOCK = "image"
 TEXT_BLOCK = "text"
 # distill's extension of a teacher server's requests: per prompt, its images as base64 PNG (stock vLLM has none).
 IMAGES_FIELD = "distill_images"
+CHANGED = "it decoded when the run started, so it changed during the run: restore it"
 
 
 @dataclass(frozen=True)
 class ImageRef:
-    """One image of a row, not decoded: a file (`path`), encoded bytes (`data`) or a PIL image held in memory."""
+    """One image of a row, not decoded: a file (`path`), encoded bytes (`data`) or a PIL image held in memory.
+    `where`: the row and place that show it ("dataset row 3 message 0, image 1 of the 'images' column"), named by
+    every error about it."""
 
     path: str | None = None
     data: bytes | None = field(default=None, repr=False)
     image: Any = field(default=None, repr=False, compare=False)  # a PIL image given in the dataset
+    where: str = field(default="", compare=False)
 
     def describe(self) -> str:
         if self.path is not None:
-            return self.path
+            return f"image {self.path}"
         return "an image given as bytes" if self.data is not None else "an image given as a PIL image"
 
-    def _open(self):
-        from PIL import Image
-
-        if self.image is not None:
-            return self.image
-        if self.data is not None:
-            return Image.open(io.BytesIO(self.data))
-        assert self.path is not None
-        return Image.open(self.path)
+    def _error(self, problem: str) -> str:
+        return f"{self.where}: {self.describe()} {problem}" if self.where else f"{self.describe()} {problem}"
 
     def check(self) -> tuple[int, int]:
-        """(width, height) from the header, without decoding the pixels; raises ValueError when the image is
-        missing or not an image PIL reads."""
-        try:
-            opened = self._open()
-            return int(opened.size[0]), int(opened.size[1])
-        except FileNotFoundError:
-            raise ValueError(f"image {self.describe()} does not exist") from None
-        except Exception as error:  # PIL.UnidentifiedImageError, a truncated header, a directory
-            raise ValueError(f"image {self.describe()} cannot be read as an image ({type(error).__name__}: {error})") from None
+        """Decode the image fully (as `load` does) and drop it; (width, height) as it is shown (after its EXIF
+        orientation). Raises ValueError naming the row, the image and the fix when it is missing, not an image,
+        damaged, or of a mode distill refuses (`viewer_rgb`). Done once: later calls give the same size."""
+        return self.shown_size
+
+    @cached_property
+    def shown_size(self) -> tuple[int, int]:
+        """(width, height) of the image as shown, from one full decode (remembered: `check`)."""
+        width, height = self._decode().size
+        return int(width), int(height)
 
     def load(self):
-        """The decoded image, in RGB (what image processors take)."""
+        """The decoded image in 8-bit RGB, as a viewer shows it (what image processors take). For an image checked
+        at the start, a failure now, or another size, means its file changed during the run: `ImageChangedError`
+        (a step failure: the run checkpoints and stops); for one never checked, the ValueError of `check`."""
+        checked = self.__dict__.get("shown_size")
         try:
-            opened = self._open()
-            opened.load()
-            return opened.convert("RGB")
-        except Exception as error:
-            raise ValueError(f"image {self.describe()} cannot be decoded ({type(error).__name__}: {error})") from error
+            image = self._decode(during_run=checked is not None)
+        except ValueError as error:
+            if checked is None:
+                raise
+            raise ImageChangedError(str(error)) from None
+        if checked is not None and tuple(image.size) != checked:
+            raise ImageChangedError(self._error(f"decodes to {image.size[0]}x{image.size[1]} pixels, and to "
+                                                f"{checked[0]}x{checked[1]} when the run started (it was replaced during "
+                                                "the run); restore it"))
+        return image
 
     def digest(self) -> str:
         """A digest of the decoded pixels (size and RGB bytes): the same picture gives the same digest whatever
@@ -78,16 +91,68 @@ class ImageRef:
         hasher.update(image.tobytes())
         return hasher.hexdigest()
 
+    def _decode(self, during_run: bool = False):
+        """The image in 8-bit RGB as shown (`viewer_rgb`): a file or bytes checked whole first (PIL's `verify`:
+        a PNG's chunk checksums, say), then decoded whole; ValueError naming the row, the image and the fix (with
+        `during_run`, the fix for an image that decoded at the start: restore it)."""
+        from PIL import Image
+
+        def failure(problem: str, fix: str) -> ValueError:
+            return ValueError(self._error(f"{problem}; {CHANGED if during_run else fix}"))
+
+        if self.image is not None:
+            try:
+                self.image.load()  # a PIL image opened from a file and not decoded yet decodes here
+            except Exception as error:
+                raise failure(f"cannot be decoded ({type(error).__name__}: {error}): its data is damaged or cut short",
+                              "give an image that decodes") from None
+            return self._shown(self.image, failure)
+        try:
+            opened = self._open()  # the header: raises here for a missing file, or one that is no image
+        except FileNotFoundError:
+            raise failure("does not exist", "give the path of an image file") from None
+        except Image.DecompressionBombError as error:
+            raise failure(f"is refused ({error})", "give a smaller image") from None
+        except Exception as error:  # PIL.UnidentifiedImageError, a truncated header, a directory
+            raise failure(f"cannot be read as an image ({type(error).__name__}: {error})", "give an image file PIL reads "
+                          "(PNG, JPEG, WebP, GIF, TIFF, BMP, ...)") from None
+        try:
+            with opened:
+                opened.verify()
+            decoded = self._open()
+            decoded.load()
+        except Exception as error:  # a body that does not decode: cut short, a wrong checksum, not what its header says
+            raise failure(f"cannot be decoded ({type(error).__name__}: {error}): its data is damaged or cut short",
+                          "replace it with a good copy, or drop the row") from None
+        with decoded:
+            return self._shown(decoded, failure)
+
+    def _open(self):
+        from PIL import Image
+
+        if self.data is not None:
+            return Image.open(io.BytesIO(self.data))
+        assert self.path is not None
+        return Image.open(self.path)
+
+    @staticmethod
+    def _shown(image, failure):
+        try:
+            return viewer_rgb(image)
+        except RefusedImage as error:
+            raise failure(f"is refused: {error.reason}", error.fix) from None
+
 
 def image_ref(value: Any, root: Path | None, where: str) -> ImageRef:
-    """The `ImageRef` of one image as a dataset row gives it (module docstring); raises ValueError naming `where`."""
+    """The `ImageRef` of one image as a dataset row gives it (module docstring), shown at `where` (the row and the
+    place in it, named by its errors); raises ValueError naming `where`."""
     if isinstance(value, ImageRef):
         return value
     if isinstance(value, (bytes, bytearray)):
-        return ImageRef(data=bytes(value))
+        return ImageRef(data=bytes(value), where=where)
     if isinstance(value, dict) and ("bytes" in value or "path" in value):
         if value.get("bytes") is not None:
-            return ImageRef(path=value.get("path"), data=bytes(value["bytes"]))
+            return ImageRef(path=value.get("path"), data=bytes(value["bytes"]), where=where)
         value = value.get("path")
     if isinstance(value, (str, Path)) and str(value).strip():
         text = str(value)
@@ -96,9 +161,9 @@ def image_ref(value: Any, root: Path | None, where: str) -> ImageRef:
         path = Path(text).expanduser()
         if not path.is_absolute() and root is not None:
             path = root / path
-        return ImageRef(path=str(path))
+        return ImageRef(path=str(path), where=where)
     if hasattr(value, "size") and hasattr(value, "convert"):  # a PIL image
-        return ImageRef(image=value)
+        return ImageRef(image=value, where=where)
     raise ValueError(f"{where}: an image must be a file path, bytes, a {{'bytes', 'path'}} mapping or a PIL image, "
                      f"got {type(value).__name__}")
 
@@ -177,12 +242,13 @@ class _ColumnImages:
     def __init__(self, column: list | tuple | None, name: str):
         self.pending, self.used, self.name = list(column or []), 0, name
 
-    def next(self, where: str) -> Any:
+    def next(self, where: str) -> tuple[Any, str]:
+        """The next image of the column, and where it is in the row ("image 2 of the 'images' column")."""
         if self.used >= len(self.pending):
             raise ValueError(f"{where}: its content blocks show {self.used + 1} or more images from the '{self.name}' column, which "
                              f"holds {len(self.pending)}; give one image per {{'type': 'image'}} block")
         self.used += 1
-        return self.pending[self.used - 1]
+        return self.pending[self.used - 1], f"image {self.used} of the '{self.name}' column"
 
     def check_all_shown(self, where: str) -> None:
         if self.used < len(self.pending):
@@ -199,7 +265,8 @@ def _bare_blocks(content: list, column: _ColumnImages, root: Path | None, where:
         if block["type"] != IMAGE_BLOCK:
             blocks.append({"type": TEXT_BLOCK, "text": block["text"]})
             continue
-        own = next((block[key] for key in ("image", "path") if block.get(key) is not None), None)
-        refs.append(image_ref(column.next(row) if own is None else own, root, where))
+        key = next((key for key in ("image", "path") if block.get(key) is not None), None)
+        value, place = column.next(row) if key is None else (block[key], f"the '{key}' of its image block")
+        refs.append(image_ref(value, root, f"{where}, {place}"))
         blocks.append({"type": IMAGE_BLOCK})
     return blocks, refs

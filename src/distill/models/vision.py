@@ -203,16 +203,19 @@ def encode_png(image) -> str:
 
 
 def decode_png(text: str, where: str):
-    """The image of `encode_png`'s text (any format PIL reads), in RGB; ValueError naming `where` otherwise."""
+    """The image of `encode_png`'s text (any format PIL reads), in RGB as a viewer shows it (`viewer_rgb`); ValueError
+    naming `where` otherwise."""
     import base64
     import binascii
     import io
 
     from PIL import Image
 
+    from distill.image_modes import viewer_rgb
+
     try:
         image = Image.open(io.BytesIO(base64.b64decode(text, validate=True)))
         image.load()
-        return image.convert("RGB")
+        return viewer_rgb(image)
     except (binascii.Error, ValueError, OSError) as error:
         raise ValueError(f"{where}: not a base64-encoded image ({type(error).__name__}: {error})") from None

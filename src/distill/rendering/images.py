@@ -8,11 +8,14 @@ the image into pixel values.
 
 How a row with images becomes inputs:
 - at start (`row`): the prompt's token ids, placeholders expanded, from the processor run on blank images of
-  each image's size (read from the file's header): the ids depend on the size only, so no image is decoded and
-  a prompt whose image tokens overflow `max_prompt_length` fails naming its row before any model loads;
+  each image's size as shown (`ImageRef.check`, known from the rows' checks): the ids depend on the size only, so
+  no pixels are kept and a prompt whose image tokens overflow `max_prompt_length` fails naming its row before any
+  model loads;
 - when a micro-batch needs them (`DeferredExtras`): the images decoded and run through the processor again,
   giving the pixel values (and grids), every input in the "flat" layout (the images of every row, in row order);
-  the ids must come out the same as at start (an image replaced since is an error).
+  the ids must come out the same as at start. An image that no longer decodes, or gives other ids, was changed
+  during the run: `ImageChangedError`, a step failure naming the row (the run checkpoints; restore the image and
+  resume).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch
 
 from distill.conversations.layout import with_observation
 from distill.data import EncodedExample, Example, RowPrompt
+from distill.errors import ImageChangedError
 from distill.images import ImageRef, is_block_list
 from distill.models.inputs import DeferredExtras, Extra, RowExtras
 from distill.models.vision import PER_TOKEN, image_inputs
@@ -87,8 +91,8 @@ class ImageRenderer(TextRenderer):
         def load() -> dict[str, Extra]:
             out = self._process(text, [image.load() for image in images])
             if out.pop("input_ids")[0].tolist() != ids:
-                raise ValueError(f"row {index}: its images give other image tokens than when the run started (an image "
-                                 "file was replaced during the run); restore it, or start the run again")
+                raise ImageChangedError(f"row {index}: its images give other image tokens than when the run started (an "
+                                        "image file was replaced during the run); restore it")
             return {name: Extra(value, "flat") for name, value in out.items()}
 
         return DeferredExtras(tuple(self.empty), load)

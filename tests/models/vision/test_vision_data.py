@@ -11,6 +11,7 @@ import pytest
 
 from distill.batch import Completion, collate
 from distill.data import examples_from_dataset
+from distill.errors import ImageChangedError
 from distill.images import ImageRef
 from distill.models.kinds import model_kind_of
 from distill.models.vision import attach_processor
@@ -47,8 +48,8 @@ def test_images_as_bytes_pil_images_and_relative_paths(tmp_path):
 
 
 @pytest.mark.parametrize("row, message", [
-    (_row(1, ["missing.png"]), r"dataset row 0: image .*missing.png does not exist"),
-    (_row(1, ["notes.png"]), r"dataset row 0: image .*notes.png cannot be read as an image"),
+    (_row(1, ["missing.png"]), r"dataset row 0 message 0, image 1 of the 'images' column: image .*missing.png does not exist"),
+    (_row(1, ["notes.png"]), r"dataset row 0 message 0, image 1 of the 'images' column: image .*notes.png cannot be read as an image"),
     (_row(2, ["images/0-0.png"]), "show 2 or more images from the 'images' column, which holds 1"),
     (_row(0, ["images/0-0.png"]), "holds 1 images and its content blocks show 0"),
     ({"prompt": "What colour?", "images": ["images/0-0.png"]}, "has images but a text prompt"),
@@ -69,7 +70,7 @@ def test_a_missing_image_fails_before_any_model_loads(tmp_path, monkeypatch):
     path = write_shapes(tmp_path / "data")
     (tmp_path / "data" / "images" / "2-1.png").unlink()
     forbid_model_loading(monkeypatch)
-    with pytest.raises(ValueError, match=r"dataset row 2: image .*2-1.png does not exist"):
+    with pytest.raises(ValueError, match=r"dataset row 2 message 0, image 2 of the 'images' column: image .*2-1.png does not exist"):
         Distiller(_config(tmp_path, {"teacher": "t", "student": "s", "data": path}, student=None, teacher="smollm2-135m-instruct"))
 
 
@@ -105,6 +106,7 @@ def test_an_image_replaced_during_the_run_is_an_error(tmp_path):
     rows = datasets.load_dataset("json", data_files=path, split="train")
     encoded = encoder.row(examples_from_dataset(rows, "dataset", tmp_path)[0])
     shape_image("red", side=112).save(tmp_path / "images" / "0-0.png")  # 4x the pixels: 4x the image tokens
-    with pytest.raises(ValueError, match="row 0: its images give other image tokens than when the run started"):
+    with pytest.raises(ImageChangedError, match=r"dataset row 0 message 0, image 1 of the 'images' column: image .*0-0.png "
+                       r"decodes to 112x112 pixels, and to 56x56 when the run started"):
         collate([Completion(encoded.prompt_ids, [5], "dataset", extras=encoded.extras)], "dataset", 0)
     assert json.loads((tmp_path / "shapes.jsonl").read_text().splitlines()[0])["images"] == ["images/0-0.png"]

@@ -86,7 +86,7 @@ def test_a_privileged_context_of_content_blocks_brings_its_own_images(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"privileged_images": ["images/missing.png"]}, r"dataset row 0: image .*missing.png does not exist"),
+    ({"privileged_images": ["images/missing.png"]}, r"dataset row 0 privileged_context, image 1 of the 'privileged_images' column: image .*missing.png does not exist"),
     ({"privileged_images": ["images/a.png", "images/a.png"]}, "'privileged_images' column holds 2 images and its content blocks show 1"),
     ({"privileged_images": []}, "show 1 or more images from the 'privileged_images' column, which holds 0"),
     ({"privileged_context": "text"}, "has 'privileged_images' but its 'privileged_context' is text"),

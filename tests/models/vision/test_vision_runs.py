@@ -5,6 +5,7 @@ image tokens are never sampled; errors name the row before any model loads."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -199,3 +200,49 @@ def test_self_distillation_shows_the_rows_images_to_the_self_teacher(tmp_path, v
     sdpo = Distiller(DistillConfig(**base, method="sdpo", output_dir=str(tmp_path / "sdpo"), num_generations=2,
                                    reward_funcs=["contains_answer"], max_reprompt_length=160))
     assert sdpo.train()["steps"] == 2
+
+
+def test_an_image_damaged_after_the_start_checks_stops_the_run_at_its_step_with_the_resume_command(tmp_path, vl_dirs,
+                                                                                                    monkeypatch, capsys):
+    """Its file decodes at the start checks and is damaged right after: the step that needs it checkpoints and
+    stops (exit 3, a step failure) naming the row, the image and `distill train --resume`; restored, the run resumes
+    and ends with the weights of a run that never failed."""
+    from safetensors.torch import load_file
+
+    from distill.cli import main
+    from distill.images import ImageRef
+    from tests.helpers.images import damaged_body
+
+    data = write_shapes(tmp_path / "data")
+    image = tmp_path / "data" / "images" / "2-1.png"
+    good = image.read_bytes()
+
+    def train(run_dir) -> int:
+        return main(["train", "gkd", "--teacher", vl_dirs["teacher"], "--student", vl_dirs["student"], "--dataset", data,
+                     "--output_dir", str(run_dir), "--max_steps", "2", "--logging_steps", "1", "--lmbda", "0.5",
+                     "--lmbda_schedule", "constant", "--learning_rate", "1e-3",
+                     "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2", "--max_prompt_length", "64",
+                     "--max_new_tokens", "6", "--eval_before_after", "false", "--progress_bar", "false"])
+
+    assert train(tmp_path / "straight") == 0
+    checked = ImageRef.check
+
+    def damaged_once_checked(self):
+        size = checked(self)
+        if self.path == str(image) and image.read_bytes() == good:
+            image.write_bytes(damaged_body(good))
+        return size
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ImageRef, "check", damaged_once_checked)
+        capsys.readouterr()
+        assert train(tmp_path / "failed") == 3
+    error = capsys.readouterr().err
+    assert re.search(r"dataset row 2 message 0, image 2 of the 'images' column: image .*2-1.png cannot be decoded .*; it "
+                     r"decoded when the run started, so it changed during the run: restore it\nThe run is checkpointed at step "
+                     r"\d \(.*\); once the image is restored, continue with `distill train --resume .*failed`", error), error
+    image.write_bytes(good)
+    assert main(["train", "--resume", str(tmp_path / "failed")]) == 0
+    expected = load_file(str(tmp_path / "straight" / "model" / "model.safetensors"))
+    actual = load_file(str(tmp_path / "failed" / "model" / "model.safetensors"))
+    assert expected.keys() == actual.keys() and all(torch.equal(expected[name], actual[name]) for name in expected)
