@@ -22,3 +22,11 @@ class RewardFunctionError(StepFailure):
     the function and the dataset row."""
 
     resume_hint = "once the reward function is fixed"
+
+
+class EnvironmentLost(StepFailure):
+    """The tool worker that held a conversation's environment instance ended mid-conversation (a call past
+    `tool_timeout`, `os._exit`, a crash): its state cannot be rebuilt, so the step stops; the message names the
+    environment, what it was doing and the dataset row."""
+
+    resume_hint = "once the environment's work is bounded (or tool_timeout raised)"

@@ -41,7 +41,7 @@ def fresh_replicas():
 
 def _loop(tokenizer):
     """The loop and its prompts: the tool's schema in each (over 128 tokens: vLLM's CPU cache block)."""
-    tools = load_tools(["tests.conversations.test_loop:add"])
+    tools = load_tools(["tests.conversations.toolbox:add"])
     encoder = TextRenderer(tokenizer, 400, 60, [tokenizer.eos_token_id]).offering([t.schema for t in tools.values()])
     environment = EnvironmentTurns(tokenizer, encoder.conversations(), [tokenizer.eos_token_id])
     loop = ToolLoop(tools, 5.0, environment, lambda ids: CALL.replace("plus", "add"), LoopSettings(max_turns=4, budget=60))
