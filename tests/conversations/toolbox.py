@@ -115,6 +115,15 @@ def killed() -> str:
     return "unreachable"
 
 
+MISBEHAVIOURS = {"spin": spin, "regex": backtrack, "os_exit": hard_exit, "sys_exit": soft_exit, "segfault": segfault,
+                 "raise": broken, "huge": huge, "hog": hog, "dict": not_text}
+
+
+def misbehave(how: str) -> str:
+    """One tool for every way of failing (a short schema in the prompt): `how` names it; anything else answers "ok"."""
+    return MISBEHAVIOURS[how]() if how in MISBEHAVIOURS else "ok"  # type: ignore[operator]
+
+
 def write_marker(path: str) -> str:
     """Writes a file: a side effect `distill doctor` must not have."""
     Path(path).write_text("a tool ran")
@@ -195,3 +204,32 @@ class Fragile:
 
     def leave(self) -> str:
         sys.exit(0)
+
+
+# --------------------------------------------------------------------------------------------- for the tests --
+def tool_worker_pids() -> dict[int, int]:
+    """Every tool worker process on this host: pid -> parent pid (read from /proc; a worker runs `python -c` with the
+    pool's boot code)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        if b"distill.conversations.worker_process import serve" in command:
+            found[int(entry.name)] = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+    return found
+
+
+def orphaned_tool_workers(within: float = 10.0) -> dict[int, int]:
+    """Tool workers whose trainer is not this process, still there after `within` seconds (a killed trainer's
+    workers end within about a second)."""
+    deadline = time.time() + within
+    while True:
+        others = {pid: parent for pid, parent in tool_worker_pids().items() if parent != os.getpid()}
+        if not others or time.time() > deadline:
+            return others
+        time.sleep(0.1)
