@@ -13,7 +13,6 @@ from distill.generation.sample import Sample
 from distill.rendering import ConversationRenderer, EnvironmentTurns
 from tests.conversations.conftest import family_tokenizer
 
-
 TOOLBOX = "tests.conversations.toolbox"
 TOOLS = load_tools([f"{TOOLBOX}:{name}" for name in ("add", "slow", "broken", "not_text", "async_echo")])
 

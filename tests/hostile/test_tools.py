@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 
-import datasets
 import pytest
 
 from distill import DistillConfig

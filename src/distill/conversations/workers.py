@@ -175,7 +175,7 @@ class WorkerPool:
             return None if job.host in busy else job.host
         idle = [slot for slot in range(self.hosts, self.hosts + self.tools) if slot not in busy]
         started = [slot for slot in idle if self._processes[slot] is not None]
-        return (started or idle or [None])[0]
+        return (started or idle)[0] if idle else None
 
     def _live(self, slot: int) -> _Process:
         process = self._processes[slot]
@@ -209,7 +209,7 @@ class WorkerPool:
                 return process
             why = f"it did not say it was ready within {BOOT_SECONDS:g} s"
         except (EOFError, OSError):
-            why = process.death(0.0).text
+            why = process.death(0.0).text or "it ended"
         process.kill()
         raise RuntimeError(f"tools: a tool worker process ({sys.executable}) could not start: {why}; its error, if it "
                            "printed one, is above")
