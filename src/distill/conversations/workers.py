@@ -116,31 +116,45 @@ class WorkerPool:
             replies: list[Reply | None] = [None] * len(jobs)
             waiting = list(range(len(jobs)))
             busy: dict[int, tuple[int, float]] = {}  # slot -> (job, when it started)
-            while waiting or busy:
-                for job in list(waiting):
-                    slot = self._free_slot(jobs[job], busy)
-                    if slot is None:
-                        continue
-                    waiting.remove(job)
-                    process = self._started(slot)
-                    try:
-                        process.connection.send(jobs[job].request)
-                    except OSError:  # it died since it was checked: its death is read below
-                        pass
-                    busy[slot] = (job, time.perf_counter())
-                ready = wait([self._live(slot).connection for slot in busy],
-                             max(0.0, min(started for _, started in busy.values()) + timeout - time.perf_counter()))
-                for slot in [slot for slot in busy if self._live(slot).connection in ready]:
-                    job, started = busy.pop(slot)
-                    replies[job] = replace(self._reply(slot, time.perf_counter() - started),
-                                           process=self._incarnations[slot])
-                now = time.perf_counter()
-                for slot, (job, started) in list(busy.items()):
-                    if now - started >= timeout:
-                        del busy[slot]
-                        self._end(slot)
-                        replies[job] = Reply("timeout", f"{timeout:g}", now - started, process=self._incarnations[slot])
+            try:
+                while waiting or busy:
+                    self._dispatch(jobs, waiting, busy)
+                    if not busy:
+                        raise ValueError(f"a job no slot of this pool takes: {jobs[waiting[0]]} ({self.tools} tool slots)")
+                    self._collect(busy, replies, timeout)
+            except BaseException:  # (Ctrl-C twice, a request that cannot be pickled)
+                for slot in busy:  # a worker still on a call would answer the next request with this one's reply
+                    self._end(slot)
+                raise
             return cast(list[Reply], replies)
+
+    def _dispatch(self, jobs: list[Job], waiting: list[int], busy: dict[int, tuple[int, float]]) -> None:
+        """Send each waiting job whose slot is free to its worker (started if need be), in order."""
+        for job in list(waiting):
+            slot = self._free_slot(jobs[job], busy)
+            if slot is None:
+                continue
+            waiting.remove(job)
+            process = self._started(slot)
+            busy[slot] = (job, time.perf_counter())
+            try:
+                process.connection.send(jobs[job].request)
+            except OSError:  # it died since it was checked: its death is read by `_collect`
+                pass
+
+    def _collect(self, busy: dict[int, tuple[int, float]], replies: list[Reply | None], timeout: float) -> None:
+        """Wait for a reply or the first deadline; take the replies in, end the workers past their deadline."""
+        first_deadline = min(started for _, started in busy.values()) + timeout
+        ready = wait([self._live(slot).connection for slot in busy], max(0.0, first_deadline - time.perf_counter()))
+        for slot in [slot for slot in busy if self._live(slot).connection in ready]:
+            job, started = busy.pop(slot)
+            replies[job] = replace(self._reply(slot, time.perf_counter() - started), process=self._incarnations[slot])
+        now = time.perf_counter()
+        for slot, (job, started) in list(busy.items()):
+            if now - started >= timeout:
+                del busy[slot]
+                self._end(slot)
+                replies[job] = Reply("timeout", f"{timeout:g}", now - started, process=self._incarnations[slot])
 
     def tell(self, host: int, request: tuple) -> None:
         """Send a request that has no reply (dropping instances) to a host's live process; none: nothing to do."""
