@@ -87,7 +87,10 @@ def measure(student_dir: Path) -> dict:
         return [(ids, hit, None) for ids, hit, *_ in out]
 
     start = time.time()
-    trajectories, _ = loop.run(generate, prompts, examples, eos)
+    try:
+        trajectories, _ = loop.run(generate, prompts, examples, eos)
+    finally:
+        loop.close()  # its tool workers
     finals = [tokenizer.decode(_last_run(t.ids, t.trained), skip_special_tokens=True) for t in trajectories]
     success = sum(contains_answer(text, e.answer) for text, e in zip(finals, examples)) / len(examples)
     use = tool_use(trajectories)

@@ -22,12 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from provenance import write_result
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
@@ -143,18 +143,6 @@ def best_seconds(way, paths: list[Path], repeats: int) -> tuple[float, float]:
     return min(walls), min(cpus)
 
 
-def versions() -> dict[str, str]:
-    import numpy
-    import PIL
-    import torch
-
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout.strip())
-    return {"python": platform.python_version(), "pillow": PIL.__version__, "numpy": numpy.__version__,
-            "torch": torch.__version__, "git_commit": commit + ("-dirty" if dirty else ""), "machine": platform.machine(),
-            "cpus": str(os.cpu_count())}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", type=int, default=10_000, help="how many 64 x 64 images")
@@ -177,9 +165,7 @@ def main() -> None:
                 print(f"{name:6s} {count:6d} x {side:3d}px  {way_name:34s} {seconds:8.3f} s CPU ({wall:7.3f} s wall)  "
                       f"{1e3 * seconds / count:7.3f} ms/image  {1e9 * seconds / (count * side * side):7.2f} ns/pixel",
                       flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"versions": versions(), "repeats": args.repeats, "threads": 1, "results": results},
-                                   indent=2) + "\n")
+    write_result(args.out, {"repeats": args.repeats, "threads": 1, "results": results})
     print(f"wrote {args.out}")
 
 

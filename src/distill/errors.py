@@ -29,3 +29,11 @@ class ImageChangedError(StepFailure):
     during the run. The message names the dataset row and the image."""
 
     resume_hint = "once the image is restored"
+
+
+class EnvironmentLost(StepFailure):
+    """The tool worker that held a conversation's environment instance ended mid-conversation (a call past
+    `tool_timeout`, `os._exit`, a crash): its state cannot be rebuilt, so the step stops; the message names the
+    environment, what it was doing and the dataset row."""
+
+    resume_hint = "once the environment's work is bounded (or tool_timeout raised)"

@@ -1,12 +1,15 @@
 """`python -m tests.conversations.scripted_run train ...`: `distill train` with the student's turns scripted, for
 tests of whole runs in a subprocess (kill and resume) whose rollouts must call tools.
 
-The script: a turn after fewer than `1 + seed % 2` tool results calls the environment's `tick`; then the turn answers
-with the last result's text. Each turn's ids are a function of the conversation so far and of the row's seed, as
-sampling's are, so a resumed run writes the same conversations."""
+The script: a turn after fewer than `1 + seed % 2` tool results calls the environment's `tick` (or the call the
+environment variable SCRIPTED_CALL holds, as JSON: {"name": ..., "arguments": {...}}); then the turn answers with the
+last result's text. Each turn's ids are a function of the conversation so far and of the row's seed, as sampling's
+are, so a resumed run writes the same conversations."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import sys
 
@@ -28,13 +31,14 @@ def scripted(tokenizer):
     from distill.generation.sample import Sample
 
     eos = tokenizer.eos_token_id
-    call = tokenizer('<tool_call>\n{"name": "tick", "arguments": {}}\n</tool_call>', add_special_tokens=False)["input_ids"]
+    scripted_call = json.loads(os.environ.get("SCRIPTED_CALL", '{"name": "tick", "arguments": {}}'))
+    call = tokenizer(f"<tool_call>\n{json.dumps(scripted_call)}\n</tool_call>", add_special_tokens=False)["input_ids"]
 
     def generate(model, prompts, sampling, *args, with_log_probs=False, seeds=None, **kwargs):
         out = []
         for prompt, seed in zip(prompts, seeds):
             text = tokenizer.decode(prompt)
-            results = re.findall(r"<\|im_start\|>tool\n(\d+)<\|im_end\|>", text)
+            results = re.findall(r"<\|im_start\|>tool\n(.*?)<\|im_end\|>", text, re.DOTALL)
             if len(results) < 1 + seed % 2:
                 ids = call + [eos]
             else:

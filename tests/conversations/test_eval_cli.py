@@ -19,7 +19,7 @@ def test_distill_eval_of_a_run_with_tools_reports_tool_use_and_the_conversations
     for module in (distill.training.student_sampler, distill.teachers.local, distill.evaluation.evaluator):
         monkeypatch.setattr(module, "generate_completions", generate)
     rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}], "answer": "5"} for i in range(6)]
-    recipe = _recipe(tmp_path, model_dirs, rows, method="on_policy", tools=["tests.conversations.test_loop:plus"],
+    recipe = _recipe(tmp_path, model_dirs, rows, method="on_policy", tools=["tests.conversations.toolbox:plus"],
                      max_turns=3, max_prompt_length=300, max_new_tokens=150)
     run = tmp_path / "run"
     assert main(["train", recipe, "--output-dir", str(run)]) == 0

@@ -142,7 +142,7 @@ def test_gold_scores_the_students_tool_calling_trajectories(tokenizer, smol_toke
     monkeypatch.setattr(distill.training.student_sampler, "generate_completions", generate)
     rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}]} for i in range(4)]
     run = _gold_run(tokenizer, smol_tokenizer, tmp_path, rows, lmbda=1.0, seq_kd=False, lmbda_schedule="constant",
-                    tools=["tests.conversations.test_loop:plus"], max_turns=3)
+                    tools=["tests.conversations.toolbox:plus"], max_turns=3)
     run.setup()
     batch = run.rollout.take(0, {})[0]
     completion = batch.completions[0]

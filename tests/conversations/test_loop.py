@@ -3,52 +3,18 @@ every tool failure a message counted by kind, the budget and max_turns honoured.
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
 
 from distill.agents.loop import LoopSettings, loop_metrics, run_tool_loop
+from distill.conversations.calls import ToolCalls
 from distill.conversations.tool_calls import ToolCall, render_tool_calls
-from distill.conversations.tools import Tool, ToolRunner, load_tools, tool_schema
+from distill.conversations.tools import load_tools
 from distill.generation.sample import Sample
 from distill.rendering import ConversationRenderer, EnvironmentTurns
 from tests.conversations.conftest import family_tokenizer
 
-
-def add(a: int, b: int) -> int:
-    """Adds two numbers.
-
-    Args:
-        a: the first number
-        b: the second number
-    """
-    return a + b
-
-
-def plus(a: int, b: int) -> int:
-    return a + b
-
-
-def slow(seconds: float = 5.0) -> str:
-    time.sleep(seconds)
-    return "late"
-
-
-def broken() -> str:
-    raise RuntimeError("disk on fire")
-
-
-def not_text() -> dict:
-    return {"a": 1}
-
-
-async def async_echo(text: str) -> str:
-    await asyncio.sleep(0)
-    return text.upper()
-
-
-TOOLS = {f.__name__: Tool(f.__name__, f, tool_schema(f)) for f in (add, slow, broken, not_text, async_echo)}
+TOOLBOX = "tests.conversations.toolbox"
+TOOLS = load_tools([f"{TOOLBOX}:{name}" for name in ("add", "slow", "broken", "not_text", "async_echo")])
 
 
 class Script:
@@ -76,9 +42,13 @@ def loop(family: str, script: list[list[str]], budget: int = 400, max_turns: int
     prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     model = Script(tokenizer, eos[0], script)
     model.firsts = prompt_ids
-    runners = [ToolRunner(TOOLS, timeout)] * len(prompt_ids)
-    trajectories = run_tool_loop(model, prompt_ids, runners, EnvironmentTurns(tokenizer, renderer, eos),
-                                 lambda ids: tokenizer.decode(ids), eos, LoopSettings(max_turns, budget, True))
+    calls = ToolCalls(TOOLS, None, timeout, workers=2)
+    try:
+        trajectories = run_tool_loop(model, prompt_ids, calls.open([{}] * len(prompt_ids), list(range(len(prompt_ids)))),
+                                     EnvironmentTurns(tokenizer, renderer, eos), lambda ids: tokenizer.decode(ids), eos,
+                                     LoopSettings(max_turns, budget, True))
+    finally:
+        calls.close()
     return tokenizer, eos, prompt_ids, model, trajectories
 
 
@@ -110,7 +80,8 @@ def test_every_failure_is_a_message_counted_by_kind():
     assert dict(t.failures) == {"unknown_tool": 1, "raised": 1, "timeout": 1, "not_text": 1, "bad_arguments": 1,
                                 "malformed_call": 1}
     assert "there is no tool 'nope'" in environment and "RuntimeError: disk on fire" in environment
-    assert "took longer than 0.3 s" in environment and "returned dict, not text" in environment and "HI" in environment
+    assert "took longer than 0.3 s and was stopped" in environment and "returned dict, not text" in environment
+    assert "HI" in environment
     metrics = loop_metrics([t])
     assert metrics["tools/calls"] == (7.0, 1.0) and metrics["tools/failed_timeout"] == (1.0, 7.0)
     assert t.ids[-1] == eos[0] and t.turns == 2
@@ -136,14 +107,14 @@ def test_rows_run_side_by_side_and_stop_on_their_own_turn():
 
 
 def test_tools_load_by_import_path_with_their_schemas():
-    tools = load_tools(["tests.conversations.test_loop:add", "tests.conversations.test_loop:slow"])
-    assert set(tools) == {"add", "slow"}
+    tools = load_tools(["tests.conversations.toolbox:add", "tests.conversations.toolbox:slow"])
+    assert set(tools) == {"add", "slow"} and tools["add"].spec == "tests.conversations.toolbox:add"
     assert tools["add"].schema["function"]["parameters"]["properties"]["a"]["type"] == "integer"
     assert tools["slow"].schema["function"]["parameters"]["required"] == []  # no docstring: from the signature
     with pytest.raises(ValueError, match="tools: cannot import 'no_such_module'"):
         load_tools(["no_such_module:f"])
     with pytest.raises(ValueError, match="two tools are named 'add'"):
-        load_tools(["tests.conversations.test_loop:add"] * 2)
+        load_tools(["tests.conversations.toolbox:add"] * 2)
 
 
 def test_drift_counts_conversations_whose_text_re_tokenizes_otherwise_and_can_stop_the_run():
@@ -155,12 +126,14 @@ def test_drift_counts_conversations_whose_text_re_tokenizes_otherwise_and_can_st
     spelled = [tokenizer(c, add_special_tokens=False)["input_ids"][0] for c in "the answer"] + eos  # one token a byte
     assert spelled != canonical and tokenizer.decode(spelled) == tokenizer.decode(canonical)
 
-    def run(ids, fail):
-        return run_tool_loop(lambda prompts, n, turn, rows: [Sample(list(ids))], [prompt],
-                             [ToolRunner(TOOLS, 1.0)], EnvironmentTurns(tokenizer, renderer, eos),
-                             lambda i: tokenizer.decode(i), eos, LoopSettings(2, 100, False, fail))
+    calls = ToolCalls(TOOLS, None, 1.0, workers=1)  # no call is made: no worker starts
 
-    assert not run(canonical, False)[0].drifted
+    def run(ids, fail):
+        return run_tool_loop(lambda prompts, n, turn, rows: [Sample(list(ids))], [prompt], calls.open([{}], [0]),
+                             EnvironmentTurns(tokenizer, renderer, eos), lambda i: tokenizer.decode(i), eos,
+                             LoopSettings(2, 100, False, fail))
+
+    assert not run(canonical, False)[0].drifted and calls.pool.pids() == []
     (drifted,) = run(spelled, False)
     assert drifted.drifted and drifted.ids == spelled  # counted, and the sampled ids are still what is kept
     assert loop_metrics([drifted])["tools/retokenization_drift"] == (1.0, 1.0)

@@ -47,7 +47,7 @@ def test_the_server_scores_the_tool_loops_trajectories_as_the_local_teacher(mode
     with serve_teacher(model_dirs["teacher"], "--max-logprobs", str(vocab)) as (url, _):
         config = make_config(tmp_path, method="on_policy", teacher_url=url, student=str(model_dirs["student"]),
                              teacher_logprobs=vocab, teacher_retries=0, teacher_timeout=30.0, max_new_tokens=200,
-                             max_prompt_length=300, tools=["tests.conversations.test_loop:plus"], max_turns=3, seq_kd=True,
+                             max_prompt_length=300, tools=["tests.conversations.toolbox:plus"], max_turns=3, seq_kd=True,
                              lmbda_schedule="step")
         run = Distiller(config, train_dataset=datasets.Dataset.from_list(rows))
         batch = run.rollout.take(0, {})[0]

@@ -1,5 +1,6 @@
 """A run with a stateful environment, killed and resumed, ends with the uninterrupted run's weights: each rollout
-makes fresh environments from its rows (nothing of theirs is checkpointed), and the conversations are the same."""
+makes fresh environments from its rows (nothing of theirs is checkpointed), and the conversations are the same. The
+environment lives in tool worker processes, which end with the killed run."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests.conversations.toolbox import orphaned_tool_workers
 from tests.helpers.training import kill_at_checkpoint
 
 
@@ -38,6 +40,7 @@ def test_a_killed_run_with_a_stateful_environment_resumes_to_the_same_weights(tm
 
     killed = tmp_path / "killed"
     kill_at_checkpoint(_command(killed, model_dirs, data), killed, 3)
+    assert not orphaned_tool_workers(within=10.0)  # the killed run's workers ended with it
     resumed = subprocess.run([sys.executable, "-m", "tests.conversations.scripted_run", "train", "--resume", str(killed)],
                              capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -11,6 +11,7 @@ import datasets
 import pytest
 import torch
 
+from distill.conversations.calls import ToolCalls
 from distill.conversations.environments import EnvironmentFactory
 from distill.conversations.layout import Layout, Segment
 from distill.errors import RewardFunctionError
@@ -21,37 +22,7 @@ from distill.training.trainer import Distiller
 from tests.conftest import tiny_lm
 from tests.helpers.training import FAST
 
-ENVIRONMENT = "tests.conversations.test_rewards:Adder"
-
-
-class Adder:
-    """Adds on request; its reward: whether `plus` was called and the answer was right."""
-
-    def reset(self, **row) -> str:
-        self.calls, self.target = 0, int(row["answer"])
-        return f" (the numbers are 2 and {self.target - 2})"
-
-    def plus(self, a: int, b: int) -> int:
-        self.calls += 1
-        return a + b
-
-    def get_reward(self) -> float:
-        return float(self.calls > 0)
-
-
-class AsyncAdder(Adder):
-    async def get_reward(self) -> float:
-        return 2.0 * float(self.calls > 0)
-
-
-class BrokenReward(Adder):
-    def get_reward(self) -> float:
-        raise RuntimeError("the scorer is down")
-
-
-class NotANumber(Adder):
-    def get_reward(self):
-        return "good"
+ENVIRONMENT = "tests.conversations.toolbox:Adder"
 
 
 def rows(n: int) -> list[dict]:
@@ -104,23 +75,29 @@ def test_rewards_read_a_conversations_last_turn_and_its_environments_reward():
         "1 2 3\n<tool_response>\n5\n</tool_response>\n6 7")
 
 
+def reward_of(factory: str, index: int) -> float:
+    """The reward of an environment made from row {"answer": "5"} (dataset row `index`), asked in a tool worker."""
+    loaded = EnvironmentFactory.load(f"tests.conversations.toolbox:{factory}", set())
+    assert loaded.owns_reward and [s["function"]["name"] for s in loaded.schemas] == ["plus"]
+    calls = ToolCalls({}, loaded, 10.0, workers=1)
+    try:
+        return calls.open([{"answer": "5"}], [index]).rewards()[0]
+    finally:
+        calls.close()
+
+
 @pytest.mark.parametrize("factory, match", [
-    ("BrokenReward", r"environment: tests.conversations.test_rewards:BrokenReward.get_reward raised RuntimeError: the "
+    ("BrokenReward", r"environment: tests.conversations.toolbox:BrokenReward.get_reward raised RuntimeError: the "
                      r"scorer is down \(dataset row 3\)"),
     ("NotANumber", r"get_reward returned 'good' for dataset row 3; it returns a finite number"),
 ])
 def test_an_environment_reward_that_fails_names_the_environment_and_the_row(factory, match):
-    loaded = EnvironmentFactory.load(f"tests.conversations.test_rewards:{factory}", set())
-    assert loaded.owns_reward and [s["function"]["name"] for s in loaded.schemas] == ["plus"]
-    _, _, instance = loaded.make({"answer": "5"}, {}, 1.0)
     with pytest.raises(RewardFunctionError, match=match):
-        loaded.reward(instance, 3)
-    async_adder = EnvironmentFactory.load("tests.conversations.test_rewards:AsyncAdder", set())
-    _, _, instance = async_adder.make({"answer": "5"}, {}, 1.0)
-    assert async_adder.reward(instance, 0) == 0.0
+        reward_of(factory, 3)
+    assert reward_of("AsyncAdder", 0) == 0.0
 
 
-@pytest.mark.parametrize("environment, reward", [(ENVIRONMENT, 1.0), ("tests.conversations.test_rewards:AsyncAdder", 2.0)])
+@pytest.mark.parametrize("environment, reward", [(ENVIRONMENT, 1.0), ("tests.conversations.toolbox:AsyncAdder", 2.0)])
 def test_grpo_learns_from_the_environments_reward(tokenizer, tmp_path, monkeypatch, environment, reward):
     import distill.training.student_sampler
 

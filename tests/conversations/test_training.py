@@ -130,7 +130,7 @@ def test_sft_and_gkd_train_on_conversations_end_to_end(tmp_path, model_dirs, met
     ({"method": "gkd", "lmbda": 0.0, "seq_kd": True, "lmbda_schedule": "constant"},
      r"this run samples completions \(teacher\), but no tool runs their calls"),
     ({"method": "on_policy"}, "name the functions in `tools`"),
-    ({"method": "gold", "tools": ["tests.conversations.test_loop:add"], "teacher": "smollm2-135m-instruct", "seq_kd": True,
+    ({"method": "gold", "tools": ["tests.conversations.toolbox:add"], "teacher": "smollm2-135m-instruct", "seq_kd": True,
       "lmbda": 0.0, "lmbda_schedule": "constant"}, "cannot do in the tool-call loop yet"),
 ])
 def test_a_run_that_would_sample_a_conversation_is_refused_before_models_load(tmp_path, model_dirs, monkeypatch, capsys,
@@ -169,7 +169,7 @@ def test_on_policy_with_tools_samples_conversations_and_trains_only_the_sampled_
     monkeypatch.setattr(distill.training.student_sampler, "generate_completions", generate)
     rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}]} for i in range(8)]
     run = make_distiller(tokenizer, tmp_path, rows=rows, method="on_policy", max_new_tokens=200, max_prompt_length=300,
-                         seq_kd=True, lmbda_schedule="step", tools=["tests.conversations.test_loop:plus"], max_turns=3)
+                         seq_kd=True, lmbda_schedule="step", tools=["tests.conversations.toolbox:plus"], max_turns=3)
     run.setup()
     assert '"name": "plus"' in tokenizer.decode(run.parts.encoded[0].prompt_ids)  # the tool's schema is in every prompt
     assert not run.parts.encoded[0].prompt_truncated
@@ -200,7 +200,7 @@ def test_a_reused_conversation_rollout_is_checkpointed_with_its_mask(tokenizer, 
     monkeypatch.setattr(distill.training.student_sampler, "generate_completions", generate)
     rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}]} for i in range(8)]
     run = make_distiller(tokenizer, tmp_path, rows=rows, method="iw_opd", max_new_tokens=200, max_prompt_length=300,
-                         seq_kd=True, lmbda_schedule="step", tools=["tests.conversations.test_loop:plus"], num_iterations=2,
+                         seq_kd=True, lmbda_schedule="step", tools=["tests.conversations.toolbox:plus"], num_iterations=2,
                          temperature=1.0)
     run.setup()
     first = run.rollout.take(0, {})
@@ -215,26 +215,6 @@ def test_a_reused_conversation_rollout_is_checkpointed_with_its_mask(tokenizer, 
 
 
 # ------------------------------------------------------------------------------------------ environments --
-class Tally:
-    """A stateful environment: a counter per rollout row, started from the row."""
-
-    def __init__(self):
-        self.total = None
-
-    def reset(self, **row) -> str:
-        self.total = int(row["start"])
-        return f" (the tally starts at {self.total})"
-
-    def plus(self, a: int, b: int) -> str:
-        self.total += a + b
-        return f"tally {self.total}"
-
-
-class NoReset:
-    def plus(self, a: int, b: int) -> int:
-        return a + b
-
-
 def test_an_environment_is_made_per_row_its_reset_shown_and_its_methods_the_tools(tokenizer, tmp_path, monkeypatch):
     import distill.training.student_sampler
 
@@ -242,7 +222,7 @@ def test_an_environment_is_made_per_row_its_reset_shown_and_its_methods_the_tool
     monkeypatch.setattr(distill.training.student_sampler, "generate_completions", generate)
     rows = [{"prompt": [{"role": "user", "content": f"Add 2 and 3 to {i}."}], "start": i} for i in range(8)]
     run = make_distiller(tokenizer, tmp_path, rows=rows, method="on_policy", max_new_tokens=200, max_prompt_length=300,
-                         seq_kd=True, lmbda_schedule="step", environment="tests.conversations.test_training:Tally")
+                         seq_kd=True, lmbda_schedule="step", environment="tests.conversations.toolbox:Tally")
     run.setup()
     assert '"name": "plus"' in tokenizer.decode(run.parts.encoded[0].prompt_ids)
     for completion in run.rollout.take(0, {})[0].completions:
@@ -252,7 +232,7 @@ def test_an_environment_is_made_per_row_its_reset_shown_and_its_methods_the_tool
         assert f"tally {start + 5}<|im_end|>" in tokenizer.decode(completion.completion_ids)  # its own state, from the row
     with pytest.raises(ValueError, match=r"environment: .*NoReset\(\) made a NoReset without a `reset` method"):
         make_distiller(tokenizer, tmp_path, rows=rows, method="on_policy", seq_kd=True, lmbda_schedule="step",
-                       environment="tests.conversations.test_training:NoReset")
+                       environment="tests.conversations.toolbox:NoReset")
 
 
 def test_a_sampling_teacher_acts_in_the_conversation_too(tokenizer, tmp_path, monkeypatch):
@@ -265,7 +245,7 @@ def test_a_sampling_teacher_acts_in_the_conversation_too(tokenizer, tmp_path, mo
     monkeypatch.setattr(distill.teachers.local, "generate_completions", generate)
     rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}]} for i in range(8)]
     run = make_distiller(tokenizer, tmp_path, rows=rows, method="gkd", lmbda=0.0, seq_kd=True, max_new_tokens=200,
-                         max_prompt_length=300, tools=["tests.conversations.test_loop:plus"])
+                         max_prompt_length=300, tools=["tests.conversations.toolbox:plus"])
     run.setup()
     batch = run.rollout.take(0, {})[0]
     assert batch.source == "teacher"
@@ -289,7 +269,7 @@ def test_the_evaluation_runs_the_conversations_and_reports_tool_use_and_the_fina
     rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}], "answer": "5"} for i in range(8)]
     held_out = datasets.Dataset.from_list(rows[:3])
     run = make_distiller(tokenizer, tmp_path, rows=rows, method="on_policy", max_new_tokens=200, max_prompt_length=300,
-                         seq_kd=True, lmbda_schedule="step", tools=["tests.conversations.test_loop:plus"],
+                         seq_kd=True, lmbda_schedule="step", tools=["tests.conversations.toolbox:plus"],
                          eval_before_after=True, eval_dataset=held_out, eval_max_new_tokens=200, max_steps=1)
     result = run.train()
     report = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())

@@ -40,6 +40,7 @@ class Steps:
 
     generated_sources: Callable[[], list[list[str]]]
     time_step: Callable[[int], dict[str, float]]
+    tool_stand_in: Callable[[], str | None] = lambda: None
 
 
 def findings_of(name: str, ctx: DoctorContext) -> list[Finding]:
@@ -177,11 +178,11 @@ def test_completions_that_spell_the_end_of_turn(tokenizer):
 
 
 def test_the_tool_call_format_is_noted_when_tools_are_used(tokenizer):
-    [found] = findings_of("tool_format", context(tokenizer, tools=["tests.conversations.test_loop:add"], method="on_policy"))
+    [found] = findings_of("tool_format", context(tokenizer, tools=["tests.conversations.toolbox:add"], method="on_policy"))
     assert found.severity == "info" and "Hermes format" in found.measured
     qwen3 = copy.deepcopy(tokenizer)
     qwen3.chat_template = QWEN3_STYLE
-    [own] = findings_of("tool_format", context(qwen3, tools=["tests.conversations.test_loop:add"], method="on_policy"))
+    [own] = findings_of("tool_format", context(qwen3, tools=["tests.conversations.toolbox:add"], method="on_policy"))
     assert "renders `tool_calls`" in own.measured
     assert findings_of("tool_format", context(tokenizer)) == []
 

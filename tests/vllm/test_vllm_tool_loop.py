@@ -15,6 +15,7 @@ import torch
 
 from distill import DistillConfig
 from distill.agents.loop import LoopSettings, ToolLoop
+from distill.conversations.calls import ToolCalls
 from distill.conversations.tools import load_tools
 from distill.data import Example
 from distill.generation import SamplingParams, generate_completions, get_engine
@@ -41,10 +42,11 @@ def fresh_replicas():
 
 def _loop(tokenizer):
     """The loop and its prompts: the tool's schema in each (over 128 tokens: vLLM's CPU cache block)."""
-    tools = load_tools(["tests.conversations.test_loop:add"])
+    tools = load_tools(["tests.conversations.toolbox:add"])
     encoder = TextRenderer(tokenizer, 400, 60, [tokenizer.eos_token_id]).offering([t.schema for t in tools.values()])
     environment = EnvironmentTurns(tokenizer, encoder.conversations(), [tokenizer.eos_token_id])
-    loop = ToolLoop(tools, 5.0, environment, lambda ids: CALL.replace("plus", "add"), LoopSettings(max_turns=4, budget=60))
+    loop = ToolLoop(ToolCalls(tools, None, 5.0, workers=1), environment, lambda ids: CALL.replace("plus", "add"),
+                    LoopSettings(max_turns=4, budget=60))
     prompts = [encoder.prompt_ids([{"role": "user", "content": q}], encoder.offered_tools)[0] for q in QUESTIONS]
     examples = [Example(i, [{"role": "user", "content": q}], None) for i, q in enumerate(QUESTIONS)]
     return loop, prompts, examples

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
-from distill.conversations.environments import EnvironmentFactory
+from distill.conversations.calls import Conversations, ToolCalls
 from distill.conversations.layout import Layout, LayoutBuilder
 from distill.conversations.tool_calls import parse_tool_calls
-from distill.conversations.tools import FAILURES, Tool, ToolRunner, run_calls
+from distill.conversations.tools import FAILURES, malformed
 from distill.data import Example
 from distill.generation.sample import Sample
 
@@ -87,41 +87,49 @@ class LoopSettings:
 
 @dataclass(frozen=True)
 class ToolLoop:
-    """What a rollout needs to sample conversations: the tools (and an environment per row), the template's tool
-    turns, how a turn is read; `renderer`: renders a row's prompt with its environment's observation."""
+    """What a rollout needs to sample conversations: the tools and environment and where their calls run (`calls`),
+    the template's tool turns, how a turn is read; `renderer`: renders a row's prompt with its environment's
+    observation."""
 
-    tools: dict[str, Tool]
-    timeout: float
+    calls: ToolCalls
     environment: EnvironmentTurns
     decode: Callable[[list[int]], str]
     settings: LoopSettings
-    factory: EnvironmentFactory | None = None
     renderer: Renderer | None = None
 
     def run(self, generate: Generate, prompts: list[list[int]], examples: list[Example],
             eos_ids: list[int]) -> tuple[list[Trajectory], list[list[int]]]:
         """(the trajectories, the prompts they followed: a row's own, or with its environment's observation)."""
-        if self.factory is None:
-            runners = [ToolRunner(self.tools, self.timeout)] * len(prompts)
-        else:
-            made = [self.factory.make(example.row, self.tools, self.timeout) for example in examples]
-            runners = [runner for runner, _, _ in made]
-            assert self.renderer is not None
-            prompts = [prompt if observation is None else self.renderer.prompt(example, observation=observation).ids
-                       for prompt, example, (_, observation, _) in zip(prompts, examples, made)]
-        trajectories = run_tool_loop(generate, prompts, runners, self.environment, self.decode, eos_ids, self.settings)
-        if self.factory is not None:
-            for trajectory, example, (_, observation, instance) in zip(trajectories, examples, made):
-                trajectory.observation = observation
-                if self.factory.owns_reward:
-                    trajectory.reward = self.factory.reward(instance, example.index)
+        conversations = self.calls.open([example.row for example in examples], [example.index for example in examples])
+        try:
+            observations = conversations.observations
+            if any(observation is not None for observation in observations):
+                assert self.renderer is not None
+                prompts = [prompt if observation is None else self.renderer.prompt(example, observation=observation).ids
+                           for prompt, example, observation in zip(prompts, examples, observations)]
+            trajectories = run_tool_loop(generate, prompts, conversations, self.environment, self.decode, eos_ids,
+                                         self.settings)
+            rewards = conversations.rewards() if self.calls.owns_reward else [None] * len(trajectories)
+        finally:
+            conversations.close()
+        for trajectory, observation, reward in zip(trajectories, observations, rewards):
+            trajectory.observation, trajectory.reward = observation, reward
         return trajectories, prompts
 
+    def standing_in(self) -> ContextManager[None]:
+        """While inside, no tool or environment runs: a stand-in answers (`ToolCalls.standing_in`)."""
+        return self.calls.standing_in()
 
-def run_tool_loop(generate: Generate, prompts: list[list[int]], runners: list[ToolRunner], environment: EnvironmentTurns,
-                  decode: Callable[[list[int]], str], eos_ids: list[int], settings: LoopSettings) -> list[Trajectory]:
-    """Every prompt's trajectory; `runners`: each row's tools. Each round generates the next turn of every row still
-    going, in one batch; the calls of a round run together."""
+    def close(self) -> None:
+        """End the tool workers (the run's end); they start again if the loop runs again."""
+        self.calls.close()
+
+
+def run_tool_loop(generate: Generate, prompts: list[list[int]], conversations: Conversations,
+                  environment: EnvironmentTurns, decode: Callable[[list[int]], str], eos_ids: list[int],
+                  settings: LoopSettings) -> list[Trajectory]:
+    """Every prompt's trajectory; `conversations`: where each row's calls run. Each round generates the next turn of
+    every row still going, in one batch; the calls of a round run together."""
     trajectories = [Trajectory(log_probs=[] if settings.record_log_probs else None) for _ in prompts]
     going = list(range(len(prompts)))
     for turn in range(settings.max_turns):
@@ -147,11 +155,11 @@ def run_tool_loop(generate: Generate, prompts: list[list[int]], runners: list[To
                 trajectory.unanswered_calls += len(parsed.calls) + len(parsed.malformed)
                 continue
             pending.append((i, [parsed.calls, parsed.malformed]))
-        results = iter(run_calls([(runners[i], call) for i, (calls, _) in pending for call in calls]))
+        results = iter(conversations.run([(i, call) for i, (calls, _) in pending for call in calls]))
         going = []
-        for i, (calls, malformed) in pending:
+        for i, (calls, unreadable) in pending:
             trajectory = trajectories[i]
-            answered = [next(results) for _ in calls] + [runners[i].malformed(why) for why in malformed]
+            answered = [next(results) for _ in calls] + [malformed(why) for why in unreadable]
             for result in answered:
                 trajectory.tool_seconds += result.seconds
                 if result.failure is not None:

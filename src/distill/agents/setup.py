@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from distill.agents.loop import LoopSettings, ToolLoop
+from distill.conversations.calls import ToolCalls
 from distill.conversations.environments import EnvironmentFactory
 from distill.conversations.fields import ConversationFields
 from distill.conversations.tools import load_tools
@@ -40,5 +41,7 @@ def tool_loop(config: DistillConfig, renderer: Renderer, budget: int, record_log
     tools = load_tools(list(own.tools))
     factory = EnvironmentFactory.load(own.environment, set(tools)) if own.environment is not None else None
     environment = renderer.environment_turns()  # checked before any rollout: the template appends tool turns
-    return ToolLoop(tools, own.tool_timeout, environment, lambda ids: tokenizer.decode(ids),
-                    LoopSettings(own.max_turns, budget, record_log_probs, own.fail_on_token_drift), factory, renderer)
+    memory_limit = int(own.tool_memory_gb * 2**30) if own.tool_memory_gb > 0 else None
+    calls = ToolCalls(tools, factory, own.tool_timeout, own.tool_workers, memory_limit)  # no worker starts yet
+    return ToolLoop(calls, environment, lambda ids: tokenizer.decode(ids),
+                    LoopSettings(own.max_turns, budget, record_log_probs, own.fail_on_token_drift), renderer)

@@ -74,12 +74,15 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
                                  teacher_tokenizer=teacher_tokenizer)
     configure_engine(config)  # the run's engine samples the evaluation, as it did in training
     assert teachers.eval is not None  # every location that evaluates builds its evaluation teacher
+    evaluator = None
     try:
         evaluator = Evaluator(teachers.eval, tokenizer, encoder, examples, against.vocab_size, against.eos_ids, against.pad_id,
                               device, settings)
         with torch.no_grad():
             report = build_report(evaluator, {"student": evaluator.evaluate(student)})
     finally:
+        if evaluator is not None:
+            evaluator.close()
         location.close(teachers)
         close_engine(config.generation_engine)
     return report, write_report(report, Path(args.out) if args.out else target / "eval-cli")

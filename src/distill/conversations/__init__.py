@@ -7,7 +7,10 @@ into token ids with a trained mask is `distill.rendering`; the tool-call loop th
   calls, each `tool` message answering a call of the turn before it (by `tool_call_id` where the row gives ids).
 - `layout.py`: which completion ids are the model's and which the environment's, with what the environment said
   (its messages, observation, reward): what another tokenizer's teacher, a reward and a self-teacher read.
-- `tools.py`, `environments.py`: the run's tools (import paths) and environments (a factory per row), run with
-  timeouts; failures become messages, counted by kind.
+- `tools.py`, `environments.py`: the run's tools (import paths) and environments (a factory per row); a failed
+  call becomes a message, counted by kind.
+- `calls.py`: where a conversation's calls run: tool worker processes (`workers.py`, the trainer's side;
+  `worker_process.py`, the worker's), each call bounded by a timeout that kills its worker, or `distill doctor`'s
+  stand-in.
 - `fields.py`: the conversations part's settings.
 """

@@ -30,5 +30,13 @@ class ConversationFields(PartFields):
     fail_on_token_drift: bool = setting(False, "With tools: stop the run when a sampled conversation's text re-tokenizes to "
                                         "other ids (distill trains the sampled ids either way; "
                                         "tools/retokenization_drift counts such conversations).")
-    tool_timeout: float = setting(10.0, "With tools: seconds a call may run; a slower one becomes an error message the "
-                                  "model reads as its result.")
+    tool_timeout: float = setting(10.0, "With tools: seconds a call may run (above 0, at most a day); a slower one is stopped (its "
+                                  "worker process killed) and becomes an error message the model reads as its result. "
+                                  "Also bounds an environment's reset and get_reward.")
+    tool_workers: int = setting(4, "With tools: worker processes the calls run in, started when first needed and kept "
+                                "for the run (with an environment, as many more hold its instances: a row's lives in one "
+                                "worker for its whole conversation). A round's calls run at once, one per worker at a "
+                                "time; raise it for slow calls that wait on the network.")
+    tool_memory_gb: float = setting(0.0, "With tools: GiB of address space each tool worker may map (RLIMIT_AS, where "
+                                    "the system enforces it: Linux); a call that allocates past it fails as "
+                                    "out_of_memory and the run goes on. 0: no limit.")

@@ -1,36 +1,48 @@
-"""The tools a rollout may call: Python callables named by import path, run with a per-call timeout.
+"""The tools a rollout may call: Python callables named by import path, and what a failed call tells the model.
 
 A tool is a function of keyword arguments returning text (a number is written as text). Its JSON schema, shown to
 the model, comes from its signature and docstring (transformers' `get_json_schema` where the docstring has an
 `Args:` section, otherwise the parameter names and annotations). An `async def` tool runs in its own event loop.
+Calls run in worker processes (`distill.conversations.workers`), which import each tool by its path.
 
 Nothing a tool does stops the run: a call to a tool that does not exist, one whose arguments do not fit, one that
-raises, runs past `tool_timeout` or returns something that is not text becomes an error message the model reads as
-the tool's result, counted by kind (`FAILURES`). A timed-out call's thread cannot be killed; it is left to finish
-in the background (a daemon thread) and its result is dropped.
+raises, runs past `tool_timeout` (its worker is killed), exits, crashes, runs out of memory, or returns something
+that is not text or is too long becomes an error message the model reads as the tool's result (`failure_message`),
+counted by kind (`FAILURES`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from distill.callables import import_callable
-from distill.conversations.tool_calls import ToolCall
 
-FAILURES = ("unknown_tool", "malformed_call", "bad_arguments", "raised", "timeout", "not_text")
+# Each kind's message after "error: NAME ", with its detail (`worker_process.Reply.text`) in place of {}.
+_SAYS = {
+    "bad_arguments": "cannot take these arguments ({})",
+    "raised": "raised {}",
+    "timeout": "took longer than {} s and was stopped",
+    "not_text": "returned {}, not text",
+    "exited": "exited before returning a result ({})",
+    "crashed": "crashed before returning a result ({})",
+    "out_of_memory": "ran out of memory ({})",
+    "too_long": "returned {}, too long to be a result",
+}
+FAILURES = ("unknown_tool", "malformed_call", *_SAYS)
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
 
 
 @dataclass(frozen=True)
 class Tool:
+    """A tool: its name, the function (imported here for its schema), the schema, and its import path (what a worker
+    imports it by)."""
+
     name: str
     function: Callable[..., Any]
     schema: dict[str, Any]
+    spec: str
 
 
 @dataclass(frozen=True)
@@ -78,79 +90,26 @@ def load_tools(specs: list[str]) -> dict[str, Tool]:
         name = schema["function"]["name"]
         if name in tools:
             raise ValueError(f"tools: two tools are named {name!r} ({spec!r} and an earlier one); a call names one")
-        tools[name] = Tool(name, function, schema)
+        tools[name] = Tool(name, function, schema, spec)
     return tools
 
 
-def _call(function: Callable[..., Any], arguments: dict[str, Any]) -> Any:
-    result = function(**arguments)
-    if inspect.isawaitable(result):
-        async def waited() -> Any:
-            return await result
-
-        result = asyncio.run(waited())
-    return result
+def failure_message(name: str, kind: str, detail: str | None) -> str:
+    """What the model reads when a call to `name` failed as `kind` (not unknown_tool or malformed_call, which say
+    more), `detail` from the worker's reply."""
+    return f"error: {name} " + _SAYS[kind].format(detail)
 
 
-class ToolRunner:
-    """Runs calls against `tools`, each with `timeout` seconds; the calls given together run at once, each on a daemon
-    thread of its own (a call that never returns cannot keep the process from exiting)."""
-
-    def __init__(self, tools: dict[str, Tool], timeout: float):
-        self.tools, self.timeout = tools, timeout
-
-    def malformed(self, why: str) -> ToolResult:
-        return ToolResult("", f"error: {why}", "malformed_call", 0.0)
-
-    def start(self, call: ToolCall) -> tuple[threading.Thread | None, dict[str, Any]]:
-        """Start `call` on a daemon thread; (the thread, or None for an unknown tool; the slot its outcome lands in)."""
-        slot: dict[str, Any] = {}
-        if call.name not in self.tools:
-            return None, slot
-        thread = threading.Thread(target=_run_into, args=(self.tools[call.name].function, call.arguments, slot),
-                                  name=f"distill-tool-{call.name}", daemon=True)
-        thread.start()
-        return thread, slot
-
-    def result_of(self, call: ToolCall, thread: threading.Thread | None, slot: dict[str, Any], seconds: float) -> ToolResult:
-        """The outcome of a started call (`start`), as the conversation shows it, `seconds` after it started."""
-        if thread is None:
-            names = ", ".join(sorted(self.tools)) or "none"
-            return ToolResult(call.name, f"error: there is no tool {call.name!r}; the tools are: {names}",
-                              "unknown_tool", 0.0)
-        if "value" not in slot and "error" not in slot:
-            return ToolResult(call.name, f"error: {call.name} took longer than {self.timeout:g} s", "timeout", seconds)
-        seconds = slot["seconds"]
-        error = slot.get("error")
-        if isinstance(error, TypeError):  # arguments that do not fit the signature (or a TypeError inside the tool)
-            return ToolResult(call.name, f"error: {call.name} cannot take these arguments ({error})", "bad_arguments",
-                              seconds)
-        if error is not None:
-            return ToolResult(call.name, f"error: {call.name} raised {type(error).__name__}: {error}", "raised", seconds)
-        value = slot["value"]
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            return ToolResult(call.name, f"error: {call.name} returned {type(value).__name__}, not text", "not_text",
-                              seconds)
-        return ToolResult(call.name, str(value), None, seconds)
+def failed(name: str, kind: str, detail: str | None, seconds: float) -> ToolResult:
+    return ToolResult(name, failure_message(name, kind, detail), kind, seconds)
 
 
-def _run_into(function: Callable[..., Any], arguments: dict[str, Any], slot: dict[str, Any]) -> None:
-    started = time.perf_counter()
-    try:
-        value = _call(function, arguments)
-    except Exception as error:
-        slot.update(error=error, seconds=time.perf_counter() - started)
-    else:
-        slot.update(value=value, seconds=time.perf_counter() - started)
+def unknown(name: str, known: list[str]) -> ToolResult:
+    """A call to a tool there is none of; `known`: the names there are."""
+    return ToolResult(name, f"error: there is no tool {name!r}; the tools are: {', '.join(sorted(known)) or 'none'}",
+                      "unknown_tool", 0.0)
 
 
-def run_calls(calls: list[tuple[ToolRunner, ToolCall]]) -> list[ToolResult]:
-    """Each (runner, call)'s result, in order: every call starts at once, each given its runner's timeout from then."""
-    started = time.perf_counter()
-    running = [(runner, call, *runner.start(call)) for runner, call in calls]
-    results = []
-    for runner, call, thread, slot in running:
-        if thread is not None:
-            thread.join(max(runner.timeout - (time.perf_counter() - started), 0.0))
-        results.append(runner.result_of(call, thread, slot, time.perf_counter() - started))
-    return results
+def malformed(why: str) -> ToolResult:
+    """A call the model wrote that could not be read (`tool_calls.parse_tool_calls`' `malformed`)."""
+    return ToolResult("", f"error: {why}", "malformed_call", 0.0)

@@ -308,6 +308,10 @@ def step_time(context: DoctorContext) -> list[Finding]:
     max_staleness = AsyncFields.of(config).max_staleness
     overlap = (f"; steps timed one after the other: with max_staleness {max_staleness} the student's sampling "
                "overlaps training, so at most this" if max_staleness else "")
+    stand_in = context.steps.tool_stand_in()
+    stood_in = (f"; no tool or environment ran: every call was answered {stand_in!r} and no environment was made (no "
+                "reset: prompts without its observation; its reward counted 0), so the tools' own time is not in it "
+                "(`distill doctor --run-tools` runs them)" if stand_in is not None else "")
     return [Finding("step_time", "info",
                     f"measured {measured}: about {seconds['total'] / 60:.1f} minutes for {config.max_steps} steps "
-                    f"({phases} minutes), the evaluation before and after training on top{overlap}")]
+                    f"({phases} minutes), the evaluation before and after training on top{overlap}{stood_in}")]

@@ -24,7 +24,13 @@ class StepTimer(Protocol):
         ...
 
     def time_step(self, step: int) -> dict[str, float]:
-        """Step `step` run as training runs it, timed by phase, without moving the weights."""
+        """Step `step` run as training runs it, timed by phase, without moving the weights (and, unless told to run
+        them, without calling the run's tools or environment: `tool_stand_in`)."""
+        ...
+
+    def tool_stand_in(self) -> str | None:
+        """The text that answered the timed steps' tool calls in place of the tools; None when they ran (or there are
+        none)."""
         ...
 
 

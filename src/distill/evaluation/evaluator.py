@@ -177,6 +177,11 @@ class Evaluator:
         self._teacher_greedy: GreedyAnswers | None = None
         self.teacher_acts = teacher.can_generate and (settings.tool_loop is None or teacher.continues_prompts)
 
+    def close(self) -> None:
+        """The evaluation is done: the tool-call loop's workers end (they start again if it evaluates again)."""
+        if self.settings.tool_loop is not None:
+            self.settings.tool_loop.close()
+
     def _completions(self, samples: list[Sample], source: str) -> list[Completion]:
         return [Completion(s.prompt_ids, s.ids, source, example=e, extras=x, trained_mask=s.trained, layout=s.layout)
                 for s, e, x in zip(samples, self.examples, self.extras)]

@@ -134,6 +134,7 @@ class AsyncRollout(ComposedRollout):
             self._thread = None
             if self.engine is not None:  # the evaluation after training samples the student itself
                 self.with_student(self.engine.sync_weights)
+        super().close()
 
     def request(self, step: int) -> None:
         with self._condition:

@@ -31,9 +31,10 @@ is log softmax(logits / sampling_temperature). Dataset and teacher completions h
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, ContextManager, Protocol
 
 from distill.data import Example, StepSampler
 from distill.generation.engine import SamplingParams
@@ -171,6 +172,11 @@ class RolloutProducer(ABC):
 
     def close(self) -> None:
         """Training ended (or failed): stop whatever runs beside it."""
+
+    def tools_stood_in(self) -> ContextManager[None]:
+        """While inside, no tool or environment of the rollouts' conversations runs: a stand-in answers every call
+        (`distill doctor`'s timed step)."""
+        return contextlib.nullcontext()
 
     def restore_point(self) -> dict:
         """What `load_state_dict` needs to undo a step that failed (the trainer takes it before each step)."""

@@ -4,7 +4,9 @@ of micro-batches (with the teacher's window) and the method's stage; and what th
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from typing import ContextManager
 
 import torch
 
@@ -73,6 +75,15 @@ class ComposedRollout(RolloutProducer):
 
     def metric_names(self) -> tuple[str, ...]:
         return self.parts.stage.metric_names() + (LOOP_METRICS if self.settings.tool_loop is not None else ())
+
+    def close(self) -> None:
+        """Training ended (or failed): the tool-call loop's workers end."""
+        if self.settings.tool_loop is not None:
+            self.settings.tool_loop.close()
+
+    def tools_stood_in(self) -> ContextManager[None]:
+        loop = self.settings.tool_loop
+        return loop.standing_in() if loop is not None else contextlib.nullcontext()
 
     def sample_here(self, first: int, timings: dict[str, float]) -> list[MicroBatch]:
         """The rollout of step `first`, sampled now by the student as it is (weights version `first`), not staged yet."""

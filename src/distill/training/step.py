@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from distill.conversations.calls import STAND_IN
+from distill.conversations.fields import ConversationFields
 from distill.methods.async_fields import AsyncFields
 from distill.objectives import StepContext
 from distill.objectives.student import StudentObjective
@@ -86,8 +88,13 @@ def _gradient_sync(parts: Assembly, model: nn.Module, last_micro_batch: bool):
 class StepTimer:
     """The run's steps as `distill doctor` measures them, before set-up (`distill.doctor.context.StepTimer`)."""
 
-    def __init__(self, parts: Assembly):
-        self._parts = parts
+    def __init__(self, parts: Assembly, runs_tools: bool = False):
+        self._parts, self._runs_tools = parts, runs_tools
+
+    def tool_stand_in(self) -> str | None:
+        """What answered the timed steps' tool calls in place of the tools (None: the tools ran, or there are none)."""
+        talk = ConversationFields.of(self._parts.config)
+        return None if self._runs_tools or not (talk.tools or talk.environment is not None) else STAND_IN
 
     def generated_sources(self) -> list[list[str]]:
         """Per optimizer step, the sources of the micro-batches whose completions it generates ([] for a step that
@@ -100,12 +107,15 @@ class StepTimer:
         """Step `step` run as training runs it, timed by phase (`step_passes`' timings: generation by source, the
         teacher, the student's passes; the micro-batches each source generated), plus "optimizer": an AdamW step over
         the student's gradients. What `distill doctor`'s time estimate extrapolates from. The weights do not move (the
-        optimizer step runs at learning rate 0) and the gradients are dropped."""
+        optimizer step runs at learning rate 0) and the gradients are dropped. No tool or environment runs unless
+        `runs_tools`: a stand-in answers their calls (`distill.conversations.calls.STAND_IN`)."""
         parts = self._parts
         model = StudentObjective(parts.student_model, parts.vocab_size)
         timings: dict[str, float] = {}
+        stand_in = contextlib.nullcontext() if self._runs_tools else parts.rollout.tools_stood_in()
         try:
-            step_passes(parts, model, step, step_window(parts), timings, log_step=False)
+            with stand_in:
+                step_passes(parts, model, step, step_window(parts), timings, log_step=False)
             trained = [p for p in model.parameters() if p.grad is not None]
             start = phase_clock(parts.device)
             torch.optim.AdamW(trained, lr=0.0, weight_decay=0.0).step()

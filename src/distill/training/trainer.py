@@ -59,13 +59,14 @@ class Distiller:
 
     def __init__(self, config: DistillConfig, *, student: nn.Module | str | None = None, teacher: nn.Module | str | None = None,
                  tokenizer: Any = None, teacher_tokenizer: Any = None, train_dataset: Any = None, eval_dataset: Any = None,
-                 resume: bool = False, break_lock: bool = False, doctor: bool = False):
+                 resume: bool = False, break_lock: bool = False, doctor: bool = False, doctor_runs_tools: bool = False):
         """config: the run (`DistillConfig`; validated here, the method's defaults filled in). student, teacher: a
         model object or a spec (a directory, a .gguf file, a hub id, a bundled name) in place of the config's
         fields; tokenizer, teacher_tokenizer: theirs, needed with model objects. train_dataset, eval_dataset: a
         `datasets.Dataset` (or a spec) in place of `dataset` / `eval_dataset`. resume: continue from the run
         directory's last checkpoint. break_lock: take over a lock another host left. doctor: built by `distill doctor`,
-        which runs the slower checks too and prints the findings itself."""
+        which runs the slower checks too and prints the findings itself; its timed step calls no tool and makes no
+        environment (a stand-in answers) unless `doctor_runs_tools`."""
         given = Given(student, teacher, tokenizer, teacher_tokenizer, train_dataset, eval_dataset, resume, break_lock)
         # The set-up's problems stop a run at the first; doctor keeps those nothing later builds on, and goes on.
         problems = SetupProblems(collect=doctor)
@@ -77,7 +78,7 @@ class Distiller:
             raise problems.stopped(error) from error
         self.parts: Assembly = parts
         # What users trip over (`distill.doctor`): errors (and warnings with strict_checks) stop here, before any file.
-        self.findings = start_checks(parts, models, doctor, problems.findings)
+        self.findings = start_checks(parts, models, doctor, problems.findings, doctor_runs_tools)
         self.state: TrainingState | None = None  # made by setup()
 
     # Read most often by callers (tests, benchmarks): the student as it trains, the teacher, the rollout.
@@ -121,10 +122,17 @@ class Distiller:
                     self.state.run.release()
 
     def _train(self) -> dict[str, Any]:
-        parts, config = self.parts, self.parts.config
         step = self.setup()
-        state = self._state()
         evaluator = self.evaluator()
+        try:
+            return self._steps(step, evaluator)
+        finally:
+            if evaluator is not None:
+                evaluator.close()  # its tool workers
+
+    def _steps(self, step: int, evaluator: Evaluator | None) -> dict[str, Any]:
+        """Evaluate, train from `step` to the end (or an interrupt), checkpoint, evaluate again."""
+        parts, config, state = self.parts, self.parts.config, self._state()
         before = parts.with_student(lambda student: state.run.evaluate_before(evaluator, student))
         last_record: dict[str, Any] = {}
         progress = progress_bar(config.progress_bar and parts.runtime.is_main_process, config.max_steps, step)
