@@ -23,8 +23,12 @@ ENVIRONMENTS = "tests.training.exiting_environments"
 
 
 @pytest.mark.parametrize("environment, raised", [
-    ("ExitsOnReset", "SystemExit: 3"),  # reset calls sys.exit(3), in the worker thread
-    ("CancelledReward", "CancelledError"),  # an async get_reward whose task is cancelled
+    # reset calls sys.exit(3): in its tool worker process, which reports it (no longer the producer thread's exit)
+    ("ExitsOnReset", "ValueError: environment: tests.training.exiting_environments:ExitsOnReset.reset exited before "
+                     "returning a result (sys.exit(3))"),
+    # an async get_reward whose task is cancelled (a BaseException), reported by its worker as a reward's failure
+    ("CancelledReward", "RewardFunctionError: environment: tests.training.exiting_environments:CancelledReward."
+                        "get_reward raised CancelledError"),
 ])
 def test_an_environment_ending_the_worker_stops_the_run_with_the_resume_command(tmp_path, model_dirs, environment,
                                                                                 raised):
@@ -42,7 +46,7 @@ def test_an_environment_ending_the_worker_stops_the_run_with_the_resume_command(
     except subprocess.TimeoutExpired:
         pytest.fail("the run hung waiting for a rollout from a dead worker")
     assert done.returncode == 3, done.stderr[-3000:]  # a step failure, as a teacher server's
-    assert f"the rollout producer failed sampling step 0's rollout: {raised}" in done.stderr
+    assert f"the rollout producer failed sampling step 0's rollout: {raised}" in done.stderr, done.stderr[-2000:]
     assert f"continue with `distill train --resume {run_dir}`" in done.stderr
     assert (run_dir / "checkpoints" / "step-000000").is_dir() and not (run_dir / "model").exists()
 
