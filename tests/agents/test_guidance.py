@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from distill.agents.guidance import DepthCurriculum, Guide, GuidedTurns
-from distill.agents.loop import LoopSettings, ToolLoop, loop_metrics, run_tool_loop
+from distill.agents.guidance import DepthCurriculum, GuidedTurns
+from distill.agents.loop import Guide, LoopSettings, ToolLoop, loop_metrics, run_tool_loop
 from distill.conversations.tools import ToolRunner
 from distill.rendering import ConversationRenderer, EnvironmentTurns
 from distill.seeds import guided_turn_draw

@@ -194,3 +194,17 @@ def test_the_bundled_agent_recipe_validates_with_each_option(tmp_path):
     for option in ({"guided_turns_probability": 0.5}, {"depth_curriculum_interval": 4},
                    {"step_divergence_weighting": True}):
         DistillConfig(**{**recipe, **option}).validate()
+
+
+def test_guided_turns_sampled_ahead_are_drawn_from_each_rows_own_seed(tokenizer, tmp_path):
+    """max_staleness 1: the worker thread samples the teacher's turns too, each row from its own seed (never the process
+    RNG the training thread draws from), so two runs train the same weights."""
+    weights = []
+    for name in ("first", "second"):
+        run = make_distiller(tokenizer, tmp_path / name, rows=ROWS, **ON_POLICY, max_new_tokens=12, tools=[PLUS],
+                             guided_turns_probability=0.5, max_staleness=1, max_steps=2)
+        run.train()
+        weights.append({n: p.detach().clone() for n, p in run.student_model.named_parameters()})
+        logged = [json.loads(line) for line in (tmp_path / name / "run" / "metrics.jsonl").read_text().splitlines()]
+        assert 0.0 < logged[0]["tools/teacher_turn_fraction"] < 1.0
+    assert all(torch.equal(weights[0][n], weights[1][n]) for n in weights[0])

@@ -23,12 +23,8 @@ stop after D(s) turns, a depth that grows by one every `interval` steps,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
 
 from distill.seeds import guided_turn_draw
-
-if TYPE_CHECKING:
-    from distill.agents.loop import Generate
 
 
 @dataclass(frozen=True)
@@ -59,14 +55,3 @@ class DepthCurriculum:
     def max_turns(self, step: int, max_turns: int) -> int:
         """D(step): the turns a training conversation may have at optimizer step `step`, at most `max_turns`."""
         return min(max_turns, 1 + step // self.interval)
-
-
-@dataclass(frozen=True)
-class Guide:
-    """What the tool-call loop needs to let the teacher write turns: its `generate` (the loop's `Generate` contract),
-    `writes(turn, rows)`: per row (the loop's row indices) whether the teacher writes turn `turn`, and `trained`: its
-    turns trained (else attended only)."""
-
-    generate: Generate
-    writes: Callable[[int, list[int]], list[bool]]
-    trained: bool = False

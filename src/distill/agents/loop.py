@@ -31,13 +31,23 @@ from distill.data import Example
 from distill.generation.sample import Sample
 
 if TYPE_CHECKING:  # the renderer builds them; the loop only calls them
-    from distill.agents.guidance import Guide
     from distill.rendering.base import Renderer
     from distill.rendering.environment import EnvironmentTurns
 
 # generate(prompts, max_new_tokens, turn, rows) -> per prompt its next turn, a `Sample` (its ids, hit_max, log_probs;
 # the rest unread); `rows`: the indices of the prompts' rows among all the loop's (for per-row seeds and extras)
 Generate = Callable[[list[list[int]], int, int, list[int]], list[Sample]]
+
+
+@dataclass(frozen=True)
+class Guide:
+    """What the loop needs to let the teacher write turns (Guided-OPD, `distill.agents.guidance`): its `generate` (the
+    `Generate` contract), `writes(turn, rows)`: per row (the loop's row indices) whether the teacher writes turn `turn`,
+    and `trained`: its turns trained (else attended only)."""
+
+    generate: Generate
+    writes: Callable[[int, list[int]], list[bool]]
+    trained: bool = False
 
 
 @dataclass

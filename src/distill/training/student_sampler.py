@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Callable, Protocol, cast
 
 import torch
 
-from distill.agents.guidance import Guide
-from distill.agents.loop import ToolLoop, loop_metrics
+from distill.agents.loop import Guide, ToolLoop, loop_metrics
 from distill.data import EncodedExample, Example
 from distill.generation import generate_completions
 from distill.generation.sample import Sample
