@@ -208,3 +208,13 @@ def test_guided_turns_sampled_ahead_are_drawn_from_each_rows_own_seed(tokenizer,
         logged = [json.loads(line) for line in (tmp_path / name / "run" / "metrics.jsonl").read_text().splitlines()]
         assert 0.0 < logged[0]["tools/teacher_turn_fraction"] < 1.0
     assert all(torch.equal(weights[0][n], weights[1][n]) for n in weights[0])
+
+
+def test_the_model_card_names_the_options_and_their_papers():
+    from distill.methods.base import get_method
+
+    plain = {"beta": 0.5, "off_policy_beta": 0.0, "lmbda": 0.5, "lmbda_schedule": "step", "seq_kd": True}
+    assert "arXiv" not in get_method("gkd").describe_loss(plain)
+    line = get_method("on_policy").describe_loss({**plain, "guided_turns_probability": 0.5, "depth_curriculum_interval": 5,
+                                                  "step_divergence_weighting": True})
+    assert "Guided-OPD, arXiv 2606.15912" in line and "TCOD, arXiv 2604.24005" in line and "SOD, arXiv 2605.07725" in line

@@ -72,4 +72,4 @@ class GKD(Method):
         return staleness_correction(config) is not None  # pi_behaviour of every sampled token, for the ratio
 
     def describe_loss(self, record: dict) -> str:
-        return f"{describe_jsd(record)}; {mixing.describe_mixing(record)}"
+        return f"{describe_jsd(record)}; {mixing.describe_mixing(record)}{multi_turn.describe(record)}"

@@ -98,3 +98,18 @@ def step_weighting(config: DistillConfig) -> StepDivergenceWeighting | None:
 def guides_turns(config: DistillConfig) -> bool:
     """Whether a teacher writes turns of the student's conversations in this run (Guided-OPD)."""
     return guided_turns(config) is not None
+
+
+def describe(record: dict) -> str:
+    """The multi-turn options a run used, for the model card ("" when none; `record`: the run's config.yaml)."""
+    used = []
+    if record.get("guided_turns_probability"):
+        trained = ", trained" if record.get("guided_turns_trained") else ""
+        used.append(f"teacher-guided turns (Guided-OPD, arXiv 2606.15912: p0 {record['guided_turns_probability']} decaying "
+                    f"to 0 over {record.get('guided_turns_decay_fraction', 1.0)} of the run{trained})")
+    if record.get("depth_curriculum_interval"):
+        used.append(f"a depth curriculum (TCOD, arXiv 2604.24005: one more turn every {record['depth_curriculum_interval']} "
+                    "steps)")
+    if record.get("step_divergence_weighting"):
+        used.append(f"step-wise weights (SOD, arXiv 2605.07725: delta {record.get('step_divergence_delta', 0.2)})")
+    return "; " + ", ".join(used) if used else ""

@@ -51,4 +51,5 @@ class OnPolicy(Method):
         return staleness_correction(config) is not None  # pi_behaviour of every sampled token, for the ratio
 
     def describe_loss(self, record: dict) -> str:
-        return f"{describe_jsd(record).split(', off-policy')[0]}; every completion sampled by the student"
+        return (f"{describe_jsd(record).split(', off-policy')[0]}; every completion sampled by the student"
+                f"{multi_turn.describe(record)}")
