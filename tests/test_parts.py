@@ -85,7 +85,9 @@ def test_a_declared_part_is_imported_when_first_used_and_checked_against_its_dec
     assert table.names() == ("gkd",) and table.declared("gkd")
     with pytest.raises(TypeError, match="declares the settings .*'MixingFields'.*its declaration"):
         table.get("gkd")
-    table.declare("on_policy", "distill.methods.on_policy:OnPolicy")
+    from distill.methods.multi_turn_fields import MultiTurnFields
+
+    table.declare("on_policy", "distill.methods.on_policy:OnPolicy", MultiTurnFields)
     assert table.get("on_policy").name == "on_policy" and not table.declared("on_policy")
     table.declare("misnamed", "distill.methods.sft:SFT")
     with pytest.raises(TypeError, match="declared as the toy 'misnamed' but is named 'sft'"):

@@ -121,6 +121,8 @@ class MicroBatch:
     rollout_log_probs: (N,) float32 over the N trained tokens in row-major order, or None (module docstring).
     advantages: (B,) float32, each row's advantage for a policy gradient, or None (a step stage sets them).
     extras: the model kind's inputs beyond the ids, collated (`collate_extras`), by forward argument name.
+    turns: (N,) long over the N trained tokens in row-major order, the model turn each belongs to (`model_turns`),
+        or None (a micro-batch made elsewhere than `collate`).
     """
 
     input_ids: torch.Tensor
@@ -131,6 +133,7 @@ class MicroBatch:
     rollout_log_probs: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    turns: torch.Tensor | None = None
 
     @property
     def num_completion_tokens(self) -> int:
@@ -151,7 +154,7 @@ class MicroBatch:
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return MicroBatch(self.input_ids.to(device), self.attention_mask.to(device), self.completion_mask.to(device),
                           self.source, self.completions, move(self.rollout_log_probs), move(self.advantages),
-                          {name: value.to(device) for name, value in self.extras.items()})
+                          {name: value.to(device) for name, value in self.extras.items()}, move(self.turns))
 
 
 def collate(completions: list[Completion], source: str, pad_id: int) -> MicroBatch:
@@ -170,5 +173,20 @@ def collate(completions: list[Completion], source: str, pad_id: int) -> MicroBat
     if completions and all(c.rollout_log_probs is not None for c in completions):
         log_probs = torch.tensor([c.rollout_log_probs[i] for c in completions for i in c.trained_indices()],  # type: ignore[index]
                                  dtype=torch.float32)
+    turns = torch.tensor([turn for c in completions for turn in model_turns(c)], dtype=torch.long)
     return MicroBatch(input_ids, attention_mask, completion_mask, source, completions, log_probs,
-                      extras=collate_extras([c.extras for c in completions]))
+                      extras=collate_extras([c.extras for c in completions]), turns=turns)
+
+
+def model_turns(completion: Completion) -> list[int]:
+    """For each trained token of `completion`, in order, the index of the model turn it belongs to: a conversation's
+    model segments counted from 0 (its layout; turns the teacher wrote count too), 0 for a completion without a layout,
+    -1 for a trained token outside every model turn (none in a conversation distill builds)."""
+    if completion.layout is None:
+        return [0] * completion.num_trained
+    per_token: list[int] = []
+    turn = 0
+    for start, end, segment in completion.layout.spans():
+        per_token.extend([turn if segment.assistant else -1] * (end - start))
+        turn += segment.assistant
+    return [per_token[k] for k in completion.trained_indices()]

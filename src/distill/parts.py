@@ -30,6 +30,7 @@ from distill.methods.async_fields import AsyncFields
 from distill.methods.base import METHODS
 from distill.methods.iw_opd_fields import IwOpdFields
 from distill.methods.mixing_fields import MixingFields
+from distill.methods.multi_turn_fields import MultiTurnFields
 from distill.methods.reuse_fields import RolloutReuseFields
 from distill.methods.sdft_fields import SdftFields
 from distill.methods.sdpo.fields import SdpoFields
@@ -77,10 +78,10 @@ def _declare() -> None:
     LOCATIONS.declare("model", "distill.locations.model:ModelLocation")
 
     # methods (`method`)
-    METHODS.declare("gkd", "distill.methods.gkd:GKD", MixingFields)
+    METHODS.declare("gkd", "distill.methods.gkd:GKD", (MixingFields, MultiTurnFields))
     METHODS.declare("gold", "distill.methods.gold:GOLD", (MixingFields, GoldFields))
     METHODS.declare("iw_opd", "distill.methods.iw_opd:IWOPD", (IwOpdFields, RolloutReuseFields))
-    METHODS.declare("on_policy", "distill.methods.on_policy:OnPolicy")
+    METHODS.declare("on_policy", "distill.methods.on_policy:OnPolicy", MultiTurnFields)
     METHODS.declare("sdft", "distill.methods.sdft:SDFT", (RolloutReuseFields, SelfTeacherFields, SdftFields))
     METHODS.declare("sft", "distill.methods.sft:SFT", SelfTeacherFields)
     METHODS.declare("sdpo", "distill.methods.sdpo.method:SDPO", (RolloutReuseFields, SelfTeacherFields, SdpoFields))

@@ -70,3 +70,12 @@ def cache_shard_seed(seed: int, shard: int) -> int:
     RNG: the caller's stream is untouched). One per shard, so a shard rebuilt alone (a resumed or partial cache)
     samples what it sampled in the whole build."""
     return seed * 1_000_003 + shard
+
+
+def guided_turn_draw(seed: int, step: int, row: int, turn: int) -> float:
+    """The uniform draw in [0, 1) that decides whether the teacher writes turn `turn` of row `row`'s conversation at
+    optimizer step `step` (Guided-OPD, `distill.agents.guidance`): the teacher writes it when the draw is below the
+    step's guidance probability. `row`: the row's place among the step's rows over all processes, so the choice does
+    not depend on how the rows are split over processes or micro-batches; a function of these four numbers alone,
+    so a resumed run draws it again alike and it moves no generator another choice draws from."""
+    return row_seed(seed, "guided turn", step, row, turn) / float(1 << SEED_BITS)

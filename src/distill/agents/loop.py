@@ -8,7 +8,9 @@ turns, the next turn's header), and so on. Nothing already in the trajectory is 
 come from the model's renderer (`distill.rendering.environment.EnvironmentTurns`), which renders a stand-in
 conversation with and without the tool turns.
 
-The sampled turns are trained (their mask is True), the environment's ids are attended only. A turn that reaches
+The sampled turns are trained (their mask is True), the environment's ids are attended only. With a `Guide`
+(Guided-OPD, `distill.agents.guidance`) the teacher writes some turns in the student's place, continuing the same ids:
+its turns are model turns of the layout, attended and not trained unless the guide trains them. A turn that reaches
 the budget ends the trajectory (cut). Tool results that would not fit in the budget with room for another turn are
 rolled back, as the reference library does: the trajectory ends with the turn that made the calls, its calls counted
 as unanswered (`rolled_back_results`). The calls of the last turn `max_turns` allows are counted but not run (no
@@ -18,7 +20,7 @@ turn would read their results).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from distill.conversations.calls import Conversations, ToolCalls
@@ -37,6 +39,17 @@ if TYPE_CHECKING:  # the renderer builds them; the loop only calls them
 Generate = Callable[[list[list[int]], int, int, list[int]], list[Sample]]
 
 
+@dataclass(frozen=True)
+class Guide:
+    """What the loop needs to let the teacher write turns (Guided-OPD, `distill.agents.guidance`): its `generate` (the
+    `Generate` contract), `writes(turn, rows)`: per row (the loop's row indices) whether the teacher writes turn `turn`,
+    and `trained`: its turns trained (else attended only)."""
+
+    generate: Generate
+    writes: Callable[[int, list[int]], list[bool]]
+    trained: bool = False
+
+
 @dataclass
 class Trajectory:
     """One row's rollout: completion ids (after the prompt), their trained flags and sampling log-probs (0.0 at the
@@ -47,6 +60,7 @@ class Trajectory:
     log_probs: list[float] | None = None
     hit_max: bool = False  # the budget cut it
     turns: int = 0
+    guided_turns: int = 0  # written by the teacher (a `Guide`)
     calls: int = 0
     unanswered_calls: int = 0  # made in the last turn max_turns allows
     rolled_back_results: int = 0
@@ -58,11 +72,12 @@ class Trajectory:
     segments: LayoutBuilder = field(default_factory=LayoutBuilder)
 
     def extend(self, ids: list[int], trained: bool, log_probs: list[float] | None,
-               messages: tuple[dict[str, Any], ...] = ()) -> None:
-        """Append a sampled turn (`trained`) or the environment's ids, which render `messages` (its tool turns)."""
+               messages: tuple[dict[str, Any], ...] = (), model_turn: bool | None = None) -> None:
+        """Append a sampled turn (`trained`) or the environment's ids, which render `messages` (its tool turns);
+        `model_turn`: the ids are a model's turn (None: when trained; a teacher's untrained turn is one too)."""
         self.ids.extend(ids)
         self.trained.extend([trained] * len(ids))
-        self.segments.add(len(ids), trained, messages)
+        self.segments.add(len(ids), trained if model_turn is None else model_turn, messages)
         if self.log_probs is not None:
             self.log_probs.extend(log_probs if log_probs is not None else [0.0] * len(ids))
 
@@ -97,9 +112,12 @@ class ToolLoop:
     settings: LoopSettings
     renderer: Renderer | None = None
 
-    def run(self, generate: Generate, prompts: list[list[int]], examples: list[Example],
-            eos_ids: list[int]) -> tuple[list[Trajectory], list[list[int]]]:
-        """(the trajectories, the prompts they followed: a row's own, or with its environment's observation)."""
+    def run(self, generate: Generate, prompts: list[list[int]], examples: list[Example], eos_ids: list[int],
+            guide: Guide | None = None, max_turns: int | None = None) -> tuple[list[Trajectory], list[list[int]]]:
+        """(the trajectories, the prompts they followed: a row's own, or with its environment's observation);
+        `guide`: the teacher writes some turns (Guided-OPD); `max_turns`: this rollout's bound instead of the settings'
+        (a depth curriculum)."""
+        settings = self.settings if max_turns is None else replace(self.settings, max_turns=max_turns)
         conversations = self.calls.open([example.row for example in examples], [example.index for example in examples])
         try:
             observations = conversations.observations
@@ -108,7 +126,7 @@ class ToolLoop:
                 prompts = [prompt if observation is None else self.renderer.prompt(example, observation=observation).ids
                            for prompt, example, observation in zip(prompts, examples, observations)]
             trajectories = run_tool_loop(generate, prompts, conversations, self.environment, self.decode, eos_ids,
-                                         self.settings)
+                                         settings, guide)
             rewards = conversations.rewards() if self.calls.owns_reward else [None] * len(trajectories)
         finally:
             conversations.close()
@@ -127,22 +145,29 @@ class ToolLoop:
 
 def run_tool_loop(generate: Generate, prompts: list[list[int]], conversations: Conversations,
                   environment: EnvironmentTurns, decode: Callable[[list[int]], str], eos_ids: list[int],
-                  settings: LoopSettings) -> list[Trajectory]:
-    """Every prompt's trajectory; `conversations`: where each row's calls run. Each round generates the next turn of
-    every row still going, in one batch; the calls of a round run together."""
+                  settings: LoopSettings, guide: Guide | None = None) -> list[Trajectory]:
+    """Every prompt's trajectory; `conversations`: where each row's calls run; `guide`: the teacher writes the turns it
+    chooses. Each round generates the next turn of every row still going, in one batch (the teacher's turns in
+    another); the calls of a round run together."""
     trajectories = [Trajectory(log_probs=[] if settings.record_log_probs else None) for _ in prompts]
     going = list(range(len(prompts)))
     for turn in range(settings.max_turns):
         if not going:
             break
         room = {i: settings.budget - len(trajectories[i].ids) for i in going}
-        outputs = generate([prompts[i] + trajectories[i].ids for i in going], max(room.values()), turn, list(going))
+        guided = set() if guide is None else {i for i, teacher in zip(going, guide.writes(turn, list(going))) if teacher}
+        outputs = _next_turns(generate, guide, guided, prompts, trajectories, going, max(room.values()), turn)
         pending: list[tuple[int, list]] = []
         for i, sample in zip(going, outputs):
             trajectory, ids, log_probs = trajectories[i], sample.ids, sample.log_probs
             cut = len(ids) > room[i]
             ids = ids[: room[i]]
-            trajectory.extend(ids, True, None if log_probs is None else log_probs[: room[i]])
+            if i in guided:  # the teacher's turn: no behaviour log-probs of the student's (0.0, never a ratio's)
+                assert guide is not None
+                trajectory.extend(ids, guide.trained, None, model_turn=True)
+                trajectory.guided_turns += 1
+            else:
+                trajectory.extend(ids, True, None if log_probs is None else log_probs[: room[i]])
             trajectory.turns += 1
             if sample.hit_max or cut or not ids or ids[-1] not in eos_ids:
                 trajectory.hit_max = True
@@ -183,9 +208,24 @@ def run_tool_loop(generate: Generate, prompts: list[list[int]], conversations: C
     return trajectories
 
 
+def _next_turns(generate: Generate, guide: Guide | None, guided: set[int], prompts: list[list[int]],
+                trajectories: list[Trajectory], going: list[int], max_new_tokens: int, turn: int) -> list[Sample]:
+    """The next turn of each row in `going`, in its order: the student's (`generate`), the teacher's for the rows in
+    `guided` (`guide.generate`), each batch in one call."""
+    writers: list[tuple[Generate, list[int]]] = [(generate, [i for i in going if i not in guided])]
+    if guide is not None:
+        writers.append((guide.generate, [i for i in going if i in guided]))
+    turns: dict[int, Sample] = {}
+    for writer, rows in writers:
+        if rows:
+            turns.update(zip(rows, writer([prompts[i] + trajectories[i].ids for i in rows], max_new_tokens, turn, rows)))
+    return [turns[i] for i in going]
+
+
 def loop_metrics(trajectories: list[Trajectory]) -> dict[str, tuple[float, float]]:
     """Means over trajectories (numerator, denominator), reduced across processes like every metric."""
     n = float(len(trajectories))
+    turns = float(sum(t.turns for t in trajectories))
     trained = float(sum(sum(t.trained) for t in trajectories))
     environment = float(sum(len(t.ids) for t in trajectories)) - trained
     metrics = {
@@ -197,6 +237,8 @@ def loop_metrics(trajectories: list[Trajectory]) -> dict[str, tuple[float, float
         "tools/seconds": (float(sum(t.tool_seconds for t in trajectories)), n),
         "tools/environment_token_fraction": (environment, environment + trained),
         "tools/retokenization_drift": (float(sum(t.drifted for t in trajectories)), n),
+        "tools/teacher_turn_fraction": (float(sum(t.guided_turns for t in trajectories)), turns),
+        "tools/calls_per_turn": (float(sum(t.calls for t in trajectories)), turns),
     }
     calls = float(sum(t.calls for t in trajectories))
     for kind in FAILURES:
@@ -205,4 +247,5 @@ def loop_metrics(trajectories: list[Trajectory]) -> dict[str, tuple[float, float
 
 
 LOOP_METRICS = ("tools/turns", "tools/calls", "tools/unanswered_calls", "tools/truncated", "tools/rolled_back_results",
-                "tools/seconds", "tools/environment_token_fraction", "tools/retokenization_drift", *(f"tools/failed_{kind}" for kind in FAILURES))
+                "tools/seconds", "tools/environment_token_fraction", "tools/retokenization_drift", "tools/teacher_turn_fraction",
+                "tools/calls_per_turn", *(f"tools/failed_{kind}" for kind in FAILURES))

@@ -31,6 +31,11 @@ class ExternalLocation(TeacherLocation):
             raise ValueError("seq_kd: true needs a teacher that samples, and a server or cache teacher only scores. Set "
                              "seq_kd: false (dataset completions), or cache teacher-written completions with "
                              "`distill cache-teacher --generate` and train from teacher_cache")
+        if not self.samples and method.guided_turns(config) is not None:
+            raise ValueError(f"guided_turns_probability > 0 (Guided-OPD) has the teacher write turns of the student's "
+                             f"conversations, continuing their ids, and {self.describe(config)} only scores: it cannot "
+                             "write a turn. Use a teacher model (`teacher`, with the student's tokenizer), or set "
+                             "guided_turns_probability: 0")
 
     def card_title(self, record: dict) -> str:
         return f"# Student distilled from {self.card_teacher(record)}"

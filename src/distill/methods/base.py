@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 from distill.registry import Reads, Registry, load_built_in_parts
 
 if TYPE_CHECKING:  # annotations only: this module stays a leaf
+    from distill.agents.guidance import DepthCurriculum, GuidedTurns
     from distill.config import DistillConfig
     from distill.objectives.base import Objective
     from distill.training.plan import SourcePlan, StepStage
@@ -134,6 +135,16 @@ class Method(ABC):
     def loss_tokens_to_skip(self, config: DistillConfig) -> int:
         """Leading completion tokens each row leaves out of the loss (sdft's `num_loss_tokens_to_skip`)."""
         return 0
+
+    def guided_turns(self, config: DistillConfig) -> GuidedTurns | None:
+        """Who writes the turns of the student's conversations: the teacher some of them (Guided-OPD,
+        `distill.agents.guidance`), or None: the student every one."""
+        return None
+
+    def depth_curriculum(self, config: DistillConfig) -> DepthCurriculum | None:
+        """How many turns the student's training conversations may have as training goes (TCOD), or None:
+        `max_turns` throughout."""
+        return None
 
     def trains_row(self, config: DistillConfig, example) -> bool:
         """False for rows that get no loss (their tokens leave the denominator too)."""

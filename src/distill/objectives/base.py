@@ -27,7 +27,8 @@ class StudentTokens:
     (recorded at generation, `distill.training.student_sampler`), or None when the method does not ask for them;
     advantages: (N,) float32, the advantage of each token's row (set by a method's step stage), or None;
     loss_weights: (N,) float32 constants weighting each token's loss (a stale sample's importance weights,
-    `distill.objectives.staleness`), or None.
+    `distill.objectives.staleness`), or None;
+    turns: (N,) long, the model turn of its row each token belongs to (`distill.batch.model_turns`), or None.
     """
 
     hidden: torch.Tensor
@@ -37,12 +38,13 @@ class StudentTokens:
     rollout_log_probs: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     loss_weights: torch.Tensor | None = None
+    turns: torch.Tensor | None = None
 
     def select(self, index: torch.Tensor) -> "StudentTokens":
         """The positions `index` (M,) long, in that order (one teacher's share of a routed micro-batch)."""
         pick = lambda values: None if values is None else values.index_select(0, index)  # noqa: E731
         return StudentTokens(pick(self.hidden), self.head, pick(self.targets), pick(self.rows), pick(self.rollout_log_probs),
-                             pick(self.advantages), pick(self.loss_weights))
+                             pick(self.advantages), pick(self.loss_weights), pick(self.turns))
 
 
 @dataclass(frozen=True)

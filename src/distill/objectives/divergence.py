@@ -12,12 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
+import torch
+
 from distill.losses import DistillLoss, chunked_generalized_jsd, sparse_generalized_jsd
 from distill.losses.token_log_probs import token_log_probs
 from distill.losses.uld import chunked_uld
 from distill.objectives.base import StepContext, StudentTokens
 from distill.objectives.routing import per_teacher
 from distill.objectives.staleness import StalenessCorrection
+from distill.objectives.step_weighting import StepDivergenceWeighting
 from distill.signals import (
     ALIGNED,
     DENSE,
@@ -84,10 +87,12 @@ class DivergenceObjective:
     """Generalized JSD (ULD across tokenizers) with a beta per completion source (GKD, on-policy, GOLD)."""
 
     def __init__(self, beta_for: Callable[[str], float], temperature: float, chunk_size: int,
-                 signals: frozenset[str] = frozenset({DENSE, SPARSE, ALIGNED}), staleness: StalenessCorrection | None = None):
-        """`staleness`: how student samples drawn by older weights are weighted (`max_staleness` > 0), or None."""
+                 signals: frozenset[str] = frozenset({DENSE, SPARSE, ALIGNED}), staleness: StalenessCorrection | None = None,
+                 step_weighting: StepDivergenceWeighting | None = None):
+        """`staleness`: how student samples drawn by older weights are weighted (`max_staleness` > 0), or None;
+        `step_weighting`: SOD's weights of the student's conversations' turns (`step_divergence_weighting`), or None."""
         self.beta_for, self.temperature, self.chunk_size, self.signals = beta_for, temperature, chunk_size, signals
-        self.staleness = staleness
+        self.staleness, self.step_weighting = staleness, step_weighting
 
     @classmethod
     def constant(cls, beta: float, temperature: float, chunk_size: int) -> "DivergenceObjective":
@@ -96,11 +101,22 @@ class DivergenceObjective:
 
     def __call__(self, tokens: StudentTokens, signal, context: StepContext) -> DistillLoss:
         settings = LossSettings(self.beta_for(context.source), self.temperature, self.chunk_size, context.return_stats)
-        if self.staleness is None or context.source != "student" or context.staleness == 0:
+        stale = self.staleness is not None and context.source == "student" and context.staleness != 0
+        stepwise = self.step_weighting is not None and context.source == "student"
+        if not stale and not stepwise:
             return divergence(tokens, signal, settings)
-        if tokens.rollout_log_probs is None or tokens.rows is None:
-            raise ValueError("a stale student micro-batch reached the loss without its sampling log-probs")
-        current = token_log_probs(tokens.hidden.detach(), tokens.head, tokens.targets, self.temperature, self.chunk_size)
-        weights, metrics, extrema = self.staleness.weights(current - tokens.rollout_log_probs, tokens.rows)
+        weights: torch.Tensor | None = None
+        metrics: dict = {}
+        extrema: dict = {}
+        if stale:
+            assert self.staleness is not None
+            if tokens.rollout_log_probs is None or tokens.rows is None:
+                raise ValueError("a stale student micro-batch reached the loss without its sampling log-probs")
+            current = token_log_probs(tokens.hidden.detach(), tokens.head, tokens.targets, self.temperature, self.chunk_size)
+            weights, metrics, extrema = self.staleness.weights(current - tokens.rollout_log_probs, tokens.rows)
+        if stepwise:
+            assert self.step_weighting is not None
+            steps, step_metrics = self.step_weighting.weights(tokens, signal, self.temperature, self.chunk_size)
+            weights, metrics = (steps if weights is None else weights * steps), {**metrics, **step_metrics}
         loss = divergence(replace(tokens, loss_weights=weights), signal, settings)
         return loss._replace(metrics={**(loss.metrics or {}), **metrics}, extrema={**(loss.extrema or {}), **extrema})

@@ -27,11 +27,12 @@ def student_tokens(student: nn.Module, vocab_size: int, batch: MicroBatch) -> St
     hidden = backbone_hidden(student, batch.input_ids, batch.attention_mask, batch.extras)
     positions = predicting_positions(batch.completion_mask)
     rows = torch.arange(positions.shape[0], device=positions.device).unsqueeze(1).expand_as(positions)[positions]
-    rollout, advantages = batch.rollout_log_probs, batch.advantages
+    rollout, advantages, turns = batch.rollout_log_probs, batch.advantages, batch.turns
     return StudentTokens(hidden[:, :-1][positions], logit_head(student, vocab_size),
                          completion_targets(batch.input_ids, batch.completion_mask), rows,
                          None if rollout is None else rollout.to(hidden.device, torch.float32),
-                         None if advantages is None else advantages.to(hidden.device, torch.float32)[rows])
+                         None if advantages is None else advantages.to(hidden.device, torch.float32)[rows],
+                         turns=None if turns is None else turns.to(hidden.device))
 
 
 def student_loss(student: nn.Module, vocab_size: int, batch: MicroBatch, signal, objective: Objective,

@@ -71,11 +71,12 @@ class Teacher(ABC):
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
                  examples: list[Example] | None = None, seeds: list[int] | None = None,
-                 extras: list[RowExtras] | None = None) -> list[Sample]:
+                 extras: list[RowExtras] | None = None, seeded_rows: bool = False) -> list[Sample]:
         """Completions in student ids for the student's `prompts`, one `Sample` each; `examples` (the same prompts as
         dataset examples) are for teachers that render their own prompts (another tokenizer); `seeds`: one per prompt
         (`distill.seeds`); `extras`: the prompts' model inputs beyond the ids (a teacher of the
-        student's kind takes them; one rendering its own prompts, its own)."""
+        student's kind takes them; one rendering its own prompts, its own); `seeded_rows`: draw each row from its own
+        seed, never from torch's process RNG (a thread sampling beside training: `generate_completions`)."""
         raise TypeError(f"{type(self).__name__} cannot sample completions (can_generate is False)")
 
     def sampling_models(self, visit: Callable) -> None:

@@ -264,7 +264,7 @@ class CrossTokenizerTeacher(Teacher):
     # ------------------------------------------------------------------------------ the protocol --
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
                  examples: list[Example] | None = None, seeds: list[int] | None = None,
-                 extras=None) -> list[Sample]:
+                 extras=None, seeded_rows: bool = False) -> list[Sample]:
         """Sample from the teacher's own prompts (`examples`; the student's `prompts` and `extras` are not its inputs)."""
         if examples is None or len(examples) != len(prompts):
             raise ValueError("a cross-tokenizer teacher renders its own prompts: generate needs the examples")
@@ -282,7 +282,7 @@ class CrossTokenizerTeacher(Teacher):
                                            stopping_criteria=StoppingCriteriaList([budget]),
                                            vocab_size=len(self.teacher_bytes.table),
                                            seeds=None if seeds is None else seeds[start : start + size],
-                                           extras=teacher_extras[start : start + size])
+                                           extras=teacher_extras[start : start + size], seeded_rows=seeded_rows)
             for sample, stopped_at in zip(outputs, budget.stop_lengths(len(chunk)), strict=True):
                 ids = sample.ids
                 if stopped_at is not None and len(ids) > stopped_at:  # what follows a budget stop is padding, not an EOS

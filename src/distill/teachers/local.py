@@ -46,7 +46,7 @@ class LocalTeacher(Teacher):
         visit(self.model)
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
-                 examples=None, seeds: list[int] | None = None, extras=None) -> list[Sample]:
+                 examples=None, seeds: list[int] | None = None, extras=None, seeded_rows: bool = False) -> list[Sample]:
         """Samples from the student's prompt ids (same tokenizer) and extras; `examples` is not needed."""
         return generate_completions(self.model, prompts, sampling, self.eos_ids, self.pad_id, self.device, batch_size,
-                                    vocab_size=self.head.vocab_size, seeds=seeds, extras=extras)
+                                    vocab_size=self.head.vocab_size, seeds=seeds, extras=extras, seeded_rows=seeded_rows)

@@ -154,7 +154,7 @@ class SelfTeacher(Teacher):
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, batch_size: int | None = None,
                  examples: list[Example] | None = None, seeds: list[int] | None = None,
-                 extras=None) -> list[Sample]:
+                 extras=None, seeded_rows: bool = False) -> list[Sample]:
         """Samples after each example's teacher prompt (`prompts`, the student's, are not used: the teacher's
         differ by the privileged context), with the rows' own extras (`extras`, the student's kind), or the teacher
         prompt's where it shows other images (the privileged context's)."""
@@ -166,7 +166,8 @@ class SelfTeacher(Teacher):
             extras = [row if p.extras is None else p.extras for p, row in zip(teacher_prompts, rows)]
         with self.model() as model:
             return generate_completions(model, [p.ids for p in teacher_prompts], sampling, self.eos_ids, self.pad_id,
-                                        self.device, batch_size, vocab_size=self.vocab_size, seeds=seeds, extras=extras)
+                                        self.device, batch_size, vocab_size=self.vocab_size, seeds=seeds, extras=extras,
+                                        seeded_rows=seeded_rows)
 
 
 def _detached(head: LogitHead) -> LogitHead:

@@ -217,7 +217,8 @@ def rollout_settings(config: DistillConfig, method: Method, teacher, encoder: Re
                                           engine=c.generation_engine),
                            window, c.max_steps, c.seed, method.records_log_probs(c), method.rollout_reuse(c),
                            method.loss_tokens_to_skip(c), lambda example: method.trains_row(config, example),
-                           tool_loop(config, encoder, c.max_new_tokens, method.records_log_probs(c)))
+                           tool_loop(config, encoder, c.max_new_tokens, method.records_log_probs(c)),
+                           method.guided_turns(c), method.depth_curriculum(c))
 
 
 

@@ -21,6 +21,12 @@ from distill.training.plan import ASYNC_TIMERS, SOURCES
 if TYPE_CHECKING:
     from distill.methods.base import Method
 
+# The reverse KL of a conversation's trained tokens by the model turn they belong to (turn 0 the first), each turn
+# from 0 to PER_TURN - 1 on its own and the later ones together: how far the student drifts from the teacher as a
+# conversation goes on (the compounding Guided-OPD, TCOD and SOD address). Logged on logging steps, conversations only.
+PER_TURN = 8
+TURN_KL_NAMES = (*(f"reverse_kl/turn_{k}" for k in range(PER_TURN)), "reverse_kl/later_turns")
+
 
 class MetricWindow:
     """Named (numerator, denominator) pairs, maxima and plain sums for one logging window."""
@@ -94,7 +100,7 @@ def new_window(method: Method | None = None, teacher_ids: Sequence[str] = (), st
     """A window with every name the run may log registered (`method`'s own metrics, maxima and minima
     too, and its step stage's), so every process reduces the same vector."""
     window = MetricWindow()
-    means = ["loss", "completion_length", "clipped_ratio", "grad_norm", "learning_rate", *STAT_NAMES,
+    means = ["loss", "completion_length", "clipped_ratio", "grad_norm", "learning_rate", *STAT_NAMES, *TURN_KL_NAMES,
              *(method.metrics if method is not None else ()), *stage_metrics]
     means += [f"{kind}/{s}" for s in SOURCES for kind in ("loss", "completion_length")]
     means += [f"loss/teacher/{tid}" for tid in teacher_ids if tid]
@@ -148,6 +154,22 @@ def record_micro_batch(window: MetricWindow, mb, out, log_step: bool, method: Me
         covered = tokens if out.stats_tokens is None else int(out.stats_tokens)
         for name in STAT_NAMES:
             window.add_mean(name, float(getattr(out.stats, name).double().sum()), covered)
+        if out.stats_tokens is None:
+            add_turn_divergences(window, mb, out.stats.reverse_kl)
+
+
+def add_turn_divergences(window: MetricWindow, mb, reverse_kl: torch.Tensor) -> None:
+    """The reverse KL of `mb`'s conversations (completions with a layout) by model turn (`TURN_KL_NAMES`): `reverse_kl`
+    (N,) per trained token of the micro-batch, in row-major order, beside `mb.turns`."""
+    if mb.turns is None or not any(c.layout is not None for c in mb.completions):
+        return
+    conversation = torch.tensor([c.layout is not None for c in mb.completions for _ in range(c.num_trained)], dtype=torch.bool)
+    turns = mb.turns.cpu()[conversation]
+    values = reverse_kl.detach().cpu().double()[conversation]
+    for k, name in enumerate(TURN_KL_NAMES):
+        at = turns >= k if k == PER_TURN else turns == k
+        if bool(at.any()):
+            window.add_mean(name, float(values[at].sum()), int(at.sum()))
 
 
 def add_throughput(window: MetricWindow, timings: dict[str, float]) -> None:

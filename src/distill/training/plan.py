@@ -40,6 +40,7 @@ from distill.data import Example, StepSampler
 from distill.generation.engine import SamplingParams
 
 if TYPE_CHECKING:
+    from distill.agents.guidance import DepthCurriculum, GuidedTurns
     from distill.agents.loop import ToolLoop
     from distill.batch import MicroBatch
 
@@ -79,6 +80,8 @@ class RolloutSettings:
     loss_skip: int = 0  # num_loss_tokens_to_skip
     trains_row: Callable[[Example], bool] | None = None  # the method's; None: every row trains
     tool_loop: ToolLoop | None = None  # `tools`: the student's rollouts are conversations (`distill.agents.loop`)
+    guided_turns: GuidedTurns | None = None  # the teacher writes some of their turns (Guided-OPD)
+    depth_curriculum: DepthCurriculum | None = None  # their turns grow with training (TCOD)
 
 
 class StepStage(Protocol):

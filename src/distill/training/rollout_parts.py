@@ -45,7 +45,7 @@ class RolloutParts:
         seeds = (ProcessRowSeeds(settings.seed, process_index) if first_row is None
                  else StepRowSeeds(schedule, settings.seed, first_row))
         student = StudentSampler(schedule, examples, encoded, settings, eos_ids, pad_id, vocab_size, device, seeds,
-                                 seeded_rows=first_row is not None)
+                                 seeded_rows=first_row is not None, teacher=teacher)
         window = TeacherWindow(schedule, examples, encoded, settings, teacher, eos_ids, device, process_index)
         assembler = RolloutAssembler(schedule, examples, encoded, settings, window, eos_ids, pad_id)
         return cls(settings, schedule, student, assembler, StageRunner(stage, device), with_student, device)
@@ -74,7 +74,9 @@ class ComposedRollout(RolloutProducer):
         return metrics
 
     def metric_names(self) -> tuple[str, ...]:
-        return self.parts.stage.metric_names() + (LOOP_METRICS if self.settings.tool_loop is not None else ())
+        curricula = (("tools/guidance_probability",) if self.settings.guided_turns is not None else ()) + \
+                    (("tools/max_turns",) if self.settings.depth_curriculum is not None else ())
+        return self.parts.stage.metric_names() + (LOOP_METRICS + curricula if self.settings.tool_loop is not None else ())
 
     def close(self) -> None:
         """Training ended (or failed): the tool-call loop's workers end."""
