@@ -45,8 +45,8 @@ def test_the_features_settings_are_their_own_and_keep_their_place():
     assert not core & set(FEATURE_FIELDS)
     names = DistillConfig.field_names()
     at = names.index("seq_kd_generation_steps")
-    assert names[at + 1:at + 8] == ["tools", "environment", "max_turns", "strict_checks", "fail_on_token_drift",
-                                    "tool_timeout", "generation_engine"]
+    assert names[at + 1:at + 10] == ["tools", "environment", "max_turns", "strict_checks", "fail_on_token_drift",
+                                     "tool_timeout", "tool_workers", "tool_memory_gb", "generation_engine"]
     assert names[names.index("generation_engine") + 1] == "max_staleness"
     assert names[names.index("gradient_checkpointing") + 1] == "train_vision_tower"
 

@@ -4,11 +4,13 @@ tool-call loop (the same ids continued, attended and not trained unless asked, c
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from distill.agents.guidance import DepthCurriculum, GuidedTurns
 from distill.agents.loop import Guide, LoopSettings, ToolLoop, loop_metrics, run_tool_loop
-from distill.conversations.tools import ToolRunner
+from distill.conversations.calls import ToolCalls
 from distill.rendering import ConversationRenderer, EnvironmentTurns
 from distill.seeds import guided_turn_draw
 from tests.conversations.conftest import family_tokenizer
@@ -50,9 +52,13 @@ def guided_loop(trained: bool, writes: list[list[bool]], teacher_script: list[li
     student, teacher = Script(tokenizer, eos[0], script), Script(tokenizer, eos[0], teacher_script)
     student.firsts = teacher.firsts = prompt_ids
     guide = Guide(teacher, lambda turn, rows: [writes[turn][r] for r in rows], trained)
-    trajectories = run_tool_loop(student, prompt_ids, [ToolRunner(TOOLS, 1.0)] * len(script),
-                                 EnvironmentTurns(tokenizer, renderer, eos), lambda ids: tokenizer.decode(ids), eos,
-                                 LoopSettings(3, 400, True), guide)
+    tool_calls = ToolCalls(TOOLS, None, 1.0, workers=1)
+    try:
+        trajectories = run_tool_loop(student, prompt_ids, tool_calls.open([{}] * len(script), list(range(len(script)))),
+                                     EnvironmentTurns(tokenizer, renderer, eos), lambda ids: tokenizer.decode(ids), eos,
+                                     LoopSettings(3, 400, True), guide)
+    finally:
+        tool_calls.close()
     return tokenizer, eos, prompt_ids, student, teacher, trajectories
 
 
@@ -91,8 +97,13 @@ def test_without_a_guide_or_at_probability_zero_the_loop_is_the_students_alone()
     renderer = ConversationRenderer(tokenizer, eos)
     plain_student = Script(tokenizer, eos[0], script)
     plain_student.firsts = student.firsts
-    plain = run_tool_loop(plain_student, student.firsts, [ToolRunner(TOOLS, 1.0)] * 2, EnvironmentTurns(tokenizer, renderer, eos),
-                          lambda ids: tokenizer.decode(ids), eos, LoopSettings(3, 400, True))
+    tool_calls = ToolCalls(TOOLS, None, 1.0, workers=1)
+    try:
+        plain = run_tool_loop(plain_student, student.firsts, tool_calls.open([{}] * 2, [0, 1]),
+                              EnvironmentTurns(tokenizer, renderer, eos), lambda ids: tokenizer.decode(ids), eos,
+                              LoopSettings(3, 400, True))
+    finally:
+        tool_calls.close()
     assert teacher.seen == []
     for g, p in zip(guided, plain):
         assert (g.ids, g.trained, g.log_probs, g.layout, g.guided_turns) == (p.ids, p.trained, p.log_probs, p.layout, 0)
@@ -101,13 +112,17 @@ def test_without_a_guide_or_at_probability_zero_the_loop_is_the_students_alone()
 def test_a_rollouts_own_max_turns_bounds_its_conversations():
     tokenizer, eos = family_tokenizer("chatml")
     renderer = ConversationRenderer(tokenizer, eos)
-    loop = ToolLoop(TOOLS, 1.0, EnvironmentTurns(tokenizer, renderer, eos), lambda ids: tokenizer.decode(ids),
-                    LoopSettings(4, 400))
+    loop = ToolLoop(ToolCalls(TOOLS, None, 1.0, workers=1), EnvironmentTurns(tokenizer, renderer, eos),
+                    lambda ids: tokenizer.decode(ids), LoopSettings(4, 400))
     prompt = tokenizer(tokenizer.apply_chat_template([{"role": "user", "content": "question 0"}], add_generation_prompt=True,
                                                      tokenize=False), add_special_tokens=False)["input_ids"]
     script = Script(tokenizer, eos[0], [[calls(("add", {"a": 1, "b": 1}))] * 4])
     script.firsts = [prompt]
-    for max_turns, expected in ((None, 4), (1, 1), (2, 2)):
-        script.seen.clear()
-        (t,), _ = loop.run(script, [prompt], [None], eos, max_turns=max_turns)  # type: ignore[list-item]
-        assert t.turns == expected and t.unanswered_calls == 1  # the last allowed turn's call is not run
+    row = SimpleNamespace(row={}, index=0)  # the loop reads an example's row and index only
+    try:
+        for max_turns, expected in ((None, 4), (1, 1), (2, 2)):
+            script.seen.clear()
+            (t,), _ = loop.run(script, [prompt], [row], eos, max_turns=max_turns)  # type: ignore[list-item]
+            assert t.turns == expected and t.unanswered_calls == 1  # the last allowed turn's call is not run
+    finally:
+        loop.close()

@@ -20,7 +20,7 @@ from distill.training.plan import RolloutSettings
 from distill.training.student_sampler import StudentSampler
 from tests.helpers.training import make_distiller
 
-PLUS = "tests.conversations.test_loop:plus"
+PLUS = "tests.conversations.toolbox:plus"
 ROWS = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}]} for i in range(8)]
 ON_POLICY = dict(method="on_policy", seq_kd=True, lmbda_schedule="step")  # the mixing fields at their defaults
 
