@@ -78,6 +78,9 @@ class EncodedExample:
     completion_trained: tuple[bool, ...] | None = None  # a conversation's trained mask; None: every token trained
     completion_cut: bool = False  # a conversation cut at max_new_tokens (an answer's cut shows as a missing EOS)
     completion_layout: Layout | None = None  # a conversation's model and environment segments
+    # A conversation whose template re-renders its history: its later pieces, each a later assistant turn (or turns)
+    # with the context it was generated in as its prompt (`distill.rendering.conversation`); this record is the first.
+    later: tuple["EncodedExample", ...] = ()
 
 
 class RowPrompt(NamedTuple):

@@ -65,7 +65,8 @@ def model_teacher(model: nn.Module, tokenizer, student_tokenizer, *, cross_token
         return LocalTeacher(model, vocab_size, student_eos_ids, student_tokenizer.pad_token_id, device)
     settings = uld_settings(uld_config, student_tokenizer, tokenizer, vocab_size, len(tokenizer))
     return CrossTokenizerTeacher(model, tokenizer, student_tokenizer, student_eos_ids, max_prompt_length, settings, device,
-                                 offered_tools=offered_schemas(uld_config) if uld_config is not None else None)
+                                 offered_tools=offered_schemas(uld_config) if uld_config is not None else None,
+                                 template_kwargs=uld_config.teacher_template_kwargs() if uld_config is not None else None)
 
 
 def server_teacher(settings: ServerSettings, tokenizer, vocab_size: int, temperature: float, probe_ids: list[int]) -> ServerTeacher:
