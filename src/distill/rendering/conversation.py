@@ -5,9 +5,9 @@ and what the template inserts between turns (the turn headers, the newline after
 are not trained.
 
 Turn k of a conversation was generated after its context: the template's rendering of every message before it, with
-the generation prompt (`context_k`); the turn itself is what rendering it as the last message adds to that
-(`turn_k`; a turn the template does not render as a continuation of its own generation prompt is refused, naming
-the difference). A template *preserves prefixes* when `context_k + turn_k` is a prefix of `context_{k+1}` at every
+the generation prompt (`context_k`); the turn itself is what rendering it as the last message adds after its
+generation prompt (`turn_k`; a turn the template does not render as a continuation of its own generation prompt is
+refused, naming the difference). A template *preserves prefixes* when `context_k + turn_k` is a prefix of `context_{k+1}` at every
 assistant turn: the conversation is then one sequence, the first context as its prompt, then each turn's ids and
 the template's ids between turns (tool results, later user turns, the next header), each piece tokenized on its own,
 as a model generating turn by turn saw them (history is never re-tokenized). Only assistant-turn boundaries are
@@ -30,6 +30,7 @@ The text renderer (`distill.rendering.text.TextRenderer`) renders multi-turn row
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -167,17 +168,9 @@ class ConversationRenderer:
         inserted = len(shown) - len(messages)  # a system message showing the tools, for a template without tool support
         turns = [i for i, m in enumerate(shown) if m["role"] == "assistant"]
         contexts = [self.text(shown[:i], extra, generation_prompt=True) for i in turns]
-        ends = [self.text(shown[: i + 1], extra, generation_prompt=False) for i in turns]
-        for i, context, end in zip(turns, contexts, ends):
-            if not end.startswith(context):
-                raise ValueError(f"{where} message {i - inserted}: the chat template renders this assistant turn as no "
-                                 f"continuation of its own generation prompt ({first_difference(context, end)}), so no "
-                                 "model could have generated it after that prompt; a turn's reasoning_content with "
-                                 "enable_thinking false does this. Make the turn match the template's arguments "
-                                 "(chat_template_kwargs)")
         pieces: list[RenderedPiece] = []
         piece: _Piece | None = None
-        for k, (i, context, end) in enumerate(zip(turns, contexts, ends)):
+        for k, (i, context) in enumerate(zip(turns, contexts)):
             if piece is not None and not per_turn and context.startswith(piece.text):
                 previous = turns[k - 1] - inserted
                 piece.environment(context, tuple(dict(m) for m in messages[previous + 1 : i - inserted]))
@@ -186,10 +179,30 @@ class ConversationRenderer:
                     pieces.append(piece.done())
                 history = tuple(dict(m) for m in messages[turns[0] - inserted : i - inserted])
                 piece = _Piece(self, context, history)
-            piece.turn(end)
+            piece.turn(self._turn(shown, i, context, extra, f"{where} message {i - inserted}"))
         assert piece is not None, "a conversation holds an assistant turn"
         pieces.append(piece.done())
         return RenderedConversation(tuple(pieces))
+
+    def _turn(self, shown: list[dict[str, Any]], i: int, context: str, extra: dict, where: str) -> str:
+        """The text assistant turn `shown[i]` adds after its `context` (the turns before it with the generation
+        prompt): what rendering it as the last message adds. Where that rendering also re-renders an earlier turn
+        (Qwen3's drops the empty `<think>` block of a turn once another assistant turn follows it), the turn is what
+        follows its generation prompt there. A turn that does not follow its generation prompt at all is refused."""
+        end = self.text(shown[: i + 1], extra, generation_prompt=False)
+        if end.startswith(context):
+            return end[len(context):]
+        before = self.text(shown[:i], extra, generation_prompt=False)
+        if context.startswith(before) and len(context) > len(before):
+            opening = context[len(before):]
+            common = len(os.path.commonprefix([before, end]))
+            at = end.find(opening, max(common - len(opening) + 1, 0))
+            if at >= 0:
+                return end[at + len(opening):]
+        raise ValueError(f"{where}: the chat template renders this assistant turn as no continuation of its own "
+                         f"generation prompt ({first_difference(context, end)}), so no model could have generated it "
+                         "after that prompt (reasoning_content with enable_thinking false does this); make the turn "
+                         "match the template's arguments (chat_template_kwargs)")
 
 
 class _Piece:
@@ -211,17 +224,17 @@ class _Piece:
         self.layout.add(len(segment), False, messages)
         self.text = context
 
-    def turn(self, end: str) -> None:
-        """An assistant turn (`end`: the text with it as the last message), trained through its end of turn; what
-        the template adds after that (ChatML's newline) is not."""
-        segment = self.renderer.ids(end[len(self.text):])
+    def turn(self, text: str) -> None:
+        """An assistant turn (`text`: what it adds after the piece so far), trained through its end of turn; what the
+        template adds after that (ChatML's newline) is not."""
+        segment = self.renderer.ids(text)
         stop = next((k + 1 for k, token in enumerate(segment) if token in self.renderer.eos_ids), len(segment))
         self.ids.extend(segment)
         self.trained.extend(k < stop for k in range(len(segment)))
         self.layout.add(stop, True)
         self.layout.add(len(segment) - stop, False)
         self.turns += 1
-        self.text = end
+        self.text += text
 
     def done(self) -> RenderedPiece:
         return RenderedPiece(self.prompt_ids, self.ids, tuple(self.trained), self.turns,

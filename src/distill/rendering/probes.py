@@ -1,9 +1,12 @@
 """Template probes: what a chat template does, found by rendering small stand-in conversations (the doctor's checks
-read them; a renderer probes tool support itself, `distill.rendering.conversation.renders_tool_calls`)."""
+read them; a renderer probes tool support itself, `distill.rendering.conversation.renders_tool_calls`). Each takes
+the run's template arguments (`template_kwargs`), as every rendering does."""
 
 from __future__ import annotations
 
-from distill.rendering.conversation import ConversationRenderer, renders_tool_calls
+from typing import Any, Mapping
+
+from distill.rendering.conversation import ConversationRenderer, first_difference, renders_tool_calls
 
 __all__ = ["PREFIX_PROBE", "generation_prompt", "prefix_problem", "renders_tool_calls"]
 
@@ -15,22 +18,25 @@ PREFIX_PROBE = [{"role": "user", "content": "What is 2 + 2?"},
                 {"role": "assistant", "content": "6"}]
 
 
-def prefix_problem(tokenizer, eos_ids: list[int]) -> str | None:
-    """Why the tokenizer's chat template cannot render a multi-turn row turn by turn (it re-renders earlier turns
-    once later ones follow), or None. The tokenizer has a chat template."""
-    try:
-        ConversationRenderer(tokenizer, eos_ids).render(PREFIX_PROBE, None, "a two-turn probe")
-    except ValueError as error:
-        return str(error)
-    return None
+def prefix_problem(tokenizer, eos_ids: list[int], template_kwargs: Mapping[str, Any] | None = None) -> str | None:
+    """How the tokenizer's chat template re-renders an earlier turn once later ones follow (so a multi-turn row is
+    trained in pieces, `distill.rendering.conversation`), or None when it preserves prefixes. The tokenizer has a
+    chat template."""
+    renderer = ConversationRenderer(tokenizer, eos_ids, template_kwargs)
+    if len(renderer.render(PREFIX_PROBE, None, "a two-turn probe").pieces) == 1:
+        return None
+    before = renderer.text(PREFIX_PROBE[:2], {}, generation_prompt=False)
+    after = renderer.text(PREFIX_PROBE[:3], {}, generation_prompt=True)
+    return f"the chat template renders an earlier turn differently once a later turn follows ({first_difference(before, after)})"
 
 
-def generation_prompt(tokenizer) -> str | None:
+def generation_prompt(tokenizer, template_kwargs: Mapping[str, Any] | None = None) -> str | None:
     """The text the chat template adds to open the assistant's answer (the generation prompt), or None without a
     chat template."""
     if getattr(tokenizer, "chat_template", None) is None:
         return None
     probe = [{"role": "user", "content": "question"}]
-    with_prompt = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
-    without = tokenizer.apply_chat_template(probe, tokenize=False)
+    kwargs = dict(template_kwargs or {})
+    with_prompt = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True, **kwargs)
+    without = tokenizer.apply_chat_template(probe, tokenize=False, **kwargs)
     return with_prompt[len(without):] if with_prompt.startswith(without) else with_prompt
