@@ -98,6 +98,10 @@ def first_difference(before: str, after: str) -> str:
     """Where `after` stops continuing `before`, in words: the character, what `before` had there and what `after` has
     (and which `<think>` block went missing, when one did)."""
     at = next((k for k, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after)))
+    start = at  # shown from the start of the differing word or tag: '<think>' against '<tool_call>', not 'hink>'
+    while start > 0 and at - start < 20 and not before[start - 1].isspace() and before[start - 1] != ">":
+        start -= 1
+    at = start
     had, has = before[at:], after[at:]
     why = ""
     if "<think>" in had and had.count("<think>") > has.count("<think>"):

@@ -55,7 +55,7 @@ class EnvironmentTurns:
         if not after.startswith(before):
             raise ValueError("the chat template renders an assistant turn differently once tool turns follow it "
                              f"({first_difference(before, after)}), so the tool results cannot be appended to the "
-                             "sampled ids; a template that preserves prefixes is needed here (docs/conversations.md)")
+                             "sampled ids; a template that preserves prefixes is needed here (docs/usage.md, conversations)")
         end = before.rfind(self.end_of_turn)
         cut = end + len(self.end_of_turn) if end >= 0 else len(before)
         return self.renderer.ids(after[cut:])
