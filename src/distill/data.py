@@ -2,7 +2,8 @@
 
 A row holds either `prompt` (a string, or a list of chat messages) or `messages` (a chat: the turns before its
 first assistant turn are the prompt, the rest its completion). Optional columns: `completion` (a string, or a list
-of messages) gives off-policy completions; a completion of one assistant message is its text, and one of several
+of messages) gives off-policy completions; a completion of one assistant message is its text (one with a
+`reasoning_content` is a one-turn conversation: the chat template shows the reasoning its own way), and one of several
 turns (assistant turns that call tools, `tool` turns answering them, later user turns) is a conversation, trained
 on every assistant turn (`distill.conversations`); `tools` (JSON schemas, a list or its JSON text) are the tools
 the conversation's assistant may call; `privileged_context` (text: a demonstration, a fact,
@@ -195,8 +196,8 @@ def _example(index: int, row: dict[str, Any], field: str, image_root: Path | Non
             if completion[0]["role"] != "assistant":
                 raise ValueError(f"{where}: a completion of messages starts with an assistant turn, got "
                                  f"{completion[0]['role']!r}")
-            if len(completion) == 1 and not completion[0].get("tool_calls"):
-                completion = completion[0]["content"]
+            if len(completion) == 1 and not completion[0].get("tool_calls") and not completion[0].get("reasoning_content"):
+                completion = completion[0]["content"]  # one answer (with reasoning_content: a turn the template renders)
             else:
                 turns, completion = completion, None
         elif not isinstance(completion, str):

@@ -100,7 +100,7 @@ def coerce(config_class, name: str, value: Any, where: str = "config") -> Any:
             return None
         raise ValueError(f"{where}: field '{name}' cannot be empty")
     if base is dict:
-        return _mapping(name, value, where)
+        return mapping_value(name, value, where)
     try:
         if base is bool:
             if isinstance(value, bool):
@@ -136,8 +136,10 @@ def coerce(config_class, name: str, value: Any, where: str = "config") -> Any:
     raise ValueError(f"{where}: field '{name}' expects {getattr(base, '__name__', base)}, got {value!r}")
 
 
-def _mapping(name: str, value: Any, where: str) -> dict[str, Any]:
-    """A mapping field's value: a mapping (YAML), or its JSON text (a flag); keys are text."""
+def mapping_value(name: str, value: Any, where: str) -> dict[str, Any] | None:
+    """A mapping field's value: a mapping (YAML), or its JSON text (a flag); keys are text. None stays None."""
+    if value is None:
+        return None
     if isinstance(value, str):
         try:
             value = json.loads(value) if value.strip() else {}
