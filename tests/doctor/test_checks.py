@@ -90,6 +90,9 @@ def test_a_template_that_drops_earlier_think_blocks(tokenizer):
     qwen2_5 = copy.deepcopy(tokenizer)
     qwen2_5.chat_template = real_template("qwen2_5")
     assert findings_of("template_prefixes", context(qwen2_5)) == []
+    # With the run's template arguments: thinking off, Qwen3 still drops a turn's (now empty) <think> block.
+    [off] = findings_of("template_prefixes", context(qwen3, chat_template_kwargs={"enable_thinking": False}))
+    assert "no longer shown" in off.measured
 
 
 def test_a_teacher_template_that_opens_think_where_the_students_does_not(tokenizer):

@@ -104,7 +104,7 @@ def first_difference(before: str, after: str) -> str:
     at = start
     had, has = before[at:], after[at:]
     why = ""
-    if "<think>" in had and had.count("<think>") > has.count("<think>"):
+    if had.startswith("<think>") and not has.startswith("<think>"):
         why = " (a `<think>` block of an earlier turn is no longer shown)"
     return f"from character {at} it had {had[:60]!r}, now {has[:60]!r}{why}"
 

@@ -11,11 +11,13 @@ from distill.rendering.conversation import ConversationRenderer, first_differenc
 __all__ = ["PREFIX_PROBE", "generation_prompt", "prefix_problem", "renders_tool_calls"]
 
 # Two turns, the first with a `<think>` block: a template that strips it once a later user turn follows (Qwen3's)
-# does not preserve prefixes.
+# does not preserve prefixes. Without thinking (a template argument that turns it off refuses the block), the same
+# two turns without it.
 PREFIX_PROBE = [{"role": "user", "content": "What is 2 + 2?"},
                 {"role": "assistant", "content": "<think>\nadding\n</think>\n\n4"},
                 {"role": "user", "content": "And 3 + 3?"},
                 {"role": "assistant", "content": "6"}]
+PLAIN_PROBE = [*PREFIX_PROBE[:1], {"role": "assistant", "content": "4"}, *PREFIX_PROBE[2:]]
 
 
 def prefix_problem(tokenizer, eos_ids: list[int], template_kwargs: Mapping[str, Any] | None = None) -> str | None:
@@ -23,11 +25,18 @@ def prefix_problem(tokenizer, eos_ids: list[int], template_kwargs: Mapping[str, 
     trained in pieces, `distill.rendering.conversation`), or None when it preserves prefixes. The tokenizer has a
     chat template."""
     renderer = ConversationRenderer(tokenizer, eos_ids, template_kwargs)
-    if len(renderer.render(PREFIX_PROBE, None, "a two-turn probe").pieces) == 1:
-        return None
-    before = renderer.text(PREFIX_PROBE[:2], {}, generation_prompt=False)
-    after = renderer.text(PREFIX_PROBE[:3], {}, generation_prompt=True)
-    return f"the chat template renders an earlier turn differently once a later turn follows ({first_difference(before, after)})"
+    for probe in (PREFIX_PROBE, PLAIN_PROBE):
+        try:
+            pieces = renderer.render(probe, None, "a two-turn probe").pieces
+        except ValueError:  # a turn its generation prompt cannot open (a <think> block with thinking off)
+            continue
+        if len(pieces) == 1:
+            return None
+        before = renderer.text(probe[:2], {}, generation_prompt=False)
+        after = renderer.text(probe[:3], {}, generation_prompt=True)
+        return (f"the chat template renders an earlier turn differently once a later turn follows "
+                f"({first_difference(before, after)})")
+    return None
 
 
 def generation_prompt(tokenizer, template_kwargs: Mapping[str, Any] | None = None) -> str | None:
