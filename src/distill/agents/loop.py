@@ -157,18 +157,18 @@ class ToolLoop:
     def run(self, generate: Generate, prompts: list[list[int]], examples: list[Example],
             eos_ids: list[int]) -> tuple[list[Trajectory], list[list[int]]]:
         """(the trajectories, the prompts they followed: a row's own, or with its environment's observation)."""
+        observations: list[str | None] = [None] * len(prompts)
         if self.factory is None:
             runners = [ToolRunner(self.tools, self.timeout)] * len(prompts)
         else:
             made = [self.factory.make(example.row, self.tools, self.timeout) for example in examples]
             runners = [runner for runner, _, _ in made]
+            observations = [observation for _, observation, _ in made]
             assert self.renderer is not None
             prompts = [prompt if observation is None else self.renderer.prompt(example, observation=observation).ids
-                       for prompt, example, (_, observation, _) in zip(prompts, examples, made)]
-        contexts = [self.environment.contexts(prompt, self._messages(example, made[k][1] if self.factory else None),
-                                              self.renderer.tools_of(example) if self.renderer else None,
-                                              self.renderer.max_prompt_length if self.renderer else len(prompt))
-                    for k, (prompt, example) in enumerate(zip(prompts, examples))]
+                       for prompt, example, observation in zip(prompts, examples, observations)]
+        contexts = [self._contexts(prompt, example, observation)
+                    for prompt, example, observation in zip(prompts, examples, observations)]
         trajectories = run_tool_loop(generate, prompts, runners, self.environment, self.decode, eos_ids, self.settings,
                                      contexts)
         if self.factory is not None:
@@ -178,11 +178,15 @@ class ToolLoop:
                     trajectory.reward = self.factory.reward(instance, example.index)
         return trajectories, prompts
 
-    @staticmethod
-    def _messages(example: Example, observation: str | None) -> list[dict[str, Any]] | None:
-        """The row's prompt as the messages a re-rendered context starts from (None for a text prompt)."""
-        prompt = with_observation(example.prompt, observation)
-        return list(prompt) if isinstance(prompt, list) else None
+    def _contexts(self, prompt: list[int], example: Example, observation: str | None) -> TurnContexts:
+        """What follows each of a row's turns (`distill.rendering.environment`): the template's tool turns appended,
+        or the conversation re-rendered from the row's prompt messages (with its observation) and tools, which takes
+        the renderer."""
+        if self.renderer is None:
+            return self.environment.contexts(prompt, None, None, len(prompt))
+        messages = with_observation(example.prompt, observation)
+        return self.environment.contexts(prompt, list(messages) if isinstance(messages, list) else None,
+                                         self.renderer.tools_of(example), self.renderer.max_prompt_length)
 
 
 def run_tool_loop(generate: Generate, prompts: list[list[int]], runners: list[ToolRunner], environment: EnvironmentTurns,

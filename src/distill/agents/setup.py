@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from distill.agents.loop import LoopSettings, ToolLoop
@@ -12,6 +13,8 @@ from distill.conversations.tools import load_tools
 if TYPE_CHECKING:
     from distill.config import DistillConfig
     from distill.rendering import Renderer
+
+logger = logging.getLogger(__name__)
 
 
 def offering_tools(config: DistillConfig, renderer: Renderer) -> Renderer:
@@ -39,6 +42,9 @@ def tool_loop(config: DistillConfig, renderer: Renderer, budget: int, record_log
     tokenizer = renderer.tokenizer
     tools = load_tools(list(own.tools))
     factory = EnvironmentFactory.load(own.environment, set(tools)) if own.environment is not None else None
-    environment = renderer.environment_turns()  # checked before any rollout: the template appends tool turns
+    environment = renderer.environment_turns()
+    if environment.problem is not None:  # probed before any rollout: which way the loop goes on after a turn
+        logger.info("%s: the tool-call loop re-renders each turn's context, and a conversation whose context no longer "
+                    "extends its ids goes on in a new piece (docs/usage.md, chat templates)", environment.problem)
     return ToolLoop(tools, own.tool_timeout, environment, lambda ids: tokenizer.decode(ids),
                     LoopSettings(own.max_turns, budget, record_log_probs, own.fail_on_token_drift), factory, renderer)

@@ -19,6 +19,9 @@ prompt with its own template (the run's tools as that template shows them, an en
 the model's turns as the bytes the student wrote (its tool calls included, as text: the teacher scores what the
 student wrote), and the environment's turns between them as the teacher's template renders their messages. Only
 the model's turns are aligned: the environment's bytes, spelled differently by the two templates, are in no group.
+A later piece of a conversation (the student's template re-renders its history) is scored with the teacher's own
+rendering of the conversation before it (`Layout.history`) as its prompt. The teacher's template renders each
+environment segment on its own, so it must preserve prefixes (refused at the first conversation otherwise).
 
 The teacher's forward pass runs here (a model) or on a `distill serve-teacher` that sends its final hidden
 states (`remote`, `teacher_payload: hidden`): the alignment, the group prefixes and the head are computed here
