@@ -250,3 +250,30 @@ def test_a_rollout_in_pieces_is_one_rollout_for_rewards_and_its_reprompts_show_t
                 assert "<tool_response>\n5\n</tool_response>" in text.split("Correct solution:")[-1]
     result = run.train()
     assert result["steps"] == 2 and math.isfinite(result["train"]["loss"])
+
+
+def test_the_evaluation_scores_every_piece_and_reads_the_answer_from_the_last(tmp_path, monkeypatch):
+    import distill.evaluation.evaluator
+    import distill.teachers.local
+    import distill.training.student_sampler
+
+    tokenizer, _ = family_tokenizer("qwen3")
+    generate, call, _, answer = qwen3_turns(tokenizer)
+    for module in (distill.training.student_sampler, distill.teachers.local, distill.evaluation.evaluator):
+        monkeypatch.setattr(module, "generate_completions", lambda *a, seeds=None, **k: generate(*a, seeds=None, **k))
+    rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}], "answer": "5"} for i in range(8)]
+    config = DistillConfig(**{**FAST, "output_dir": str(tmp_path / "run"), "method": "on_policy", "max_new_tokens": 200,
+                              "max_prompt_length": 600, "seq_kd": True, "lmbda_schedule": "step", "max_steps": 1,
+                              "tools": ["tests.conversations.test_loop:plus"], "eval_before_after": True,
+                              "eval_max_new_tokens": 200, "chat_template_kwargs": {"enable_thinking": False}})
+    run = Distiller(config, student=long_lm(tokenizer, 2), teacher=long_lm(tokenizer, 1), tokenizer=tokenizer,
+                    train_dataset=datasets.Dataset.from_list(rows), eval_dataset=datasets.Dataset.from_list(rows[:3]))
+    assert run.train()["steps"] == 1
+    report = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
+    for name in ("before", "after"):
+        metrics = report["metrics"][name]
+        assert metrics["answer_accuracy"]["accuracy"] == 1.0 and metrics["tool_use"]["turns_per_question"] == 2.0
+        for part in ("on_teacher_completions", "on_student_completions"):  # both pieces' turns, each in its context
+            assert metrics[part]["tokens"] == 3 * (len(call) + len(answer))
+    shown = report["examples"][0]["student_after"]
+    assert '"name": "plus"' in shown and "<tool_response>\n5\n</tool_response>" in shown and shown.endswith("It is 5.")

@@ -228,8 +228,7 @@ class Evaluator:
             return GreedyAnswers(texts, texts)
         trajectories, _ = self._conversations(generate, greedy=True)
         finals = [self.decode(_last_run(t.ids, t.trained)) for t in trajectories]
-        return GreedyAnswers(finals, ["".join(self.decode(p.ids) for p in t.pieces) for t in trajectories],
-                             tool_use(trajectories))
+        return GreedyAnswers(finals, [self.decode(_conversation_ids(t)) for t in trajectories], tool_use(trajectories))
 
     def teacher_answers(self) -> list[str | None]:
         """Greedy teacher answers to the shown prompts, or None for each when the teacher only scores (a server)."""
@@ -363,6 +362,16 @@ def report_markdown(report: dict) -> str:
                 lines.append(f"- *{key.replace('_', ' ')}:* {value!r}")
         lines.append("")
     return "\n".join(lines)
+
+
+def _conversation_ids(trajectory) -> list[int]:
+    """A trajectory's conversation after its prompt: its ids, or for one in pieces its last piece's context from
+    where it leaves the row's prompt, then that piece's ids (the whole conversation as the template last rendered it)."""
+    first, last = trajectory.pieces[0], trajectory.pieces[-1]
+    if last is first:
+        return list(first.ids)
+    common = next((k for k, (a, b) in enumerate(zip(first.prompt, last.prompt)) if a != b), len(first.prompt))
+    return last.prompt[common:] + last.ids
 
 
 def _conversation_sample(sample) -> Sample:
