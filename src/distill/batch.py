@@ -121,6 +121,18 @@ class Completion:
         return sum(self.mask)
 
 
+def by_row(completions: list[Completion]) -> list[list[Completion]]:
+    """`completions` grouped by dataset row: a conversation's later pieces (`Completion.piece` > 0) with its first,
+    which they follow in a micro-batch."""
+    rows: list[list[Completion]] = []
+    for completion in completions:
+        if completion.piece and rows:
+            rows[-1].append(completion)
+        else:
+            rows.append([completion])
+    return rows
+
+
 @dataclass
 class MicroBatch:
     """Token tensors of one micro-batch, right-padded: [prompt | completion | pad].

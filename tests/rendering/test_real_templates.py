@@ -177,6 +177,12 @@ def test_template_arguments_reach_every_rendering_of_a_renderer():
     assert tokenizer.decode(later) == template_text(tokenizer, PARALLEL[:4], tools=TOOLS, add_generation_prompt=True,
                                                     enable_thinking=False)
     assert off.offering(TOOLS).template_kwargs == {"enable_thinking": False}
+    # A later piece's context keeps as many tokens beyond the prompt budget as its history adds, as the student's does.
+    small = TextRenderer(tokenizer, 64, 512, eos, {"enable_thinking": False})
+    cut = small.prompt(example, history=tuple(PARALLEL[1:4]))
+    grown = len(later) - len(off.prompt(example).ids)
+    assert cut.truncated and len(cut.ids) == 64 + grown and cut.ids == later[-len(cut.ids):]
+    assert len(small.prompt(example).ids) == 64
 
 
 def _loss_and_gradient(student, teacher, completions, pad_id):

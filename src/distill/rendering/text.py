@@ -56,9 +56,14 @@ class TextRenderer(Renderer):
         if images:
             raise ValueError(f"row {example.index}: its self-teacher prompt shows {len(images)} image(s), and this model "
                              "reads text only; use a vision-language model or give the privileged context as text")
-        shown = with_history(with_observation(example.prompt if prompt is None else prompt, observation), history,
-                             example.index)
-        return RowPrompt(*self.prompt_ids(shown, self.tools_of(example)))
+        shown = with_observation(example.prompt if prompt is None else prompt, observation)
+        if not history:
+            return RowPrompt(*self.prompt_ids(shown, self.tools_of(example)))
+        # A later piece's context keeps as many more tokens than the prompt's budget as its history adds (the
+        # student's later pieces are cut so: `conversation`).
+        tools = self.tools_of(example)
+        grown = len(self._ids(with_history(shown, history, example.index), tools)) - len(self._ids(shown, tools))
+        return RowPrompt(*self.prompt_ids(with_history(shown, history, example.index), tools, max(grown, 0)))
 
     def extras(self, example: Example) -> RowExtras:
         """The row's model inputs beyond its token ids: none for a text model (a model kind's renderer adds them)."""
@@ -106,14 +111,18 @@ class TextRenderer(Renderer):
                            else (prompt, {}))
         return self.conversations().text(messages, extra, generation_prompt=True)
 
-    def prompt_ids(self, prompt: str | list[dict[str, str]], tools: list[dict] | None = None) -> tuple[list[int], bool]:
-        """(token ids, whether the prompt was truncated)."""
-        text = self.render(prompt, tools)
-        # Chat templates already hold the special tokens (BOS etc.); plain text gets the tokenizer's own.
-        ids = self.tokenizer(text, add_special_tokens=isinstance(prompt, str))["input_ids"]
-        if len(ids) > self.max_prompt_length:
-            return ids[-self.max_prompt_length :], True
+    def prompt_ids(self, prompt: str | list[dict[str, str]], tools: list[dict] | None = None,
+                   extra_room: int = 0) -> tuple[list[int], bool]:
+        """(token ids, whether the prompt was truncated to `max_prompt_length` + `extra_room`, keeping its end)."""
+        ids = self._ids(prompt, tools)
+        limit = self.max_prompt_length + extra_room
+        if len(ids) > limit:
+            return ids[-limit:], True
         return ids, False
+
+    def _ids(self, prompt: str | list[dict[str, str]], tools: list[dict] | None) -> list[int]:
+        # Chat templates already hold the special tokens (BOS etc.); plain text gets the tokenizer's own.
+        return self.tokenizer(self.render(prompt, tools), add_special_tokens=isinstance(prompt, str))["input_ids"]
 
     def conversation(self, example: Example) -> EncodedExample:
         """A conversation row (`Example.turns`), encoded: its first piece, and its later ones (`later`) where its

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from distill.batch import Completion, MicroBatch, collate, skipping_first, untrained
+from distill.batch import Completion, MicroBatch, by_row, collate, skipping_first, untrained
 from distill.data import EncodedExample, Example
 from distill.generation.sample import Sample
 from distill.training.plan import RolloutSchedule, RolloutSettings
@@ -92,10 +92,4 @@ def sample_of(completion: Completion) -> Sample:
 def samples_of(completions: list[Completion]) -> list[Sample]:
     """One sample per row of a micro-batch's completions: a conversation's later pieces (`Completion.piece` > 0)
     joined to its first as `Sample.later`."""
-    samples: list[Sample] = []
-    for completion in completions:
-        if completion.piece:
-            samples[-1] = replace(samples[-1], later=(*samples[-1].later, sample_of(completion)))
-        else:
-            samples.append(sample_of(completion))
-    return samples
+    return [replace(sample_of(row[0]), later=tuple(sample_of(c) for c in row[1:])) for row in by_row(completions)]

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from distill.batch import Annotation, Completion, MicroBatch
+from distill.batch import Annotation, Completion, MicroBatch, by_row
 from distill.data import Example
 from distill.errors import RewardFunctionError
 from distill.methods.sdpo.reprompts import Reprompts
@@ -125,7 +125,7 @@ class RewardStage:
 
     def __call__(self, step: int, micro_batches: list[MicroBatch]) -> dict[str, tuple[float, float]]:
         pieces = [c for mb in micro_batches for c in mb.completions]
-        rows = _rows(pieces)  # a conversation trained in pieces is one rollout: rewarded on its last piece's answer
+        rows = by_row(pieces)  # a conversation trained in pieces is one rollout: rewarded on its last piece's answer
         completions = [row[-1] for row in rows]
         values = self._local_rewards(completions)
         gathered = self.runtime.gather_objects((values.tolist(), [self._demonstration(row) for row in rows]))
@@ -231,17 +231,6 @@ class RewardStage:
         metrics["sdpo/equal_reward_group_fraction"] = (float((grouped[owned] == grouped[owned, :1]).all(dim=1).sum()),
                                                        float(len(owned)))
         return metrics
-
-
-def _rows(completions: list[Completion]) -> list[list[Completion]]:
-    """The completions by rollout: a conversation's later pieces (`Completion.piece` > 0) with its first."""
-    rows: list[list[Completion]] = []
-    for completion in completions:
-        if completion.piece:
-            rows[-1].append(completion)
-        else:
-            rows.append([completion])
-    return rows
 
 
 def _example(completion: Completion) -> Example:
