@@ -127,6 +127,20 @@ def test_qwen3_with_thinking_off_trains_the_answers_after_the_empty_block_its_pr
         renderer.render(THINKING, TOOLS, "row 7")
 
 
+def test_max_new_tokens_counts_the_conversation_after_its_first_prompt_across_pieces():
+    """A piece that starts past `max_new_tokens` (its context grown by the conversation before it) is dropped, and the
+    conversation marked cut; a budget that holds it keeps it."""
+    tokenizer, eos = family_tokenizer("qwen3")
+    example = examples_from_dataset(datasets.Dataset.from_list([{"messages": PARALLEL, "tools": TOOLS}]), "d")[0]
+    whole = TextRenderer(tokenizer, 4096, 4096, eos).row(example)
+    assert len(whole.later) == 1 and not whole.completion_cut and not whole.later[0].completion_cut
+    grown = len(whole.later[0].prompt_ids) - len(whole.prompt_ids)
+    cut = TextRenderer(tokenizer, 4096, grown, eos).row(example)
+    assert cut.later == () and cut.completion_cut and cut.completion_ids == whole.completion_ids
+    held = TextRenderer(tokenizer, 4096, grown + 3, eos).row(example)
+    assert len(held.later[0].completion_ids) == 3 and held.later[0].completion_cut
+
+
 def test_reasoning_content_of_a_single_answer_is_trained_as_the_template_shows_it():
     rows = datasets.Dataset.from_list([{"messages": [{"role": "user", "content": "2 + 2?"},
                                                      {"role": "assistant", "content": "4.", "reasoning_content": "Add."}]}])
