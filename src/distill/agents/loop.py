@@ -204,7 +204,8 @@ def run_tool_loop(generate: Generate, prompts: list[list[int]], runners: list[To
             break
         room = {i: settings.budget - trajectories[i].length for i in going}
         outputs = generate([trajectories[i].context for i in going], max(room.values()), turn, list(going))
-        pending: list[tuple[int, list, ParsedTurn, list[int]]] = []
+        pending: list[tuple[int, list]] = []
+        sampled: dict[int, tuple[list[int], ParsedTurn]] = {}  # each pending row's turn, read back
         for i, sample in zip(going, outputs):
             trajectory, ids, log_probs = trajectories[i], sample.ids, sample.log_probs
             cut = len(ids) > room[i]
@@ -221,17 +222,18 @@ def run_tool_loop(generate: Generate, prompts: list[list[int]], runners: list[To
             if turn + 1 == settings.max_turns:
                 trajectory.unanswered_calls += len(parsed.calls) + len(parsed.malformed)
                 continue
-            pending.append((i, [parsed.calls, parsed.malformed], parsed, ids))
-        results = iter(run_calls([(runners[i], call) for i, (calls, _), _, _ in pending for call in calls]))
+            pending.append((i, [parsed.calls, parsed.malformed]))
+            sampled[i] = (ids, parsed)
+        results = iter(run_calls([(runners[i], call) for i, (calls, _) in pending for call in calls]))
         going = []
-        for i, (calls, malformed), parsed, turn_ids in pending:
+        for i, (calls, malformed) in pending:
             trajectory = trajectories[i]
             answered = [next(results) for _ in calls] + [runners[i].malformed(why) for why in malformed]
             for result in answered:
                 trajectory.tool_seconds += result.seconds
                 if result.failure is not None:
                     trajectory.failures[result.failure] += 1
-            after = contexts[i].after(trajectory.length, turn_ids, parsed, answered)
+            after = contexts[i].after(trajectory.length, *sampled[i], answered)
             if after.length >= settings.budget:  # no room for the results and a turn: roll back
                 trajectory.rolled_back_results += 1
                 trajectory.unanswered_calls += len(answered)
