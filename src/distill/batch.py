@@ -13,6 +13,13 @@ model's forward by name, for the student, the teacher and generation alike.
 
 Masks are made by `all_trained`, `skipping_first` (a method's `num_loss_tokens_to_skip`) and `untrained` (a
 row the method leaves out of the loss: its tokens leave the denominator too).
+
+A dataset row is usually one completion; a conversation whose chat template re-renders its history is several, one
+per piece (`Completion.piece`), each with the context its turns were generated in as its prompt. The loss is
+normalized per token (a sum over the step's trained tokens divided by their count), and each assistant turn is
+trained in exactly one piece, so splitting a conversation into pieces changes no token's weight: it costs the
+forward passes over the repeated history, not a different objective. (A per-sequence mean would weigh the turns of
+a split conversation more than the same turns in one sequence.)
 """
 
 from __future__ import annotations
@@ -81,6 +88,9 @@ class Completion:
     extras: RowExtras = field(default_factory=dict)  # model inputs beyond the ids (the prompt's), by forward argument name
     annotations: dict[str, Any] = field(default_factory=dict, repr=False)  # `Annotation`s, by name
     layout: Layout | None = None  # a conversation's model and environment segments (`distill.conversations.layout`)
+    # Which piece of its row's conversation this is: 0 for the first (or only) one; a conversation whose template
+    # re-renders its history is trained in pieces, each its own row of the micro-batch (`distill.training.completions`).
+    piece: int = 0
 
     def __post_init__(self) -> None:
         if self.trained_mask is None:
@@ -109,6 +119,18 @@ class Completion:
     @property
     def num_trained(self) -> int:
         return sum(self.mask)
+
+
+def by_row(completions: list[Completion]) -> list[list[Completion]]:
+    """`completions` grouped by dataset row: a conversation's later pieces (`Completion.piece` > 0) with its first,
+    which they follow in a micro-batch."""
+    rows: list[list[Completion]] = []
+    for completion in completions:
+        if completion.piece and rows:
+            rows[-1].append(completion)
+        else:
+            rows.append([completion])
+    return rows
 
 
 @dataclass

@@ -262,13 +262,21 @@ def cmd_cache_teacher(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--chat-template-kwargs", default=None, help="the chat template's arguments as JSON (the run's "
+                        "chat_template_kwargs, e.g. '{\"enable_thinking\": false}'): the cache's prompts must be the run's")
     args = parser.parse_args(argv)
     from distill.commands.cache_teacher import CacheJob, run_cache_teacher
+    from distill.config.io import mapping_value
+    from distill.rendering.base import check_template_kwargs
+
+    template_kwargs = mapping_value("--chat-template-kwargs", args.chat_template_kwargs, "distill cache-teacher")
+    check_template_kwargs("--chat-template-kwargs", template_kwargs)
 
     job = CacheJob(args.teacher, args.teacher_url, args.tokenizer, args.dataset, args.split, args.top_k, args.out,
                    args.temperature, args.generate, args.max_new_tokens, args.max_prompt_length, args.shard_size,
                    args.batch_size, args.seed, args.sampling_temperature, args.device, not args.no_progress,
-                   overwrite=args.overwrite, payload=args.payload, hidden_dtype=args.hidden_dtype)
+                   overwrite=args.overwrite, payload=args.payload, hidden_dtype=args.hidden_dtype,
+                   chat_template_kwargs=template_kwargs)
     manifest = run_cache_teacher(job)
     kind = f"K={manifest['top_k']}" if args.payload == "topk" else f"hidden states in {args.hidden_dtype}, H={manifest['hidden_size']}"
     print(f"{args.out}: {manifest['num_examples']} examples, {manifest['tokens']} tokens, "

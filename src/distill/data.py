@@ -2,7 +2,8 @@
 
 A row holds either `prompt` (a string, or a list of chat messages) or `messages` (a chat: the turns before its
 first assistant turn are the prompt, the rest its completion). Optional columns: `completion` (a string, or a list
-of messages) gives off-policy completions; a completion of one assistant message is its text, and one of several
+of messages) gives off-policy completions; a completion of one assistant message is its text (one with a
+`reasoning_content` is a one-turn conversation: the chat template shows the reasoning its own way), and one of several
 turns (assistant turns that call tools, `tool` turns answering them, later user turns) is a conversation, trained
 on every assistant turn (`distill.conversations`); `tools` (JSON schemas, a list or its JSON text) are the tools
 the conversation's assistant may call; `privileged_context` (text: a demonstration, a fact,
@@ -79,6 +80,9 @@ class EncodedExample:
     completion_trained: tuple[bool, ...] | None = None  # a conversation's trained mask; None: every token trained
     completion_cut: bool = False  # a conversation cut at max_new_tokens (an answer's cut shows as a missing EOS)
     completion_layout: Layout | None = None  # a conversation's model and environment segments
+    # A conversation whose template re-renders its history: its later pieces, each a later assistant turn (or turns)
+    # with the context it was generated in as its prompt (`distill.rendering.conversation`); this record is the first.
+    later: tuple["EncodedExample", ...] = ()
 
 
 class RowPrompt(NamedTuple):
@@ -190,11 +194,11 @@ def _example(index: int, row: dict[str, Any], field: str, image_root: Path | Non
             if completion[0]["role"] != "assistant":
                 raise ValueError(f"{where}: a completion of messages starts with an assistant turn, got "
                                  f"{completion[0]['role']!r}")
-            if len(completion) == 1 and not completion[0].get("tool_calls"):
+            if len(completion) == 1 and not completion[0].get("tool_calls") and not completion[0].get("reasoning_content"):
                 if not says_something(completion[0]["content"]):  # message indices count the prompt's first
                     at = f"message {len(prompt)}" if isinstance(prompt, list) else "'completion' message 0"
                     raise ValueError(empty_turn_message(f"{where} {at}"))
-                completion = completion[0]["content"]
+                completion = completion[0]["content"]  # one answer (with reasoning_content: a turn the template renders)
             else:
                 turns, completion = completion, None
         elif not isinstance(completion, str):

@@ -163,3 +163,29 @@ def test_validation_resolves_the_methods_defaults_into_a_copy():
     assert config.beta is None and config.distillation_mode is None
     assert resolved.beta == 1.0 and resolved.distillation_mode == "sampled_token"
     assert resolved is not config and resolved.validate() == resolved
+
+
+def test_template_arguments_from_yaml_and_flags_for_student_and_teacher(tmp_path):
+    """`chat_template_kwargs` (the student's, read by every run) and `teacher_chat_template_kwargs` (a teacher that
+    renders its own prompts): a mapping in YAML, JSON on the command line; bad values name the field."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("method: sdft\nchat_template_kwargs:\n  enable_thinking: false\n  date_string: 01 Jan 2025\n")
+    flags = parse_field_flags(["--teacher-chat-template-kwargs", '{"enable_thinking": true}'])
+    config = DistillConfig.from_yaml(recipe, flags).validate()
+    assert config.chat_template_kwargs == {"enable_thinking": False, "date_string": "01 Jan 2025"}
+    assert config.teacher_template_kwargs() == {"enable_thinking": True}
+    assert DistillConfig.from_dict({"chat_template_kwargs": {"x": 1}}).teacher_template_kwargs() == {"x": 1}  # None: the student's
+    assert parse_field_flags(["--chat_template_kwargs={}"]) == {"chat_template_kwargs": {}}
+    with pytest.raises(ValueError, match=r"command line: field 'chat_template_kwargs' expects a mapping as JSON"):
+        parse_field_flags(["--chat_template_kwargs", "enable_thinking=false"])
+    with pytest.raises(ValueError, match="field 'chat_template_kwargs' expects a mapping of names to values"):
+        DistillConfig.from_dict({"chat_template_kwargs": [1, 2]})
+    with pytest.raises(ValueError, match=r"chat_template_kwargs: 'tools' is set by the run's tools"):
+        DistillConfig(chat_template_kwargs={"tools": []}).validate()
+    with pytest.raises(ValueError, match=r"teacher_chat_template_kwargs: 'add_generation_prompt' is set by distill"):
+        DistillConfig(method="sdft", teacher_chat_template_kwargs={"add_generation_prompt": True}).validate()
+    # A teacher with the student's tokenizer scores the student's rendering: its own arguments would be ignored.
+    with pytest.raises(ValueError, match=r"teacher_chat_template_kwargs is only read with a teacher that renders its "
+                                         r"own prompts"):
+        DistillConfig(method="gkd", teacher_chat_template_kwargs={"enable_thinking": True}).validate()
+    DistillConfig(method="gold", teacher_chat_template_kwargs={"enable_thinking": True}).validate()

@@ -1,45 +1,35 @@
-"""Chat templates of three families, written here for the tests (no hub): the shapes that break multi-turn training.
+"""The chat templates conversation tests render with: the real ones of three model families, read at test time from
+the installed reference library (trl ships them as `.jinja` files in its `chat_templates` folder; they are never
+copied into this project), and the project's plain ChatML.
 
-- CHATML: the default model's plain ChatML (role and content only, a newline after each `<|im_end|>`), as the
-  tiny tokenizer carries it (`tests.conftest.CHAT_TEMPLATE`).
-- QWEN3_STYLE: ChatML with tool support (`tools` in the system message, `tool_calls` as <tool_call> blocks, tool
-  results as user turns holding <tool_response>) that drops the `<think>` block of assistant turns before the last
-  user turn, as Qwen3's does: not prefix-preserving once a user turn follows a reasoning turn.
-- LLAMA3_STYLE: Llama 3's headers, content trimmed, `<|eot_id|>` ending each turn with no newline after it, and no
-  tool support (it renders a tool turn as a role like any other and ignores `tool_calls`).
+- "chatml": the default model's plain ChatML (role and content only, a newline after each `<|im_end|>`), as the tiny
+  tokenizer carries it (`tests.conftest.CHAT_TEMPLATE`). Preserves prefixes; no tool support.
+- "qwen2_5": Qwen2.5's: a default system prompt when the conversation has none; tools in the system message; calls
+  as `<tool_call>` blocks; consecutive tool results as one user turn of `<tool_response>` blocks (not a prefix of
+  itself after each tool message, only after the last). Preserves prefixes at assistant turns.
+- "qwen3": Qwen3's: Qwen2.5's tool format without the default system prompt, and thinking: `reasoning_content`
+  (or a `<think>` block in the content) rendered as a `<think>` block, only for turns after the last user query
+  and, when empty, only on the last turn; `enable_thinking: false` puts an empty block in the generation prompt.
+  Does not preserve prefixes.
+- "llama3": Llama 3's: headers, content trimmed, `<|eot_id|>` ending each turn; no tool support.
+- "llama3_2": Llama 3.2's: a system prompt holding the date (`date_string`, else today's); tools in the first user
+  message; one call per assistant turn, written as `{"name": ..., "parameters": ...}`; tool results as `ipython`.
 """
+
+from __future__ import annotations
+
+from importlib.resources import files
 
 from tests.conftest import CHAT_TEMPLATE
 
 CHATML = CHAT_TEMPLATE
+REAL = ("qwen2_5", "qwen3", "llama3", "llama3_2")
 
-QWEN3_STYLE = (
-    "{% set last_user = namespace(i=-1) %}"
-    "{% for m in messages %}{% if m['role'] == 'user' %}{% set last_user.i = loop.index0 %}{% endif %}{% endfor %}"
-    "{% if tools %}<|im_start|>system\n"
-    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
-    "# Tools\n<tools>{% for t in tools %}\n{{ t | tojson }}{% endfor %}\n</tools><|im_end|>\n"
-    "{% endif %}"
-    "{% for m in messages %}"
-    "{% if m['role'] == 'system' %}{% if not tools %}<|im_start|>system\n{{ m['content'] }}<|im_end|>\n{% endif %}"
-    "{% elif m['role'] == 'assistant' %}"
-    "{% set content = m['content'] or '' %}"
-    "{% if loop.index0 < last_user.i and '</think>' in content %}"
-    "{% set content = content.split('</think>')[-1].lstrip('\n') %}{% endif %}"
-    "<|im_start|>assistant\n{{ content }}"
-    "{% for c in m.get('tool_calls', []) %}"
-    "{% if content or not loop.first %}\n{% endif %}"
-    "<tool_call>\n{\"name\": \"{{ c['function']['name'] }}\", \"arguments\": {{ c['function']['arguments'] | tojson }}}\n"
-    "</tool_call>{% endfor %}<|im_end|>\n"
-    "{% elif m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n</tool_response><|im_end|>\n"
-    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 
-LLAMA3_STYLE = (
-    "{{ bos_token }}{% for m in messages %}"
-    "<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ (m['content'] or '') | trim }}<|eot_id|>"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
-)
+def real_template(name: str) -> str:
+    """The chat template `name` ("qwen2_5", "qwen3", "llama3", "llama3_2", ...) as the installed trl ships it."""
+    return (files("trl") / "chat_templates" / f"{name}.jinja").read_text(encoding="utf-8")
+
+
+def template(family: str) -> str:
+    return CHATML if family == "chatml" else real_template(family)

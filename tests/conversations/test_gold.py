@@ -19,7 +19,7 @@ from distill.rendering import ConversationRenderer, TextRenderer
 from distill.teachers.cross_tokenizer import CrossTokenizerTeacher
 from distill.training.trainer import Distiller
 from tests.conftest import tiny_lm
-from tests.conversations.templates import LLAMA3_STYLE, QWEN3_STYLE
+from tests.conversations.templates import real_template
 from tests.conversations.test_render import CONVERSATION, TOOLS
 from tests.conversations.test_training import scripted_turns
 from tests.helpers.training import make_config
@@ -28,16 +28,16 @@ PLAIN_ULD = ULDSettings(None, 0.0, 1.0, 0.0)
 
 
 def teacher_tokenizer(smol_tokenizer, family: str):
-    """SmolLM2's tokenizer (another vocabulary than the student's) with its own ChatML, a Qwen3-style template (tools
-    in its system message, tool results as <tool_response> user turns) or a Llama-3-style one (other headers, no
-    newline after the end of turn)."""
+    """SmolLM2's tokenizer (another vocabulary than the student's) with its own ChatML, Qwen2.5's real template (tools
+    in its system message, tool results as <tool_response> user turns) or Llama 3's (other headers, no newline after
+    the end of turn), the real ones read from the installed trl."""
     tokenizer = copy.deepcopy(smol_tokenizer)
     if family == "llama3":
         tokenizer.add_special_tokens({"additional_special_tokens": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]})
-        tokenizer.chat_template = LLAMA3_STYLE
+        tokenizer.chat_template = real_template("llama3")
         tokenizer.eos_token = "<|eot_id|>"
-    elif family == "qwen3":
-        tokenizer.chat_template = QWEN3_STYLE
+    elif family in ("qwen2_5", "qwen3"):
+        tokenizer.chat_template = real_template(family)
     return tokenizer
 
 
@@ -49,7 +49,7 @@ def conversation_completion(tokenizer, messages, tools) -> Completion:
                       trained_mask=encoded.completion_trained, layout=encoded.completion_layout)
 
 
-@pytest.mark.parametrize("family", ["chatml", "qwen3", "llama3"])
+@pytest.mark.parametrize("family", ["chatml", "qwen2_5", "llama3"])
 def test_the_teacher_reads_the_conversation_as_its_own_template_renders_it(tokenizer, smol_tokenizer, family):
     teacher_tok = teacher_tokenizer(smol_tokenizer, family)
     completion = conversation_completion(tokenizer, CONVERSATION, TOOLS)
@@ -63,11 +63,11 @@ def test_the_teacher_reads_the_conversation_as_its_own_template_renders_it(token
     turns = iter(tokenizer.decode(completion.completion_ids[start:end - 1])
                  for start, end, segment in layout.spans() if segment.assistant)
     written = [{"role": "assistant", "content": next(turns)} if m["role"] == "assistant" else m for m in CONVERSATION]
-    expected = ConversationRenderer(teacher_tok, [teacher_tok.eos_token_id]).render(written, TOOLS, "expected")
+    (expected,) = ConversationRenderer(teacher_tok, [teacher_tok.eos_token_id]).render(written, TOOLS, "expected").pieces
     last = max(k for k, flag in enumerate(expected.trained) if flag)
     assert mapped.prompt_ids == expected.prompt_ids
     assert mapped.completion_ids == expected.completion_ids[: last + 1]
-    if family == "qwen3":  # its own tool turns, not the student's `<|im_start|>tool`
+    if family == "qwen2_5":  # its own tool turns, not the student's `<|im_start|>tool`
         assert "<tool_response>\n391\n</tool_response>" in teacher_tok.decode(mapped.completion_ids)
 
     # Only the model's turns are aligned: every trained student token in one group, no environment token in any, and
@@ -88,7 +88,7 @@ def test_the_teacher_reads_the_conversation_as_its_own_template_renders_it(token
 def test_the_signal_over_a_conversation_is_each_turn_scored_with_the_teachers_full_prefix(tokenizer, smol_tokenizer):
     """The teacher's hidden states at each model turn equal a forward of its prefix (its prompt, the turns before, its
     own environment turns) and that turn alone, and the environment's positions get no group (holes in the mask)."""
-    teacher_tok = teacher_tokenizer(smol_tokenizer, "qwen3")
+    teacher_tok = teacher_tokenizer(smol_tokenizer, "qwen2_5")
     model = tiny_lm(len(teacher_tok), seed=3, eos_token_id=teacher_tok.eos_token_id)
     teacher = CrossTokenizerTeacher(model, teacher_tok, tokenizer, [tokenizer.eos_token_id], 512, PLAIN_ULD, torch.device("cpu"))
     completion = conversation_completion(tokenizer, CONVERSATION, TOOLS)
@@ -115,11 +115,16 @@ def test_a_teacher_template_that_drops_earlier_turns_is_refused_with_what_to_do(
     completion = conversation_completion(tokenizer, CONVERSATION, TOOLS)
     with pytest.raises(ValueError, match="preserves prefixes"):
         teacher.map_completion(completion.example, completion.completion_ids, completion.layout)
+    qwen3 = teacher_tokenizer(smol_tokenizer, "qwen3")  # Qwen3's real template drops the empty <think> of a turn
+    teacher = CrossTokenizerTeacher(tiny_lm(len(qwen3), seed=3, eos_token_id=qwen3.eos_token_id), qwen3, tokenizer,
+                                    [tokenizer.eos_token_id], 512, PLAIN_ULD, torch.device("cpu"))
+    with pytest.raises(ValueError, match=r"teacher's chat template: .*'<think>\\n\\n</think>.* preserves prefixes"):
+        teacher.map_completion(completion.example, completion.completion_ids, completion.layout)
 
 
 def _gold_run(tokenizer, smol_tokenizer, tmp_path, rows, **fields) -> Distiller:
     student = tiny_lm(len(tokenizer), layers=2, seed=2, eos_token_id=tokenizer.eos_token_id)
-    teacher_tok = teacher_tokenizer(smol_tokenizer, "qwen3")
+    teacher_tok = teacher_tokenizer(smol_tokenizer, "qwen2_5")
     teacher = tiny_lm(len(teacher_tok), layers=2, seed=11, eos_token_id=teacher_tok.eos_token_id)
     config = make_config(tmp_path, method="gold", max_new_tokens=200, max_prompt_length=300, **fields)
     return Distiller(config, student=student, teacher=teacher, tokenizer=tokenizer, teacher_tokenizer=teacher_tok,

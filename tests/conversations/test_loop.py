@@ -56,7 +56,7 @@ def calls(*pairs) -> str:
     return render_tool_calls([ToolCall(name, arguments) for name, arguments in pairs])
 
 
-@pytest.mark.parametrize("family", ["chatml", "llama3", "qwen3"])
+@pytest.mark.parametrize("family", ["chatml", "llama3", "qwen2_5"])
 def test_a_trajectory_is_the_sampled_ids_then_the_environments_then_the_next_turn(family):
     tokenizer, eos, prompts, model, (t,) = loop(family, [[calls(("add", {"a": 2, "b": 3})), "It is 5."]])
     first = tokenizer(calls(("add", {"a": 2, "b": 3})), add_special_tokens=False)["input_ids"] + eos

@@ -1,6 +1,6 @@
 """Conversations rendered for training: every assistant turn trained through its end of turn, the rest attended only,
-token-in/token-out (turn by turn, as the template's differences), with ChatML, a Qwen3-style and a Llama-3-style
-template."""
+token-in/token-out (turn by turn, as the template's differences), with ChatML and the real Qwen2.5, Qwen3 and Llama 3
+templates (`templates.py`); what only the thinking templates do is `test_real_templates.py`."""
 
 from __future__ import annotations
 
@@ -45,54 +45,60 @@ def trained_text(tokenizer, ids, trained) -> list[str]:
     return runs + ([tokenizer.decode(current)] if current else [])
 
 
+def shown_text(tokenizer, eos, messages, tools, **kwargs) -> str:
+    """What the template renders for `messages` (with distill's tool format where it has none)."""
+    shown, extra = ConversationRenderer(tokenizer, eos, kwargs).template_messages(messages, tools, "row 0")
+    return tokenizer.apply_chat_template(shown, tokenize=False, **extra, **kwargs)
+
+
 def test_which_templates_render_tool_calls(family):
     name, tokenizer, _ = family
-    assert renders_tool_calls(tokenizer) is (name == "qwen3")
+    assert renders_tool_calls(tokenizer) is name.startswith("qwen")
 
 
 def test_every_assistant_turn_is_trained_through_its_end_of_turn_and_nothing_else(family):
+    """With each family's real template (parallel calls included): four turns trained, each ending at its end of turn;
+    the tool and user turns attended only; a template that preserves prefixes gives one sequence whose ids decode to
+    exactly what it renders for the whole conversation; Qwen3's, which re-renders its history, a piece per turn."""
     name, tokenizer, eos = family
     rendered = ConversationRenderer(tokenizer, eos).render(CONVERSATION, TOOLS, "row 0")
-    assert len(rendered.completion_ids) == len(rendered.trained) and rendered.assistant_turns == 4
-    runs = trained_text(tokenizer, rendered.completion_ids, rendered.trained)
+    assert rendered.assistant_turns == 4 and len(rendered.pieces) == (4 if name == "qwen3" else 1)
+    runs = [run for piece in rendered.pieces for run in trained_text(tokenizer, piece.completion_ids, piece.trained)]
     end = tokenizer.decode(eos)
     assert len(runs) == 4 and all(run.endswith(end) for run in runs)
-    assert runs[1].strip() == f"It is 391.{end}" and runs[3].strip() == f"400.{end}"
-    assert '"expr": "17*23"' in runs[0] and runs[2].count("<tool_call>") == 2 and runs[2].startswith("Let me check.")
-    untrained = tokenizer.decode([t for t, f in zip(rendered.completion_ids, rendered.trained) if not f])
-    assert "391" in untrained and "And plus 9?" in untrained  # tool and user turns: attended, not trained
-    assert "You are careful." in tokenizer.decode(rendered.prompt_ids) and "17 * 23" in tokenizer.decode(rendered.prompt_ids)
-    # Token-in/token-out: the pieces decode to exactly what the template renders for the whole conversation.
-    shown, extra = ConversationRenderer(tokenizer, eos).template_messages(CONVERSATION, TOOLS, "row 0")
-    whole = tokenizer.apply_chat_template(shown, tokenize=False, **extra)
-    assert tokenizer.decode(rendered.prompt_ids + rendered.completion_ids) == whole
+    assert runs[1].strip().endswith(f"It is 391.{end}") and runs[3].strip().endswith(f"400.{end}")
+    assert '"expr": "17*23"' in runs[0] and runs[2].count("<tool_call>") == 2 and "Let me check." in runs[2]
+    for piece in rendered.pieces:
+        assert len(piece.completion_ids) == len(piece.trained) == piece.layout.length
+        untrained = tokenizer.decode([t for t, f in zip(piece.completion_ids, piece.trained) if not f])
+        assert not any(text in run for run in runs for text in ("391<", "And plus 9?"))
+        assert all(m["role"] != "assistant" for s in piece.layout.segments for m in s.messages)
+        if piece.completion_ids and piece is rendered.pieces[0] and name != "qwen3":
+            assert "391" in untrained and "And plus 9?" in untrained  # tool and user turns: attended, not trained
+    first = tokenizer.decode(rendered.pieces[0].prompt_ids)
+    assert "You are careful." in first and "17 * 23" in first
+    if name != "qwen3":  # token-in/token-out: the pieces decode to exactly what the template renders
+        piece = rendered.pieces[0]
+        assert tokenizer.decode(piece.prompt_ids + piece.completion_ids) == shown_text(tokenizer, eos, CONVERSATION, TOOLS)
+    else:  # each piece: the context the template renders before its turn, then that turn as the last message
+        turns = [i for i, m in enumerate(CONVERSATION) if m["role"] == "assistant"]
+        for piece, i in zip(rendered.pieces, turns):
+            context = shown_text(tokenizer, eos, CONVERSATION[:i], TOOLS, add_generation_prompt=True)
+            assert tokenizer.decode(piece.prompt_ids) == context
+            assert piece.layout.history == tuple(CONVERSATION[2:i])  # what a teacher with its own template renders
+            assert context + tokenizer.decode(piece.completion_ids) == shown_text(tokenizer, eos, CONVERSATION[: i + 1], TOOLS)
 
 
 def test_the_newline_chatml_puts_after_the_end_of_turn_is_not_trained():
     from tests.conversations.conftest import family_tokenizer
 
     tokenizer, eos = family_tokenizer("chatml")
-    rendered = ConversationRenderer(tokenizer, eos).render(CONVERSATION[:5], TOOLS, "row 0")
-    ends = [k for k, token in enumerate(rendered.completion_ids) if token == eos[0]]
+    (piece,) = ConversationRenderer(tokenizer, eos).render(CONVERSATION[:5], TOOLS, "row 0").pieces
+    ends = [k for k, token in enumerate(piece.completion_ids) if token == eos[0]]
     for k in ends:  # each <|im_end|>: an assistant's is trained, a tool's is not; the newline after it never
-        assert tokenizer.decode([rendered.completion_ids[k + 1]]).startswith("\n")
-        assert rendered.trained[k + 1] is False
-    assert [rendered.trained[k] for k in ends] == [True, False, True]
-
-
-def test_a_template_that_drops_earlier_reasoning_is_refused_for_that_row():
-    from tests.conversations.conftest import family_tokenizer
-
-    tokenizer, eos = family_tokenizer("qwen3")
-    renderer = ConversationRenderer(tokenizer, eos)
-    thinking = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "<think>\nadd\n</think>\n\n4."}]
-    assert renderer.render(thinking, None, "row 3").assistant_turns == 1  # no later user turn: nothing is dropped
-    with_tool = thinking[:1] + [{"role": "assistant", "content": "<think>\nuse it\n</think>\n\n", "tool_calls": [call("calc")]},
-                                {"role": "tool", "content": "4"}, {"role": "assistant", "content": "<think>\nok\n</think>\n\n4."}]
-    assert renderer.render(with_tool, TOOLS, "row 3").assistant_turns == 2  # tool turns are not user turns here
-    later_user = thinking + [{"role": "user", "content": "3+3?"}, {"role": "assistant", "content": "6."}]
-    with pytest.raises(ValueError, match=r"row 3: .*drops the `<think>` block .* preserves prefixes"):
-        renderer.render(later_user, None, "row 3")
+        assert tokenizer.decode([piece.completion_ids[k + 1]]).startswith("\n")
+        assert piece.trained[k + 1] is False
+    assert [piece.trained[k] for k in ends] == [True, False, True]
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -112,8 +118,11 @@ def test_random_conversations_keep_ids_and_masks_aligned(family, seed):
         if not calls and rng.random() < 0.5:
             messages.append({"role": "user", "content": "more " + rng.choice(words)})
     rendered = ConversationRenderer(tokenizer, eos).render(messages, TOOLS, f"row {seed}")
-    assert len(rendered.completion_ids) == len(rendered.trained) and rendered.assistant_turns == turns
-    runs = trained_text(tokenizer, rendered.completion_ids, rendered.trained)
+    assert rendered.assistant_turns == turns
+    runs = []
+    for piece in rendered.pieces:
+        assert len(piece.completion_ids) == len(piece.trained) == piece.layout.length
+        runs += trained_text(tokenizer, piece.completion_ids, piece.trained)
     assert len(runs) == turns and all(run.endswith(tokenizer.decode(eos)) for run in runs)
     assert not any("result-" in run or "more " in run for run in runs)
 

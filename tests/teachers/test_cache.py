@@ -354,3 +354,38 @@ def test_every_fix_a_missing_manifest_error_suggests_works_when_followed(cache_d
     assert command[:2] == ["distill", "cache-teacher"]
     assert main(command[1:] + ["--max-prompt-length", "48", "--max-new-tokens", "12", "--no-progress", "--device", "cpu"]) == 0
     assert TeacherCache(out).top_k == K
+
+
+def test_a_cache_renders_prompts_with_the_runs_template_arguments(tmp_path):
+    """`distill cache-teacher --chat-template-kwargs` renders the prompts as the run does: a run with the same arguments
+    reads the cache, one without is refused naming them; a conversation trained in pieces (Qwen3's template) is
+    refused, naming its row, since a cache holds one sequence per row."""
+    from tests.conftest import tiny_lm
+    from tests.conversations.conftest import family_tokenizer
+
+    tokenizer, _ = family_tokenizer("qwen3")
+    model_dir = tmp_path / "teacher"
+    tiny_lm(len(tokenizer), layers=2, seed=1, eos_token_id=tokenizer.eos_token_id).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in chat_rows(4)))
+    off = {"enable_thinking": False}
+    cache = tmp_path / "cache"
+    run_cache_teacher(_job(model_dir, data, cache, max_prompt_length=96, chat_template_kwargs=off))
+    rows = datasets.load_dataset("json", data_files=str(data), split="train")
+    student = tiny_lm(len(tokenizer), layers=2, seed=2, eos_token_id=tokenizer.eos_token_id)
+
+    def run(name: str, **fields):
+        config = _offline_config(tmp_path / name, cache, max_prompt_length=96, **fields)
+        return Distiller(config, student=student, tokenizer=tokenizer, train_dataset=rows)
+
+    run("same", chat_template_kwargs=off).setup()
+    with pytest.raises(ValueError, match=r"another prompt than the one the cache scored \(.*chat_template_kwargs"):
+        run("other").setup()
+    conversation = [{"role": "user", "content": "2 + 3?"},
+                    {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+                        "name": "calc", "arguments": {"expr": "2+3"}}}]},
+                    {"role": "tool", "name": "calc", "content": "5"}, {"role": "assistant", "content": "5."}]
+    data.write_text(json.dumps({"messages": conversation}) + "\n")
+    with pytest.raises(ValueError, match=r"dataset row 0 is a conversation trained in pieces"):
+        run_cache_teacher(_job(model_dir, data, tmp_path / "other", max_prompt_length=96, max_new_tokens=400))

@@ -4,9 +4,11 @@ the conversation as the template renders them; the model writes the next turn; u
 
 Token-in, token-out: a trajectory's ids are the prompt's, then exactly the ids the engine sampled for each turn,
 then the ids of what the template adds after the turn's end-of-turn token (the newline after `<|im_end|>`, the tool
-turns, the next turn's header), and so on. Nothing already in the trajectory is re-tokenized. The environment's ids
-come from the model's renderer (`distill.rendering.environment.EnvironmentTurns`), which renders a stand-in
-conversation with and without the tool turns.
+turns, the next turn's header), and so on. Nothing already in the trajectory is re-tokenized. What follows a turn
+comes from the model's renderer (`distill.rendering.environment`): with a template that preserves prefixes, the
+template's tool turns appended to the sampled ids; with one that re-renders its history (Qwen3's), the next turn's
+context is the conversation re-rendered, and where that context no longer starts with the ids so far the trajectory
+goes on in a new piece (`Piece`), that context its prompt: each turn is trained in the context it was sampled in.
 
 The sampled turns are trained (their mask is True), the environment's ids are attended only. With a `Guide`
 (Guided-OPD, `distill.agents.guidance`) the teacher writes some turns in the student's place, continuing the same ids:
@@ -24,15 +26,15 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from distill.conversations.calls import Conversations, ToolCalls
-from distill.conversations.layout import Layout, LayoutBuilder
-from distill.conversations.tool_calls import parse_tool_calls
+from distill.conversations.layout import Layout, LayoutBuilder, with_observation
+from distill.conversations.tool_calls import ParsedTurn, parse_tool_calls
 from distill.conversations.tools import FAILURES, malformed
 from distill.data import Example
 from distill.generation.sample import Sample
 
 if TYPE_CHECKING:  # the renderer builds them; the loop only calls them
     from distill.rendering.base import Renderer
-    from distill.rendering.environment import EnvironmentTurns
+    from distill.rendering.environment import EnvironmentTurns, Next, TurnContexts
 
 # generate(prompts, max_new_tokens, turn, rows) -> per prompt its next turn, a `Sample` (its ids, hit_max, log_probs;
 # the rest unread); `rows`: the indices of the prompts' rows among all the loop's (for per-row seeds and extras)
@@ -51,14 +53,27 @@ class Guide:
 
 
 @dataclass
-class Trajectory:
-    """One row's rollout: completion ids (after the prompt), their trained flags and sampling log-probs (0.0 at the
-    environment's ids), and what happened."""
+class Piece:
+    """One sequence of a trajectory: its prompt (the row's, or for a later piece the context its first turn was
+    sampled in, with `history`: the conversation's messages after the row's prompt), then its completion ids, their
+    trained flags and sampling log-probs (0.0 at the environment's ids), and their layout."""
 
+    prompt: list[int]
+    history: tuple[dict[str, Any], ...] = ()
     ids: list[int] = field(default_factory=list)
     trained: list[bool] = field(default_factory=list)
     log_probs: list[float] | None = None
+    segments: LayoutBuilder = field(default_factory=LayoutBuilder)
+
+
+@dataclass
+class Trajectory:
+    """One row's rollout: its pieces (one, in a template that preserves prefixes), the completion so far of the last
+    (`ids`, `trained`, `log_probs`), and what happened."""
+
+    pieces: list[Piece] = field(default_factory=lambda: [Piece([])])
     hit_max: bool = False  # the budget cut it
+    length: int = 0  # the conversation's tokens after the row's prompt, as its latest context renders them
     turns: int = 0
     guided_turns: int = 0  # written by the teacher (a `Guide`)
     calls: int = 0
@@ -69,27 +84,68 @@ class Trajectory:
     drifted: bool = False  # re-tokenizing its text gives other ids (what a loop that re-tokenizes would have trained)
     observation: str | None = None  # what its environment's reset appended to the prompt
     reward: float | None = None  # what its environment's get_reward said at the end
-    segments: LayoutBuilder = field(default_factory=LayoutBuilder)
+
+    @classmethod
+    def following(cls, prompt: list[int], record_log_probs: bool) -> "Trajectory":
+        return cls([Piece(list(prompt), log_probs=[] if record_log_probs else None)])
+
+    @property
+    def ids(self) -> list[int]:
+        return self.pieces[-1].ids
+
+    @property
+    def trained(self) -> list[bool]:
+        return self.pieces[-1].trained
+
+    @property
+    def log_probs(self) -> list[float] | None:
+        return self.pieces[-1].log_probs
+
+    @property
+    def context(self) -> list[int]:
+        """What the next turn is sampled after: the last piece's prompt and ids."""
+        return self.pieces[-1].prompt + self.pieces[-1].ids
 
     def extend(self, ids: list[int], trained: bool, log_probs: list[float] | None,
                messages: tuple[dict[str, Any], ...] = (), model_turn: bool | None = None) -> None:
         """Append a sampled turn (`trained`) or the environment's ids, which render `messages` (its tool turns);
         `model_turn`: the ids are a model's turn (None: when trained; a teacher's untrained turn is one too)."""
-        self.ids.extend(ids)
-        self.trained.extend([trained] * len(ids))
-        self.segments.add(len(ids), trained if model_turn is None else model_turn, messages)
-        if self.log_probs is not None:
-            self.log_probs.extend(log_probs if log_probs is not None else [0.0] * len(ids))
+        piece = self.pieces[-1]
+        piece.ids.extend(ids)
+        piece.trained.extend([trained] * len(ids))
+        piece.segments.add(len(ids), trained if model_turn is None else model_turn, messages)
+        if piece.log_probs is not None:
+            piece.log_probs.extend(log_probs if log_probs is not None else [0.0] * len(ids))
+        self.length += len(ids)
+
+    def follow(self, after: Next, messages: tuple[dict[str, Any], ...]) -> None:
+        """Go on after a turn: the environment's ids appended (rendering `messages`), or a new piece."""
+        if after.environment is not None:
+            self.extend(after.environment, False, None, messages)
+        else:
+            assert after.prompt is not None
+            self.pieces.append(Piece(after.prompt, after.history,
+                                     log_probs=None if self.pieces[-1].log_probs is None else []))
+        self.length = after.length
 
     @property
     def layout(self) -> Layout:
-        return self.segments.layout(self.observation, self.reward)
+        return self._layout(self.pieces[-1])
+
+    def _layout(self, piece: Piece) -> Layout:
+        return piece.segments.layout(self.observation, self.reward, piece.history)
 
     def sample(self, prompt_ids: list[int], with_log_probs: bool = True) -> Sample:
         """The trajectory as the sample of a conversation that followed `prompt_ids` (its trained mask and layout;
-        its log-probs unless `with_log_probs` is False)."""
-        return Sample(self.ids, self.hit_max, self.log_probs if with_log_probs else None, tuple(self.trained), prompt_ids,
-                      self.layout)
+        its log-probs unless `with_log_probs` is False), its later pieces in `Sample.later`."""
+        def piece_sample(piece: Piece, prompt: list[int], hit_max: bool) -> Sample:
+            return Sample(list(piece.ids), hit_max, piece.log_probs if with_log_probs else None, tuple(piece.trained),
+                          prompt, self._layout(piece))
+
+        last = len(self.pieces) - 1
+        samples = [piece_sample(piece, prompt_ids if k == 0 else piece.prompt, self.hit_max and k == last)
+                   for k, piece in enumerate(self.pieces)]
+        return replace(samples[0], later=tuple(samples[1:]))
 
 
 @dataclass(frozen=True)
@@ -125,8 +181,10 @@ class ToolLoop:
                 assert self.renderer is not None
                 prompts = [prompt if observation is None else self.renderer.prompt(example, observation=observation).ids
                            for prompt, example, observation in zip(prompts, examples, observations)]
+            contexts = [self._contexts(prompt, example, observation)
+                        for prompt, example, observation in zip(prompts, examples, observations)]
             trajectories = run_tool_loop(generate, prompts, conversations, self.environment, self.decode, eos_ids,
-                                         settings, guide)
+                                         settings, contexts, guide)
             rewards = conversations.rewards() if self.calls.owns_reward else [None] * len(trajectories)
         finally:
             conversations.close()
@@ -142,22 +200,37 @@ class ToolLoop:
         """End the tool workers (the run's end); they start again if the loop runs again."""
         self.calls.close()
 
+    def _contexts(self, prompt: list[int], example: Example, observation: str | None) -> TurnContexts:
+        """What follows each of a row's turns (`distill.rendering.environment`): the template's tool turns appended,
+        or the conversation re-rendered from the row's prompt messages (with its observation) and tools, which takes
+        the renderer."""
+        if self.renderer is None:
+            return self.environment.contexts(prompt, None, None, len(prompt))
+        messages = with_observation(example.prompt, observation)
+        return self.environment.contexts(prompt, list(messages) if isinstance(messages, list) else None,
+                                         self.renderer.tools_of(example), self.renderer.max_prompt_length)
+
 
 def run_tool_loop(generate: Generate, prompts: list[list[int]], conversations: Conversations,
                   environment: EnvironmentTurns, decode: Callable[[list[int]], str], eos_ids: list[int],
-                  settings: LoopSettings, guide: Guide | None = None) -> list[Trajectory]:
-    """Every prompt's trajectory; `conversations`: where each row's calls run; `guide`: the teacher writes the turns it
-    chooses. Each round generates the next turn of every row still going, in one batch (the teacher's turns in
-    another); the calls of a round run together."""
-    trajectories = [Trajectory(log_probs=[] if settings.record_log_probs else None) for _ in prompts]
+                  settings: LoopSettings, contexts: list[TurnContexts] | None = None,
+                  guide: Guide | None = None) -> list[Trajectory]:
+    """Every prompt's trajectory; `conversations`: where each row's calls run; `contexts`: what follows each row's
+    turns (default: the template's tool turns appended, which needs a template that preserves prefixes); `guide`: the
+    teacher writes the turns it chooses. Each round generates the next turn of every row still going, in one batch
+    (the teacher's turns in another); the calls of a round run together."""
+    if contexts is None:
+        contexts = [environment.contexts(prompt, None, None, len(prompt)) for prompt in prompts]
+    trajectories = [Trajectory.following(prompt, settings.record_log_probs) for prompt in prompts]
     going = list(range(len(prompts)))
     for turn in range(settings.max_turns):
         if not going:
             break
-        room = {i: settings.budget - len(trajectories[i].ids) for i in going}
+        room = {i: settings.budget - trajectories[i].length for i in going}
         guided = set() if guide is None else {i for i, teacher in zip(going, guide.writes(turn, list(going))) if teacher}
-        outputs = _next_turns(generate, guide, guided, prompts, trajectories, going, max(room.values()), turn)
+        outputs = _next_turns(generate, guide, guided, trajectories, going, max(room.values()), turn)
         pending: list[tuple[int, list]] = []
+        sampled: dict[int, tuple[list[int], ParsedTurn]] = {}  # each pending row's turn, read back
         for i, sample in zip(going, outputs):
             trajectory, ids, log_probs = trajectories[i], sample.ids, sample.log_probs
             cut = len(ids) > room[i]
@@ -180,6 +253,7 @@ def run_tool_loop(generate: Generate, prompts: list[list[int]], conversations: C
                 trajectory.unanswered_calls += len(parsed.calls) + len(parsed.malformed)
                 continue
             pending.append((i, [parsed.calls, parsed.malformed]))
+            sampled[i] = (ids, parsed)
         results = iter(conversations.run([(i, call) for i, (calls, _) in pending for call in calls]))
         going = []
         for i, (calls, unreadable) in pending:
@@ -189,16 +263,16 @@ def run_tool_loop(generate: Generate, prompts: list[list[int]], conversations: C
                 trajectory.tool_seconds += result.seconds
                 if result.failure is not None:
                     trajectory.failures[result.failure] += 1
-            env = environment.ids(answered)
-            if len(env) >= settings.budget - len(trajectory.ids):  # no room for the results and a turn: roll back
+            after = contexts[i].after(trajectory.length, *sampled[i], answered)
+            if after.length >= settings.budget:  # no room for the results and a turn: roll back
                 trajectory.rolled_back_results += 1
                 trajectory.unanswered_calls += len(answered)
                 trajectory.hit_max = True
                 continue
-            trajectory.extend(env, False, None, tuple(result.message() for result in answered))
+            trajectory.follow(after, tuple(result.message() for result in answered))
             going.append(i)
-    for prompt, trajectory in zip(prompts, trajectories):
-        trajectory.drifted = environment.retokenized(prompt + trajectory.ids) != prompt + trajectory.ids
+    for trajectory in trajectories:
+        trajectory.drifted = any(environment.retokenized(p.prompt + p.ids) != p.prompt + p.ids for p in trajectory.pieces)
     drifted = [i for i, t in enumerate(trajectories) if t.drifted]
     if drifted and settings.fail_on_drift:
         raise ValueError(f"fail_on_token_drift: {len(drifted)} of {len(trajectories)} conversations re-tokenize to other "
@@ -208,17 +282,17 @@ def run_tool_loop(generate: Generate, prompts: list[list[int]], conversations: C
     return trajectories
 
 
-def _next_turns(generate: Generate, guide: Guide | None, guided: set[int], prompts: list[list[int]],
-                trajectories: list[Trajectory], going: list[int], max_new_tokens: int, turn: int) -> list[Sample]:
-    """The next turn of each row in `going`, in its order: the student's (`generate`), the teacher's for the rows in
-    `guided` (`guide.generate`), each batch in one call."""
+def _next_turns(generate: Generate, guide: Guide | None, guided: set[int], trajectories: list[Trajectory],
+                going: list[int], max_new_tokens: int, turn: int) -> list[Sample]:
+    """The next turn of each row in `going`, in its order, sampled after its context: the student's (`generate`), the
+    teacher's for the rows in `guided` (`guide.generate`), each batch in one call."""
     writers: list[tuple[Generate, list[int]]] = [(generate, [i for i in going if i not in guided])]
     if guide is not None:
         writers.append((guide.generate, [i for i in going if i in guided]))
     turns: dict[int, Sample] = {}
     for writer, rows in writers:
         if rows:
-            turns.update(zip(rows, writer([prompts[i] + trajectories[i].ids for i in rows], max_new_tokens, turn, rows)))
+            turns.update(zip(rows, writer([trajectories[i].context for i in rows], max_new_tokens, turn, rows)))
     return [turns[i] for i in going]
 
 
@@ -226,8 +300,8 @@ def loop_metrics(trajectories: list[Trajectory]) -> dict[str, tuple[float, float
     """Means over trajectories (numerator, denominator), reduced across processes like every metric."""
     n = float(len(trajectories))
     turns = float(sum(t.turns for t in trajectories))
-    trained = float(sum(sum(t.trained) for t in trajectories))
-    environment = float(sum(len(t.ids) for t in trajectories)) - trained
+    trained = float(sum(sum(p.trained) for t in trajectories for p in t.pieces))
+    environment = float(sum(len(p.ids) for t in trajectories for p in t.pieces)) - trained
     metrics = {
         "tools/turns": (float(sum(t.turns for t in trajectories)), n),
         "tools/calls": (float(sum(t.calls for t in trajectories)), n),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from distill.agents.loop import LoopSettings, ToolLoop
@@ -13,6 +14,8 @@ from distill.conversations.tools import load_tools
 if TYPE_CHECKING:
     from distill.config import DistillConfig
     from distill.rendering import Renderer
+
+logger = logging.getLogger(__name__)
 
 
 def offering_tools(config: DistillConfig, renderer: Renderer) -> Renderer:
@@ -40,7 +43,10 @@ def tool_loop(config: DistillConfig, renderer: Renderer, budget: int, record_log
     tokenizer = renderer.tokenizer
     tools = load_tools(list(own.tools))
     factory = EnvironmentFactory.load(own.environment, set(tools)) if own.environment is not None else None
-    environment = renderer.environment_turns()  # checked before any rollout: the template appends tool turns
+    environment = renderer.environment_turns()
+    if environment.problem is not None:  # probed before any rollout: which way the loop goes on after a turn
+        logger.info("%s: the tool-call loop re-renders each turn's context, and a conversation whose context no longer "
+                    "extends its ids goes on in a new piece (docs/usage.md, chat templates)", environment.problem)
     memory_limit = int(own.tool_memory_gb * 2**30) if own.tool_memory_gb > 0 else None
     calls = ToolCalls(tools, factory, own.tool_timeout, own.tool_workers, memory_limit)  # no worker starts yet
     return ToolLoop(calls, environment, lambda ids: tokenizer.decode(ids),

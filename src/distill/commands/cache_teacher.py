@@ -76,6 +76,7 @@ class CacheJob:
     overwrite: bool = False
     payload: str = "topk"
     hidden_dtype: str = "float32"
+    chat_template_kwargs: dict | None = None  # the student's template arguments (the run's chat_template_kwargs)
 
 
 def sparse_top_k(signal, batch, k: int, temperature: float) -> TopK:
@@ -160,7 +161,7 @@ def run_cache_teacher(job: CacheJob) -> dict:
     teacher, tokenizer, teacher_name = opened.teacher, opened.tokenizer, opened.name
     eos_ids, vocab = opened.against.eos_ids, opened.against.vocab_size
     encoder = model_kind_of(opened.model).encoder(tokenizer, job.max_prompt_length, job.max_new_tokens, eos_ids,
-                                                  opened.model)
+                                                  opened.model, job.chat_template_kwargs)
     head = teacher.head if job.payload == "hidden" else None
     settings = {"teacher": teacher_name, "tokenizer_hash": tokenizer_hash(tokenizer), "vocab_size": vocab, "top_k": job.top_k,
                 "temperature": job.temperature, "max_prompt_length": job.max_prompt_length, "max_new_tokens": job.max_new_tokens,
@@ -273,6 +274,11 @@ def _check_out(out: Path, overwrite: bool) -> None:
 
 def _score_shard(job: CacheJob, shard: int, examples, teacher, encoder: Renderer, pad_id: int, eos_ids) -> ShardRecords:
     encoded = [encoder.row(e) for e in examples]
+    split = next((e.index for e, row in zip(examples, encoded) if row.later), None)
+    if split is not None:
+        raise ValueError(f"dataset row {split} is a conversation trained in pieces (its chat template re-renders its "
+                         "history), and a cache holds one sequence per row; score it with a teacher model or server, or "
+                         "pass --chat-template-kwargs (or a template) that keeps earlier turns as they were")
     prompts, extras = [row.prompt_ids for row in encoded], [row.extras for row in encoded]
     if job.generate:
         sampling = SamplingParams(job.sampling_temperature, 1.0, 0, job.max_new_tokens)

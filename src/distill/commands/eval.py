@@ -67,7 +67,8 @@ def run_eval(args) -> tuple[dict, tuple[Path, Path]]:
         check_context(teacher_model, "teacher", budget)
     against = comparison(method, tokenizer, student, teacher_model, teacher_tokenizer)
     encoder = offering_tools(config, model_kind_of(student).encoder(tokenizer, config.max_prompt_length,
-                                                                     config.eval_max_new_tokens, against.eos_ids, student))
+                                                                     config.eval_max_new_tokens, against.eos_ids, student,
+                                                                     config.chat_template_kwargs))
     settings = eval_settings(config, method, encoder, args.batch_size)
     teachers = assemble_teachers(location, EVAL, config, method, tokenizer, against, device,
                                  probe_ids=encoder.prompt(examples[0]).ids, teacher_model=teacher_model,

@@ -88,6 +88,17 @@ class RunFields:
                                   "to it too).")
     max_prompt_length: int = setting(256, "Prompts longer than this many tokens are truncated keeping their end "
                                      "(the count is logged).")
+    chat_template_kwargs: dict = setting({}, "Arguments of the student's chat template (`enable_thinking`, "
+                                         "`date_string`, whatever its template reads), given to every rendering of the "
+                                         "student's prompts and conversations: dataset rows, the tool-call loop's turns, "
+                                         "sampling, scoring, the evaluation, a teacher cache (the reference library's "
+                                         "name). YAML: a mapping; a flag: JSON, e.g. "
+                                         "--chat_template_kwargs '{\"enable_thinking\": false}'.")
+    teacher_chat_template_kwargs: dict | None = setting(None, "Arguments of the teacher's chat template where the teacher "
+                                                        "renders its own prompts: a teacher with another tokenizer "
+                                                        "(gold), a self-teacher's prompts and reprompts (sdft, sdpo). "
+                                                        "None: chat_template_kwargs. (A teacher with the student's "
+                                                        "tokenizer scores the student's rendering, with its arguments.)")
     sampling_temperature: float = setting(1.0, "Student sampling temperature for on-policy completions.")
     top_p: float = setting(1.0, "Student nucleus sampling.")
     top_k: int = setting(0, "Student top-k sampling (0 = off).")
@@ -225,6 +236,11 @@ class DistillConfig(RunFields, metaclass=_ComposedFromParts):
         locations, engines, features), so they sit above the parts and are reached through the registry (the
         catalogue registers them by import path): `import distill.config` stays a leaf (no torch, no method)."""
         return registry.config_rules()(self)
+
+    def teacher_template_kwargs(self) -> dict:
+        """The template arguments of a teacher that renders its own prompts: its own, else the student's."""
+        kwargs = self.chat_template_kwargs if self.teacher_chat_template_kwargs is None else self.teacher_chat_template_kwargs
+        return dict(kwargs)
 
     def resolved_student_init(self, student_given: bool) -> str:
         if self.student_init is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import re
 import types
 import typing
@@ -98,6 +99,8 @@ def coerce(config_class, name: str, value: Any, where: str = "config") -> Any:
         if optional:
             return None
         raise ValueError(f"{where}: field '{name}' cannot be empty")
+    if base is dict:
+        return mapping_value(name, value, where)
     try:
         if base is bool:
             if isinstance(value, bool):
@@ -121,6 +124,7 @@ def coerce(config_class, name: str, value: Any, where: str = "config") -> Any:
             if isinstance(value, str):
                 return [v.strip() for v in value.split(",") if v.strip()]
             return list(value)
+
         if base is str:
             if isinstance(value, dict) and name in ("teacher_url", "teacher_cache"):
                 return ",".join(f"{k}={v}" for k, v in value.items())
@@ -130,6 +134,21 @@ def coerce(config_class, name: str, value: Any, where: str = "config") -> Any:
     except (TypeError, ValueError):
         pass
     raise ValueError(f"{where}: field '{name}' expects {getattr(base, '__name__', base)}, got {value!r}")
+
+
+def mapping_value(name: str, value: Any, where: str) -> dict[str, Any] | None:
+    """A mapping field's value: a mapping (YAML), or its JSON text (a flag); keys are text. None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{where}: field '{name}' expects a mapping as JSON (e.g. '{{\"enable_thinking\": false}}'), "
+                             f"got {value!r} ({error.msg})") from None
+    if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+        raise ValueError(f"{where}: field '{name}' expects a mapping of names to values, got {value!r}")
+    return dict(value)
 
 
 def _is_optional(tp: Any) -> bool:

@@ -22,6 +22,7 @@ from distill.locations.registry import location_of, locations
 from distill.losses.checks import check_beta
 from distill.methods.base import Method, get_method
 from distill.models import parse_student_init
+from distill.rendering.base import check_template_kwargs
 from distill.training.runtime import check_device
 
 if TYPE_CHECKING:
@@ -73,6 +74,8 @@ def validate(config: DistillConfig):
         raise ValueError(f"adam_epsilon must be a finite number >= 0 (1e-8 is usual), got {config.adam_epsilon!r}")
     if not 0 <= config.seed < 2**32:
         raise ValueError(f"seed must be an integer in [0, 2**32), got {config.seed!r}")
+    for name in ("chat_template_kwargs", "teacher_chat_template_kwargs"):
+        check_template_kwargs(name, getattr(config, name))
     check_device(config.device)
     for tracker in [t.strip() for t in config.report_to.split(",") if t.strip()]:
         one_of("report_to", tracker, TRACKERS)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 CORE = Reads("every run", (
     "method", "dataset", "dataset_split", "output_dir", "overwrite_output_dir", "student", "student_init",
-    "max_new_tokens", "max_prompt_length", "generation_engine", "loss_chunk_size", "learning_rate", "weight_decay", "adam_beta1",
+    "max_new_tokens", "max_prompt_length", "chat_template_kwargs", "generation_engine", "loss_chunk_size", "learning_rate", "weight_decay", "adam_beta1",
     "adam_beta2", "adam_epsilon", "max_grad_norm", "lr_scheduler_type", "warmup_steps", "max_steps", "max_time_minutes",
     "per_device_train_batch_size", "gradient_accumulation_steps", "seed", "gradient_checkpointing", "use_peft", "fsdp", "device",
     "dtype", "logging_steps", "save_steps", "save_total_limit", "report_to", "progress_bar", "eval_before_after"))
@@ -42,8 +42,17 @@ def run_reads(sources: frozenset[str]) -> tuple[Reads, ...]:
         Reads("eval_before_after: true", ("eval_dataset", "eval_split", "eval_max_prompts", "eval_max_new_tokens",
                                           "eval_batch_size", "eval_examples"), lambda c: c.eval_before_after),
         Reads("a tracker (report_to other than none)", ("run_name",), lambda c: c.report_to.strip() not in ("", "none")),
+        Reads("a teacher that renders its own prompts (a method with another tokenizer's teacher, gold; or a "
+              "self-teacher, sdft and sdpo)", ("teacher_chat_template_kwargs",), renders_own_prompts),
         *location_reads(),
     )
+
+
+def renders_own_prompts(config: DistillConfig) -> bool:
+    """Whether the run's teacher renders prompts of its own (with `teacher_chat_template_kwargs`), rather than scoring
+    the student's rendering."""
+    method = get_method(config.method)
+    return method.cross_tokenizer or method.teacher == "self"
 
 
 def location_reads() -> tuple[Reads, ...]:

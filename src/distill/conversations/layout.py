@@ -6,6 +6,11 @@ turn, tool results, later user turns, the next turn's header). A `Layout` record
 environment segment, the messages it renders, so a teacher with another tokenizer can render the same conversation
 with its own template: the model's turns as the bytes the student wrote, the environment's turns as its template
 renders those messages (`distill.teachers.cross_tokenizer`). Plain values only, so a checkpoint keeps it.
+
+A conversation whose template re-renders its history (not prefix-preserving: `distill.rendering.conversation`) is
+trained in pieces, each its own prompt; a later piece's layout names the conversation's messages between the row's
+prompt and the piece (`history`: the model's turns as messages, the environment's), so another renderer (a
+cross-tokenizer teacher, a self-teacher's prompt) can render the context that piece was generated in.
 """
 
 from __future__ import annotations
@@ -36,11 +41,14 @@ class Span(NamedTuple):
 class Layout:
     """The segments of one completion, in order; `observation`: the text an environment's `reset` appended to the
     prompt's last user message (the student's prompt ids hold it; another tokenizer's rendering, and a self-teacher's
-    prompt, need the text); `reward`: what the environment's `get_reward` said at the end of the conversation."""
+    prompt, need the text); `reward`: what the environment's `get_reward` said at the end of the conversation;
+    `history`: for a later piece of a conversation (module docstring), the messages between the row's prompt and the
+    piece's first turn, which its prompt renders; empty for the first piece (its prompt is the row's)."""
 
     segments: tuple[Segment, ...]
     observation: str | None = None
     reward: float | None = None
+    history: tuple[dict[str, Any], ...] = ()
 
     @property
     def length(self) -> int:
@@ -62,7 +70,7 @@ class Layout:
                 break
             kept.append(Segment(min(segment.length, room), segment.assistant, segment.messages))
             room -= segment.length
-        return Layout(tuple(kept), self.observation, self.reward)
+        return Layout(tuple(kept), self.observation, self.reward, self.history)
 
     def final_turn(self, ids: list[int]) -> list[int]:
         """The ids of the model's last turn (what a reward or an evaluation reads as the answer)."""
@@ -83,14 +91,17 @@ class Layout:
         return "\n".join(part for part in parts if part)
 
     def to_plain(self) -> dict[str, Any]:
-        return {"segments": [[s.length, s.assistant, [dict(m) for m in s.messages]] for s in self.segments],
-                "observation": self.observation, "reward": self.reward}
+        plain: dict[str, Any] = {"segments": [[s.length, s.assistant, [dict(m) for m in s.messages]] for s in self.segments],
+                                 "observation": self.observation, "reward": self.reward}
+        if self.history:  # written only when there is one: a first piece's plain form is as it always was
+            plain["history"] = [dict(m) for m in self.history]
+        return plain
 
     @classmethod
     def from_plain(cls, plain: dict[str, Any]) -> "Layout":
         return cls(tuple(Segment(int(length), bool(assistant), tuple(dict(m) for m in messages))
                          for length, assistant, messages in plain["segments"]), plain.get("observation"),
-                   plain.get("reward"))
+                   plain.get("reward"), tuple(dict(m) for m in plain.get("history") or ()))
 
 
 def with_observation(prompt: str | list[dict[str, Any]], observation: str | None) -> str | list[dict[str, Any]]:
@@ -117,5 +128,6 @@ class LayoutBuilder:
         else:
             self.segments.append(Segment(length, assistant, tuple(messages)))
 
-    def layout(self, observation: str | None = None, reward: float | None = None) -> Layout:
-        return Layout(tuple(self.segments), observation, reward)
+    def layout(self, observation: str | None = None, reward: float | None = None,
+               history: tuple[dict[str, Any], ...] = ()) -> Layout:
+        return Layout(tuple(self.segments), observation, reward, history)

@@ -85,14 +85,17 @@ def template_prefixes(context: DoctorContext) -> list[Finding]:
 
     if getattr(context.tokenizer, "chat_template", None) is None:
         return []
-    problem = prefix_problem(context.tokenizer, context.eos_ids)
+    problem = prefix_problem(context.tokenizer, context.eos_ids, context.config.chat_template_kwargs)
     if problem is not None:
         conversation = ConversationFields.of(context.config)
         uses = any(e.is_conversation for e in context.examples) or bool(conversation.tools) or (
             conversation.environment is not None)
-        return [Finding("template_prefixes", "error" if uses else "warning", problem.split(". distill trains")[0],
-                        "for multi-turn rows and tool calls: a template that keeps earlier turns as they were rendered "
-                        "(e.g. one that keeps <think> blocks); single-turn runs are not affected")]
+        return [Finding("template_prefixes", "warning" if uses else "info",
+                        f"{problem}: a conversation is trained in pieces, a new one at each turn whose context the "
+                        "template re-renders, each with that context as its prompt (every turn trained in the context "
+                        "it was generated in; each piece re-reads its history, which costs forward passes)",
+                        "nothing to fix for correctness; for speed, a template (or chat_template_kwargs) that keeps "
+                        "earlier turns as they were rendered makes each conversation one sequence")]
     return []
 
 
@@ -104,7 +107,8 @@ def thinking_boundary(context: DoctorContext) -> list[Finding]:
         return []
     from distill.rendering.probes import generation_prompt
 
-    student, teacher = generation_prompt(context.tokenizer), generation_prompt(context.teacher_tokenizer)
+    student = generation_prompt(context.tokenizer, context.config.chat_template_kwargs)
+    teacher = generation_prompt(context.teacher_tokenizer, context.config.teacher_template_kwargs())
     if student is None or teacher is None or ("<think>" in student) == ("<think>" in teacher):
         return []
     opens, other = ("teacher", "student") if "<think>" in teacher else ("student", "teacher")
@@ -239,7 +243,7 @@ def tool_format(context: DoctorContext) -> list[Finding]:
         e.tools is not None for e in context.examples)
     if not uses_tools or getattr(context.tokenizer, "chat_template", None) is None:
         return []
-    if renders_tool_calls(context.tokenizer):
+    if renders_tool_calls(context.tokenizer, context.config.chat_template_kwargs):
         return [Finding("tool_format", "info", "the chat template renders `tool_calls` and `tools` itself: calls are "
                         "parsed as <tool_call> JSON blocks, which the model must write for a call to run")]
     return [Finding("tool_format", "info",

@@ -150,12 +150,14 @@ def _sample(generate, prompts, settings: EvalSettings, device, greedy: bool) -> 
 @dataclass(frozen=True)
 class Sample:
     """One sampled completion to score: the prompt it followed (with an environment's observation), its ids, and a
-    conversation's trained mask and layout (None for a single answer)."""
+    conversation's trained mask and layout (None for a single answer); `later`: a conversation's later pieces, where
+    its template re-renders its history (each scored in its own context)."""
 
     prompt_ids: list[int]
     ids: list[int]
     trained: tuple[bool, ...] | None = None
     layout: Layout | None = None
+    later: tuple["Sample", ...] = ()
 
 
 class Evaluator:
@@ -183,8 +185,9 @@ class Evaluator:
             self.settings.tool_loop.close()
 
     def _completions(self, samples: list[Sample], source: str) -> list[Completion]:
-        return [Completion(s.prompt_ids, s.ids, source, example=e, extras=x, trained_mask=s.trained, layout=s.layout)
-                for s, e, x in zip(samples, self.examples, self.extras)]
+        return [Completion(p.prompt_ids, p.ids, source, example=e, extras=x, trained_mask=p.trained, layout=p.layout,
+                           piece=k)
+                for s, e, x in zip(samples, self.examples, self.extras) for k, p in enumerate((s, *s.later))]
 
     def _teacher_generate(self, prompts, sampling, batch_size, seeds):
         return self.teacher.generate(prompts, sampling, batch_size, examples=self.examples[: len(prompts)], seeds=seeds,
@@ -203,7 +206,7 @@ class Evaluator:
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(self.settings.seed)
             trajectories, followed = self._conversations(generate, greedy=False)
-        return [Sample(p, t.ids, tuple(t.trained), t.layout) for p, t in zip(followed, trajectories)]
+        return [_conversation_sample(t.sample(p, with_log_probs=False)) for p, t in zip(followed, trajectories)]
 
     def _conversations(self, generate, greedy: bool):
         """(trajectories, the prompts they followed) of every prompt through the tool-call loop; each turn seeded per
@@ -230,7 +233,7 @@ class Evaluator:
             return GreedyAnswers(texts, texts)
         trajectories, _ = self._conversations(generate, greedy=True)
         finals = [self.decode(_last_run(t.ids, t.trained)) for t in trajectories]
-        return GreedyAnswers(finals, [self.decode(t.ids) for t in trajectories], tool_use(trajectories))
+        return GreedyAnswers(finals, [self.decode(_conversation_ids(t)) for t in trajectories], tool_use(trajectories))
 
     def teacher_answers(self) -> list[str | None]:
         """Greedy teacher answers to the shown prompts, or None for each when the teacher only scores (a server)."""
@@ -250,7 +253,8 @@ class Evaluator:
 
     def sample_text(self, sample: Sample) -> str:
         """The answer a sample gives: its text, or a conversation's last assistant turn."""
-        return self.decode(sample.ids if sample.trained is None else _last_run(sample.ids, list(sample.trained)))
+        last = sample.later[-1] if sample.later else sample  # a conversation's answer is in its last piece
+        return self.decode(last.ids if last.trained is None else _last_run(last.ids, list(last.trained)))
 
     def teacher_tool_use(self) -> dict | None:
         """The teacher's greedy conversations' tool statistics (with tools, a teacher that generates), or None."""
@@ -363,6 +367,22 @@ def report_markdown(report: dict) -> str:
                 lines.append(f"- *{key.replace('_', ' ')}:* {value!r}")
         lines.append("")
     return "\n".join(lines)
+
+
+def _conversation_ids(trajectory) -> list[int]:
+    """A trajectory's conversation after its prompt: its ids, or for one in pieces its last piece's context from
+    where it leaves the row's prompt, then that piece's ids (the whole conversation as the template last rendered it)."""
+    first, last = trajectory.pieces[0], trajectory.pieces[-1]
+    if last is first:
+        return list(first.ids)
+    common = next((k for k, (a, b) in enumerate(zip(first.prompt, last.prompt)) if a != b), len(first.prompt))
+    return last.prompt[common:] + last.ids
+
+
+def _conversation_sample(sample) -> Sample:
+    """A sampled conversation (`distill.generation.sample.Sample`, its later pieces too) as the evaluation scores it."""
+    return Sample(sample.prompt_ids, sample.ids, sample.trained, sample.layout,
+                  tuple(_conversation_sample(piece) for piece in sample.later))
 
 
 def _last_run(ids: list[int], trained: list[bool]) -> list[int]:

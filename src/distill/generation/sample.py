@@ -11,7 +11,7 @@ producer's state, which also reads the formats written before it (module functio
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from distill.conversations.layout import Layout
@@ -30,6 +30,9 @@ class Sample:
     prompt_ids: the prompt it followed when not the row's own (an environment's observation appended), or None.
     layout: a conversation's model and environment segments (`distill.conversations.layout`), or None.
     weights_version: the student weights that sampled it (optimizer steps applied), where the sampler records it.
+    later: a conversation whose template re-renders its history: its later pieces, each a sample of its own with the
+        context its first turn was sampled in as `prompt_ids` (`distill.rendering.conversation`); this one is the
+        first piece. Empty otherwise.
     """
 
     ids: list[int]
@@ -39,6 +42,11 @@ class Sample:
     prompt_ids: list[int] | None = None
     layout: Layout | None = None
     weights_version: int | None = None
+    later: tuple["Sample", ...] = ()
+
+    def pieces(self) -> tuple["Sample", ...]:
+        """This sample and its later pieces, each without pieces of its own."""
+        return (replace(self, later=()), *self.later) if self.later else (self,)
 
 
 def sample_to_plain(sample: Sample) -> dict[str, Any]:
@@ -47,7 +55,8 @@ def sample_to_plain(sample: Sample) -> dict[str, Any]:
             "version": sample.weights_version,
             "trained": None if sample.trained is None else [bool(flag) for flag in sample.trained],
             "prompt": None if sample.prompt_ids is None else list(sample.prompt_ids),
-            "layout": None if sample.layout is None else sample.layout.to_plain()}
+            "layout": None if sample.layout is None else sample.layout.to_plain(),
+            **({"later": [sample_to_plain(piece) for piece in sample.later]} if sample.later else {})}
 
 
 def sample_from_plain(plain: dict[str, Any] | list | tuple) -> Sample:
@@ -63,4 +72,5 @@ def sample_from_plain(plain: dict[str, Any] | list | tuple) -> Sample:
                   None if trained is None else tuple(bool(flag) for flag in trained),
                   None if prompt is None else [int(t) for t in prompt],
                   Layout.from_plain(layout) if layout else None,
-                  None if plain.get("version") is None else int(plain["version"]))
+                  None if plain.get("version") is None else int(plain["version"]),
+                  tuple(sample_from_plain(piece) for piece in plain.get("later") or ()))

@@ -74,7 +74,8 @@ class StudentOnlyLocation(TeacherLocation):
         if request.purpose != "train":
             return Teachers(eval=self._initial_model(request))
         encoder = offering_tools(config, model_kind_of(request.student).encoder(
-            request.tokenizer, own.max_teacher_prompt_length, config.max_new_tokens, request.eos_ids, request.student))
+            request.tokenizer, own.max_teacher_prompt_length, config.max_new_tokens, request.eos_ids, request.student,
+            config.teacher_template_kwargs()))
         prompts = TeacherPrompts(encoder, own.teacher_prompt_template)
 
         def self_teacher(kind: str) -> SelfTeacher:
@@ -95,7 +96,8 @@ class StudentOnlyLocation(TeacherLocation):
         check_context(initial, "teacher (the run's initial model)",
                       {"max_teacher_prompt_length": own.max_teacher_prompt_length, "max_new_tokens": max_new_tokens})
         encoder = offering_tools(config, model_kind_of(initial).encoder(tokenizer, own.max_teacher_prompt_length, max_new_tokens,
-                                                                        request.eos_ids, initial))
+                                                                        request.eos_ids, initial,
+                                                                        config.teacher_template_kwargs()))
         prompts = TeacherPrompts(encoder, own.teacher_prompt_template)
         # "live" on a model that never trains is its initial weights, without the copy "base" would make.
         return SelfTeacher("live", initial.eval(), prompts, request.vocab_size, request.eos_ids, tokenizer.pad_token_id,

@@ -123,7 +123,8 @@ def cross_tokenizer_server_teacher(settings: ServerSettings, config: DistillConf
                                    own.teacher_hidden_dtype)
     settings_uld = uld_settings(config, request.tokenizer, teacher_tokenizer, request.vocab_size, len(teacher_tokenizer))
     return CrossTokenizerTeacher(None, teacher_tokenizer, request.tokenizer, request.eos_ids, config.max_prompt_length,
-                                 settings_uld, request.device, remote=remote, offered_tools=offered_schemas(config))
+                                 settings_uld, request.device, remote=remote, offered_tools=offered_schemas(config),
+                                 template_kwargs=config.teacher_template_kwargs())
 
 
 def server_settings(config: DistillConfig, url: str) -> ServerSettings:

@@ -164,11 +164,14 @@ class TeacherPrompts:
         check_template(template, "teacher_prompt_template")
         self.renderer, self.template = renderer, template
 
-    def ids(self, example: Example, context: Value | None = None, observation: str | None = None) -> RowPrompt:
+    def ids(self, example: Example, context: Value | None = None, observation: str | None = None,
+            history: tuple[dict, ...] = ()) -> RowPrompt:
         """`example`'s teacher prompt in the renderer's ids (and its own image inputs when it shows other images than
         the row's prompt: the privileged context's); `context` replaces the example's own privileged context when
-        given; `observation`: an environment's text after the prompt, as the student saw it. The row's tools are
-        shown as in the student's prompt."""
+        given; `observation`: an environment's text after the prompt, as the student saw it; `history`: a later
+        piece's conversation after the prompt (`Layout.history`). The row's tools are shown as in the student's
+        prompt."""
         context = context if context is not None else example.privileged_context
         prompt = example.prompt if context is None else for_row(example, lambda: fill(self.template, example.prompt, context))
-        return self.renderer.prompt(example, prompt, images=shown_images(example, context), observation=observation)
+        return self.renderer.prompt(example, prompt, images=shown_images(example, context), observation=observation,
+                                    history=history)

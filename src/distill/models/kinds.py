@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
 from torch import nn
@@ -39,11 +39,12 @@ class ModelKind(ABC):
         """Whether `model` is of this kind."""
 
     def encoder(self, tokenizer, max_prompt_length: int, max_new_tokens: int, eos_ids: list[int],
-                model: nn.Module | None = None) -> Renderer:
-        """The renderer of this kind for `model` (its `extras(example)` gives a row's inputs beyond the ids)."""
+                model: nn.Module | None = None, template_kwargs: Mapping[str, Any] | None = None) -> Renderer:
+        """The renderer of this kind for `model` (its `extras(example)` gives a row's inputs beyond the ids);
+        `template_kwargs`: the chat template's arguments, given to every rendering it makes."""
         from distill.rendering.text import TextRenderer  # rendering sits beside models and imports their leaves
 
-        return TextRenderer(tokenizer, max_prompt_length, max_new_tokens, eos_ids)
+        return TextRenderer(tokenizer, max_prompt_length, max_new_tokens, eos_ids, template_kwargs)
 
     def forward_inputs(self, model: nn.Module, input_ids: torch.Tensor,
                        extras: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -81,12 +82,12 @@ class VisionLanguage(ModelKind):
     def applies(self, model: nn.Module) -> bool:
         return is_vision_language(unwrapped(model))
 
-    def encoder(self, tokenizer, max_prompt_length, max_new_tokens, eos_ids, model=None) -> Renderer:
+    def encoder(self, tokenizer, max_prompt_length, max_new_tokens, eos_ids, model=None, template_kwargs=None) -> Renderer:
         from distill.rendering.images import ImageRenderer
 
         if model is None:
             raise ValueError("the vision_language kind builds its encoder from the model's processor; pass the model")
-        return ImageRenderer(tokenizer, processor_of(model), max_prompt_length, max_new_tokens, eos_ids)
+        return ImageRenderer(tokenizer, processor_of(model), max_prompt_length, max_new_tokens, eos_ids, template_kwargs)
 
     def forward_inputs(self, model, input_ids, extras):
         """The batch's image inputs, none when the batch shows no image (a vision tower run on no image fails in

@@ -8,7 +8,7 @@ all call these entry points and nothing else, so a template quirk or a new modal
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
     from distill.data import EncodedExample, Example, RowPrompt
@@ -17,18 +17,41 @@ if TYPE_CHECKING:
     from distill.rendering.environment import EnvironmentTurns
 
 
+# What distill gives `apply_chat_template` itself (or what changes what it returns): not a template's own argument.
+RESERVED_TEMPLATE_ARGUMENTS = ("conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
+                               "continue_final_message", "tokenize", "padding", "truncation", "max_length",
+                               "return_tensors", "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs")
+
+
+def check_template_kwargs(name: str, kwargs: Mapping[str, Any] | None) -> None:
+    """A run's template arguments (`name`: the config field): a mapping of a template's own arguments, none of them
+    one distill passes itself (`RESERVED_TEMPLATE_ARGUMENTS`); raises ValueError naming the field and the key."""
+    if kwargs is None:
+        return
+    for key in kwargs:
+        if key in RESERVED_TEMPLATE_ARGUMENTS:
+            what = ("the run's tools (`tools`, or the rows' `tools` column)" if key == "tools"
+                    else "distill's own rendering")
+            raise ValueError(f"{name}: {key!r} is set by {what}, not a template argument; remove it (template arguments "
+                             "are what the chat template itself reads, e.g. enable_thinking)")
+
+
 class Renderer(ABC):
     """One model's rendering of rows: its tokenizer (and processor), its budgets, its end-of-turn ids.
 
     `max_prompt_length`: prompt tokens kept (a longer prompt keeps its end); `max_new_tokens`: completion tokens
     kept; `eos_token_ids`: the ids that end a completion, the first appended to a dataset's answer;
-    `offered_tools`: the run's tools' JSON schemas, shown to rows without a `tools` column."""
+    `offered_tools`: the run's tools' JSON schemas, shown to rows without a `tools` column; `template_kwargs`: the
+    chat template's own arguments (`enable_thinking`, ...), given to every rendering this renderer makes, so no
+    caller passes them (a run's `chat_template_kwargs` for the student, `teacher_chat_template_kwargs` for a
+    teacher that renders its own prompts)."""
 
     tokenizer: Any  # a transformers tokenizer (a processor's, for a vision-language model)
     max_prompt_length: int
     max_new_tokens: int
     eos_token_ids: list[int]
     offered_tools: list[dict] | None
+    template_kwargs: dict[str, Any]
 
     @abstractmethod
     def row(self, example: Example) -> EncodedExample:
@@ -37,10 +60,11 @@ class Renderer(ABC):
 
     @abstractmethod
     def prompt(self, example: Example, prompt: str | list[dict] | None = None, *, images: tuple[ImageRef, ...] = (),
-               observation: str | None = None) -> RowPrompt:
+               observation: str | None = None, history: tuple[dict, ...] = ()) -> RowPrompt:
         """A prompt of `example`'s row in this model's ids, shown with the row's tools: its own prompt, or `prompt`
         (a self-teacher's prompt with privileged context, an sdpo reprompt) showing `images`; `observation`: an
-        environment's text after the prompt's last message, as the student saw it."""
+        environment's text after the prompt's last message, as the student saw it; `history`: the messages after
+        the prompt that a later piece of a conversation was generated after (`Layout.history`)."""
 
     @abstractmethod
     def extras(self, example: Example) -> RowExtras:
@@ -60,4 +84,5 @@ class Renderer(ABC):
 
     @abstractmethod
     def environment_turns(self) -> EnvironmentTurns:
-        """The template's environment turns (what follows an assistant's end of turn), checked to preserve prefixes."""
+        """The template's environment turns (what follows an assistant's end of turn, or the conversation re-rendered
+        where the template re-renders its history)."""

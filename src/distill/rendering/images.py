@@ -20,6 +20,8 @@ How a row with images becomes inputs:
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import torch
 
 from distill.conversations.layout import with_observation
@@ -35,8 +37,9 @@ class ImageRenderer(TextRenderer):
     """Rows with images in a vision-language model's ids and inputs (module docstring); rows without images as
     a `TextRenderer` does, with empty image inputs (so that rows with and without images share a batch)."""
 
-    def __init__(self, tokenizer, processor, max_prompt_length: int, max_new_tokens: int, eos_token_ids: list[int]):
-        super().__init__(tokenizer, max_prompt_length, max_new_tokens, eos_token_ids)
+    def __init__(self, tokenizer, processor, max_prompt_length: int, max_new_tokens: int, eos_token_ids: list[int],
+                 template_kwargs: Mapping[str, Any] | None = None):
+        super().__init__(tokenizer, max_prompt_length, max_new_tokens, eos_token_ids, template_kwargs)
         self.processor = processor
         # What a row without images carries: each input with no image in it, of the right trailing shape and dtype.
         self.empty = image_inputs(processor, [])
@@ -52,9 +55,11 @@ class ImageRenderer(TextRenderer):
                 raise ValueError("a prompt with images and tools is not supported yet")
             template = getattr(self.processor, "chat_template", None)
             if template:
-                return self.processor.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+                return self.processor.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True,
+                                                          **self.template_kwargs)
             self._check_template()
-            return self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+            return self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True,
+                                                      **self.template_kwargs)
         return super().render(prompt, tools)
 
     def row(self, example: Example) -> EncodedExample:
@@ -74,11 +79,12 @@ class ImageRenderer(TextRenderer):
         return EncodedExample(ids, False, completion, self._deferred(example.index, text, example.images, ids))
 
     def prompt(self, example: Example, prompt: str | list[dict] | None = None, *, images: tuple[ImageRef, ...] = (),
-               observation: str | None = None) -> RowPrompt:
+               observation: str | None = None, history: tuple[dict, ...] = ()) -> RowPrompt:
         """A prompt of the row (a self-teacher's) showing `images`: its placeholders expanded for them (never cut).
-        Its image inputs are the row's own (`extras`) when it shows the row's images, else its own."""
+        Its image inputs are the row's own (`extras`) when it shows the row's images, else its own. (A conversation's
+        later piece, `history`, shows no images: a row with images is not a conversation.)"""
         if not images:
-            return super().prompt(example, prompt, observation=observation)
+            return super().prompt(example, prompt, observation=observation, history=history)
         shown = with_observation(example.prompt if prompt is None else prompt, observation)
         encoded = self.row(Example(example.index, shown, None, images=images))
         same = len(images) == len(example.images) and all(a is b for a, b in zip(images, example.images))

@@ -65,7 +65,8 @@ def model_teacher(model: nn.Module, tokenizer, student_tokenizer, *, cross_token
         return LocalTeacher(model, vocab_size, student_eos_ids, student_tokenizer.pad_token_id, device)
     settings = uld_settings(uld_config, student_tokenizer, tokenizer, vocab_size, len(tokenizer))
     return CrossTokenizerTeacher(model, tokenizer, student_tokenizer, student_eos_ids, max_prompt_length, settings, device,
-                                 offered_tools=offered_schemas(uld_config) if uld_config is not None else None)
+                                 offered_tools=offered_schemas(uld_config) if uld_config is not None else None,
+                                 template_kwargs=uld_config.teacher_template_kwargs() if uld_config is not None else None)
 
 
 def server_teacher(settings: ServerSettings, tokenizer, vocab_size: int, temperature: float, probe_ids: list[int]) -> ServerTeacher:
@@ -120,8 +121,14 @@ def use_cached_completions(teacher, examples, encoded) -> None:
         if example.index not in cache:
             raise ValueError(f"teacher_cache {cache.directory} has no entry for dataset row {example.index}: was it made "
                              "from this dataset and split?")
+        if one.later:
+            raise ValueError(f"teacher_cache {cache.directory}: dataset row {example.index} is a conversation trained in "
+                             f"{len(one.later) + 1} pieces (its chat template re-renders its history), and a cache holds "
+                             "one sequence per row; score it with a teacher model or server, or use a chat template "
+                             "(chat_template_kwargs) that keeps earlier turns as they were")
         entry = cache.get(example.index)
         if entry.prompt_crc != prompt_crc(one.prompt_ids, example.images):
             raise ValueError(f"teacher_cache {cache.directory}: dataset row {example.index} has another prompt than the one "
-                             "the cache scored (another dataset, split, chat template, max_prompt_length, or other images?)")
+                             "the cache scored (another dataset, split, chat template or chat_template_kwargs, "
+                             "max_prompt_length, or other images?)")
         one.completion_ids = entry.tokens.tolist()

@@ -19,6 +19,9 @@ prompt with its own template (the run's tools as that template shows them, an en
 the model's turns as the bytes the student wrote (its tool calls included, as text: the teacher scores what the
 student wrote), and the environment's turns between them as the teacher's template renders their messages. Only
 the model's turns are aligned: the environment's bytes, spelled differently by the two templates, are in no group.
+A later piece of a conversation (the student's template re-renders its history) is scored with the teacher's own
+rendering of the conversation before it (`Layout.history`) as its prompt. The teacher's template renders each
+environment segment on its own, so it must preserve prefixes (refused at the first conversation otherwise).
 
 The teacher's forward pass runs here (a model) or on a `distill serve-teacher` that sends its final hidden
 states (`remote`, `teacher_payload: hidden`): the alignment, the group prefixes and the head are computed here
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import codecs
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
 from torch import nn
@@ -114,10 +117,12 @@ class CrossTokenizerTeacher(Teacher):
     head: LogitHead  # always held: the model's, or the remote teacher's (fetched when it was checked)
 
     def __init__(self, model: nn.Module | None, tokenizer, student_tokenizer, student_eos_ids: list[int], max_prompt_length: int,
-                 settings: ULDSettings, device: torch.device, remote=None, offered_tools: list[dict] | None = None):
+                 settings: ULDSettings, device: torch.device, remote=None, offered_tools: list[dict] | None = None,
+                 template_kwargs: Mapping[str, Any] | None = None):
         """`model`: the teacher on this process; or None and `remote`, a checked `HiddenStateServerTeacher` of
         the teacher's vocabulary (its head held here). `offered_tools`: the run's tools' schemas, shown in the
-        teacher's prompts as its template shows tools (rows with a `tools` column show their own)."""
+        teacher's prompts as its template shows tools (rows with a `tools` column show their own);
+        `template_kwargs`: its chat template's arguments (the run's `teacher_chat_template_kwargs`)."""
         self.student_bytes = TokenBytes.from_tokenizer(student_tokenizer, "student")
         self.teacher_bytes = TokenBytes.from_tokenizer(tokenizer, "teacher")
         self.model = model.eval().requires_grad_(False) if model is not None else None
@@ -138,7 +143,7 @@ class CrossTokenizerTeacher(Teacher):
         self.student_eos_ids = list(student_eos_ids)
         # The teacher's own kind renders its prompts: a vision-language teacher its images through its own processor.
         # (A teacher on a server renders as a text model: its kind is `causal_lm`.)
-        renderer = model_kind_of(model).encoder(tokenizer, max_prompt_length, 1, self.eos_ids, model)
+        renderer = model_kind_of(model).encoder(tokenizer, max_prompt_length, 1, self.eos_ids, model, template_kwargs)
         self.renderer = renderer.offering(offered_tools)
         self._environment: EnvironmentTurns | None = None
         self.settings = settings
@@ -148,12 +153,14 @@ class CrossTokenizerTeacher(Teacher):
         self.same_vocabulary = tokenizer.get_vocab() == student_tokenizer.get_vocab()
 
     # ------------------------------------------------------------------------------------ mapping --
-    def prompt_ids(self, example: Example, observation: str | None = None) -> list[int]:
+    def prompt_ids(self, example: Example, observation: str | None = None, history: tuple[dict, ...] = ()) -> list[int]:
         """The teacher's own rendering of the prompt (chat template, its tools, special tokens kept), end kept;
-        `observation`: an environment's text after the last user message, as the student's prompt had it."""
-        return self.prompt_inputs(example, observation)[0]
+        `observation`: an environment's text after the last user message, as the student's prompt had it;
+        `history`: a later piece's conversation after the prompt (`Layout.history`), as its template renders it."""
+        return self.prompt_inputs(example, observation, history)[0]
 
-    def prompt_inputs(self, example: Example, observation: str | None = None) -> tuple[list[int], RowExtras]:
+    def prompt_inputs(self, example: Example, observation: str | None = None,
+                      history: tuple[dict, ...] = ()) -> tuple[list[int], RowExtras]:
         """(`prompt_ids`, the teacher's image inputs for them): a row's images through the teacher's own processor,
         its image tokens expanded in its own ids."""
         if example.images:
@@ -162,15 +169,22 @@ class CrossTokenizerTeacher(Teacher):
                                  "images yet; run the teacher in this process")
             encoded = self.renderer.row(replace(example, completion=None, turns=None))
             return encoded.prompt_ids, encoded.extras
-        return self.renderer.prompt(example, observation=observation).ids, self.renderer.extras(example)
+        return self.renderer.prompt(example, observation=observation, history=history).ids, self.renderer.extras(example)
 
     def environment(self) -> EnvironmentTurns:
-        """The teacher template's environment turns (made once; checked to preserve prefixes)."""
+        """The teacher template's environment turns (made once; checked to preserve prefixes: each environment segment
+        is rendered on its own, after the student's turn as the teacher's template shows it)."""
         if self._environment is None:
             if not self.eos_ids:
                 raise ValueError("the teacher's tokenizer has no EOS token, so its template's turns cannot be told apart "
                                  "in a conversation; give it one (eos_token in its tokenizer config)")
-            self._environment = self.renderer.environment_turns()
+            environment = self.renderer.environment_turns()
+            if environment.problem is not None:
+                raise ValueError(f"the teacher's chat template: {environment.problem}. A teacher with another tokenizer "
+                                 "renders the environment's turns between the student's on its own, which needs a teacher "
+                                 "template that preserves prefixes (e.g. save the teacher's tokenizer with such a template, "
+                                 "or pass teacher_chat_template_kwargs that make it one)")
+            self._environment = environment
         return self._environment
 
     def map_completion(self, example: Example, student_ids: list[int], layout: Layout | None = None) -> MappedCompletion:
@@ -179,7 +193,8 @@ class CrossTokenizerTeacher(Teacher):
         A conversation (`layout`): each of the model's turns is mapped as a completion of its own, the environment's
         turns between them are rendered by the teacher's template from their messages (the student's environment ids
         are never mapped, so no group covers them); nothing after the last model turn is scored."""
-        prompt, extras = self.prompt_inputs(example, None if layout is None else layout.observation)
+        prompt, extras = self.prompt_inputs(example, None if layout is None else layout.observation,
+                                            () if layout is None else layout.history)
         if layout is None:
             completion, groups = self._map_turn(student_ids)
             return MappedCompletion(prompt, completion, groups, extras)

@@ -103,10 +103,11 @@ class SelfTeacher(Teacher):
         finally:
             self.student.train(was_training)
 
-    def teacher_prompt(self, example: Example, observation: str | None = None) -> RowPrompt:
-        """The example's teacher prompt (with an environment's `observation`, as the student's prompt had it): its
-        ids, whether they were cut, and its own image inputs when it shows images the row's prompt does not."""
-        return self.prompts.ids(example, observation=observation)
+    def teacher_prompt(self, example: Example, observation: str | None = None, history: tuple[dict, ...] = ()) -> RowPrompt:
+        """The example's teacher prompt (with an environment's `observation`, as the student's prompt had it, and a
+        later piece's `history`): its ids, whether they were cut, and its own image inputs when it shows images the
+        row's prompt does not."""
+        return self.prompts.ids(example, observation=observation, history=history)
 
     def score(self, batch: MicroBatch, temperature: float) -> SelfSignal:
         """The teacher's hidden states at the trained positions of `batch`, after each row's teacher prompt:
@@ -141,7 +142,9 @@ class SelfTeacher(Teacher):
         if prompt is None:
             if completion.example is None:
                 raise ValueError("a self-teacher needs each completion's dataset example (its prompt and privileged context)")
-            prompt = self.teacher_prompt(completion.example, None if completion.layout is None else completion.layout.observation)
+            layout = completion.layout
+            prompt = self.teacher_prompt(completion.example, None if layout is None else layout.observation,
+                                         () if layout is None else layout.history)
         extras = completion.extras if prompt.extras is None else prompt.extras
         row = Completion(prompt.ids, completion.completion_ids, completion.source, trained_mask=completion.mask, extras=extras)
         return row, prompt.truncated

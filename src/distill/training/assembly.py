@@ -164,7 +164,8 @@ def prepare_models(config: DistillConfig, method: Method, location: TeacherLocat
     lora = dict(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                 target_modules=list(config.lora_target_modules)) if config.use_peft else None
     student = prepare_student(student, config.gradient_checkpointing, lora, VisionFields.of(config).train_vision_tower)
-    encoder = model_kind_of(student).encoder(tokenizer, config.max_prompt_length, config.max_new_tokens, eos_ids, student)
+    encoder = model_kind_of(student).encoder(tokenizer, config.max_prompt_length, config.max_new_tokens, eos_ids, student,
+                                             config.chat_template_kwargs)
     encoder = offering_tools(config, encoder)
     encoded = [encoder.row(e) for e in train_examples]
     teachers = assemble_teachers(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 import torch.distributed as dist
 
+from distill.batch import by_row
 from distill.losses import STAT_NAMES, all_reduce_sum
 from distill.objectives.staleness import STALENESS_MAXIMA, STALENESS_METRICS, STALENESS_MINIMA
 from distill.training.plan import ASYNC_TIMERS, SOURCES
@@ -125,11 +126,12 @@ def record_micro_batch(window: MetricWindow, mb, out, log_step: bool, method: Me
     loss_sum = float(out.loss_sum.detach())
     window.add_mean("loss", loss_sum, tokens)
     window.add_mean(f"loss/{mb.source}", loss_sum, tokens)
-    lengths = [len(c.completion_ids) for c in mb.completions]
+    rows = by_row(mb.completions)  # a conversation in pieces is one row: its pieces' completions together
+    lengths = [sum(len(c.completion_ids) for c in row) for row in rows]
     for name in ("completion_length", f"completion_length/{mb.source}"):
         window.add_mean(name, sum(lengths), len(lengths))
         window.add_max(f"{name}_max", max(lengths))
-    window.add_mean("clipped_ratio", sum(c.hit_max_new_tokens for c in mb.completions), len(lengths))
+    window.add_mean("clipped_ratio", sum(any(c.hit_max_new_tokens for c in row) for row in rows), len(lengths))
     window.add_sum("prompts_truncated", sum(c.prompt_truncated for c in mb.completions))
     window.add_sum(f"micro_batches/{mb.source}", 1)
     for teacher_id, (group_loss, group_tokens) in (out.groups or {}).items():

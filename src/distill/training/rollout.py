@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from distill.batch import MicroBatch, collate
 from distill.generation.sample import sample_from_plain, sample_to_plain
-from distill.training.completions import sample_of
+from distill.training.completions import samples_of
 from distill.training.rollout_parts import ComposedRollout, RolloutParts
 
 
@@ -54,7 +54,8 @@ class StepRollout(ComposedRollout):
         if self._reused is None:
             return {}
         first, batches = self._reused
-        return {"step": first, "batches": [[sample_to_plain(sample_of(c)) for c in mb.completions] for mb in batches]}
+        return {"step": first, "batches": [[sample_to_plain(sample) for sample in samples_of(mb.completions)]
+                                           for mb in batches]}
 
     def load_state_dict(self, state: dict) -> None:
         if not state:
@@ -70,9 +71,9 @@ class StepRollout(ComposedRollout):
         for source, group, saved in zip(sources, groups, state["batches"]):
             samples = [sample_from_plain(plain) for plain in saved]
             # A checkpoint from before weights versions were recorded: the student sampled at the rollout's step.
-            completions = [self.parts.assembler.completion(
+            completions = [completion for j, sample in zip(group, samples) for completion in self.parts.assembler.completions(
                 j, source, sample, sample.weights_version if sample.weights_version is not None
-                else first if source == "student" else None) for j, sample in zip(group, samples)]
+                else first if source == "student" else None)]
             batches.append(collate(completions, source, self.parts.assembler.pad_id))
         self._reused = (first, batches)
         self.parts.stage.new_rollout(restored=True)  # restored completions are staged again when first used

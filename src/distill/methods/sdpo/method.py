@@ -198,7 +198,8 @@ class SDPO(Method):
         reprompts = None
         if distils(config):
             encoder = offering_tools(config, model_kind_of(parts.student).encoder(
-                parts.tokenizer, sdpo.max_reprompt_length, config.max_new_tokens, parts.eos_ids, parts.student))
+                parts.tokenizer, sdpo.max_reprompt_length, config.max_new_tokens, parts.eos_ids, parts.student,
+                config.teacher_template_kwargs()))
             reprompts = Reprompts(encoder, sdpo.reprompt_template, sdpo.solution_template, sdpo.feedback_template)
         return RewardStage(rewards(config), settings, reprompts, parts.tokenizer, parts.runtime, parts.first_row)
 

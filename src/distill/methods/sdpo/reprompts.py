@@ -43,9 +43,10 @@ class Reprompts:
         return for_row(example, lambda: fill_fields(self.template, example.prompt, solution=solution, feedback=shown))
 
     def ids(self, example: Example, demonstration: str | None, feedback: Value | None,
-            observation: str | None = None) -> RowPrompt:
+            observation: str | None = None, history: tuple[dict, ...] = ()) -> RowPrompt:
         """The reprompt in the renderer's ids (truncated keeping its end; its own image inputs when it shows the
         privileged context's images); `observation`: an environment's text after the prompt, as the student saw
-        it; the row's tools are shown as in the student's prompt."""
+        it; `history`: a later piece's conversation after the prompt (`Layout.history`); the row's tools are shown
+        as in the student's prompt."""
         return self.renderer.prompt(example, self.text(example, demonstration, feedback),
-                                    images=shown_images(example, feedback), observation=observation)
+                                    images=shown_images(example, feedback), observation=observation, history=history)

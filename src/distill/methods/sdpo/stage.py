@@ -5,7 +5,8 @@ It runs once per rollout, on every process at once (`distill.training.plan.StepS
   1. each process scores its own completions with the reward functions (`distill.methods.sdpo.rewards`); a failure on
      any process stops every process with the `RewardFunctionError` (the trainer checkpoints first). A conversation
      (the tool-call loop's) is scored on its last model turn (the answer, not a tool result that holds it), plus its
-     environment's own reward when the environment defines `get_reward`;
+     environment's own reward when the environment defines `get_reward`; one trained in pieces (its template
+     re-renders its history) is one rollout, its advantage and reprompt given to every piece;
   2. the rewards and completion ids of the whole step are gathered from every process (one all-gather),
      so a group spread over micro-batches and processes is whole everywhere (`StepSampler`: global row r is
      in group r // G);
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from distill.batch import Annotation, Completion, MicroBatch
+from distill.batch import Annotation, Completion, MicroBatch, by_row
 from distill.data import Example
 from distill.errors import RewardFunctionError
 from distill.methods.sdpo.reprompts import Reprompts
@@ -123,9 +124,11 @@ class RewardStage:
         return [*STEP_METRICS, *function_metrics(self.rewards.names)]
 
     def __call__(self, step: int, micro_batches: list[MicroBatch]) -> dict[str, tuple[float, float]]:
-        completions = [c for mb in micro_batches for c in mb.completions]
+        pieces = [c for mb in micro_batches for c in mb.completions]
+        rows = by_row(pieces)  # a conversation trained in pieces is one rollout: rewarded on its last piece's answer
+        completions = [row[-1] for row in rows]
         values = self._local_rewards(completions)
-        gathered = self.runtime.gather_objects((values.tolist(), [self._demonstration(c) for c in completions]))
+        gathered = self.runtime.gather_objects((values.tolist(), [self._demonstration(row) for row in rows]))
         all_values = torch.tensor([row for part, _ in gathered for row in part], dtype=torch.float64)
         all_values = all_values.reshape(-1, len(self.rewards.names))
         all_texts = [text for _, part in gathered for text in part]
@@ -134,11 +137,12 @@ class RewardStage:
         advantages = group_advantages(total, s.generations, s.scaling)
         demonstrations = demonstration_rows(total, s.generations, s.threshold, s.demonstration_from_self)
         local = range(self.first_row, self.first_row + len(completions))
-        used_feedback = [self._annotate(c, float(advantages[r]), demonstrations[r], all_texts) for c, r in zip(completions, local)]
-        for mb in micro_batches:  # the policy gradient's row weights
+        used_feedback = [any([self._annotate(c, float(advantages[r]), demonstrations[r], all_texts) for c in row])
+                         for row, r in zip(rows, local)]
+        for mb in micro_batches:  # the policy gradient's row weights (every piece of a rollout its advantage)
             mb.advantages = torch.tensor([ADVANTAGE.of(c) for c in mb.completions], dtype=torch.float32)
         self._warn(step, total)
-        return self._metrics(all_values, total, completions, local, demonstrations, used_feedback)
+        return self._metrics(all_values, total, [row[0] for row in rows], local, demonstrations, used_feedback)
 
     # ------------------------------------------------------------------------------------------ parts --
     def _local_rewards(self, completions: list[Completion]) -> torch.Tensor:
@@ -160,11 +164,12 @@ class RewardStage:
             raise error or RewardFunctionError("a reward function failed on another process (its error is in that process's log)")
         return values
 
-    def _demonstration(self, completion: Completion) -> str:
-        """What a sibling shows as a demonstration: its completion's text, or a conversation's transcript."""
-        if completion.layout is None:
-            return self._decode(completion.completion_ids)
-        return completion.layout.transcript(completion.completion_ids, self._decode)
+    def _demonstration(self, row: list[Completion]) -> str:
+        """What a sibling shows as a demonstration: its completion's text, or a conversation's transcript (its pieces'
+        in order, each holding turns the others do not)."""
+        if row[0].layout is None:
+            return self._decode(row[0].completion_ids)
+        return "\n".join(c.layout.transcript(c.completion_ids, self._decode) for c in row if c.layout is not None)
 
     def _annotate(self, completion: Completion, advantage: float, demonstration: int | None, all_texts: list[str]) -> bool:
         """Annotate the completion with its advantage and, for the self-teacher, whether it is distilled and
@@ -183,7 +188,8 @@ class RewardStage:
                 text = THINKING.sub("", text).strip()
             observation = None if completion.layout is None else completion.layout.observation
             assert self.reprompts is not None  # `distilled` implies them
-            reprompt = self.reprompts.ids(example, text, feedback if use_feedback else None, observation)
+            history = () if completion.layout is None else completion.layout.history
+            reprompt = self.reprompts.ids(example, text, feedback if use_feedback else None, observation, history)
         TEACHER_PROMPT.put(completion, reprompt)
         return distilled and use_feedback
 
