@@ -56,7 +56,7 @@ def guided_loop(trained: bool, writes: list[list[bool]], teacher_script: list[li
     try:
         trajectories = run_tool_loop(student, prompt_ids, tool_calls.open([{}] * len(script), list(range(len(script)))),
                                      EnvironmentTurns(tokenizer, renderer, eos), lambda ids: tokenizer.decode(ids), eos,
-                                     LoopSettings(3, 400, True), guide)
+                                     LoopSettings(3, 400, True), guide=guide)
     finally:
         tool_calls.close()
     return tokenizer, eos, prompt_ids, student, teacher, trajectories

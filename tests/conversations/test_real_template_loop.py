@@ -232,7 +232,7 @@ def test_a_rollout_in_pieces_is_one_rollout_for_rewards_and_its_reprompts_show_t
     rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {3 + i}?"}], "answer": str(5 + i)} for i in range(8)]
     values = {**{k: v for k, v in FAST.items() if k not in ("seq_kd", "lmbda_schedule")}, "method": "sdpo",
               "num_generations": 2, "max_new_tokens": 200, "max_prompt_length": 600, "max_reprompt_length": 800,
-              "environment": "tests.conversations.test_rewards:Adder", "max_turns": 3, "reward_funcs": [],
+              "environment": "tests.conversations.toolbox:Adder", "max_turns": 3, "reward_funcs": [],
               "distillation_weight": 1.0, "output_dir": str(tmp_path / "run"),
               "chat_template_kwargs": {"enable_thinking": False}}
     student = long_lm(tokenizer, 2)
