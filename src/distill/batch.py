@@ -202,12 +202,13 @@ def collate(completions: list[Completion], source: str, pad_id: int) -> MicroBat
 
 def model_turns(completion: Completion) -> list[int]:
     """For each trained token of `completion`, in order, the index of the model turn it belongs to: a conversation's
-    model segments counted from 0 (its layout; turns the teacher wrote count too), 0 for a completion without a layout,
-    -1 for a trained token outside every model turn (none in a conversation distill builds)."""
+    model segments counted from 0 (its layout; turns the teacher wrote count too; a later piece of a conversation
+    counts on from the assistant turns of its `history`), 0 for a completion without a layout, -1 for a trained token
+    outside every model turn (none in a conversation distill builds)."""
     if completion.layout is None:
         return [0] * completion.num_trained
     per_token: list[int] = []
-    turn = 0
+    turn = sum(message.get("role") == "assistant" for message in completion.layout.history)
     for start, end, segment in completion.layout.spans():
         per_token.extend([turn if segment.assistant else -1] * (end - start))
         turn += segment.assistant

@@ -143,3 +143,19 @@ def test_the_self_teacher_scores_the_holed_mask_of_its_row(tokenizer, tmp_path, 
             expected += [hidden[0, len(ids) + k - 1] for k in c.trained_indices()]
     assert signal.hidden.shape[0] == batch.num_completion_tokens == len(expected)
     torch.testing.assert_close(signal.hidden, torch.stack(expected), rtol=1e-5, atol=1e-6)
+
+
+def test_a_later_pieces_turns_count_on_from_the_assistant_turns_of_its_history():
+    """Per-turn metrics (`reverse_kl/turn_K`) index a turn by its place in the whole conversation, also in a later
+    piece of a conversation trained in pieces (whose own layout starts again at its first segment)."""
+    from distill.batch import Completion, model_turns
+    from distill.conversations.layout import Layout, Segment
+
+    history = ({"role": "assistant", "content": "a"}, {"role": "tool", "content": "1"},
+               {"role": "assistant", "content": "b"}, {"role": "tool", "content": "2"})
+    segments = (Segment(2, True), Segment(1, False), Segment(3, True))
+    mask = (True, True, False, True, True, True)
+    first = Completion([1], [5] * 6, "student", trained_mask=mask, layout=Layout(segments))
+    later = Completion([1], [5] * 6, "student", trained_mask=mask, layout=Layout(segments, history=history), piece=1)
+    assert model_turns(first) == [0, 0, 1, 1, 1]
+    assert model_turns(later) == [2, 2, 3, 3, 3]
