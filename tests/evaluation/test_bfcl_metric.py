@@ -51,7 +51,10 @@ def test_distill_eval_scores_the_greedy_calls_by_bfcls_rules(tmp_path, model_dir
     assert report["metrics"][name]["bfcl"] == {"correct": 1, "rows": 3, "accuracy": 1 / 3, "errors": {
         "simple_function_checker:wrong_count": 1, "value_error:others": 1}}
     assert report["bfcl_calls"][name] == [
-        {"id": "simple_python_0", "calls": [{"square": {"x": 3}}], "valid": True, "error_type": ""},
-        {"id": "simple_python_1", "calls": [{"square": {"x": 5}}], "valid": False, "error_type": "value_error:others"},
-        {"id": "simple_python_2", "calls": [], "valid": False, "error_type": "simple_function_checker:wrong_count"}]
+        {"id": "simple_python_0", "text": ANSWERS["Square 3."], "calls": [{"square": {"x": 3}}], "valid": True,
+         "error_type": ""},
+        {"id": "simple_python_1", "text": ANSWERS["Square 4."], "calls": [{"square": {"x": 5}}], "valid": False,
+         "error_type": "value_error:others"},
+        {"id": "simple_python_2", "text": "It is 25.", "calls": [], "valid": False,
+         "error_type": "simple_function_checker:wrong_count"}]
     assert "BFCL calls right by its AST rules" in (out / "eval.md").read_text()

@@ -22,8 +22,17 @@ from distill.conversations.tools import ToolRunner, run_calls
 from distill.data import examples_from_dataset
 from distill.generation.sample import Sample
 from distill.rendering import ConversationRenderer, EnvironmentTurns, TextRenderer
-from distill.tasks.bfcl.backends import CLASSES, Scenario, backend_class, fresh_backends, parse_call, public_methods, \
-    run_ground_truth, state, state_differences
+from distill.tasks.bfcl.backends import (
+    CLASSES,
+    Scenario,
+    backend_class,
+    fresh_backends,
+    parse_call,
+    public_methods,
+    run_ground_truth,
+    state,
+    state_differences,
+)
 from distill.tasks.bfcl.environment import multi_turn
 from distill.tasks.bfcl.rows import category_rows, function_documents, installed_data_dir
 

@@ -11,7 +11,7 @@ import torch
 from distill.conversations.tool_calls import ToolCall, render_tool_calls
 from distill.methods.sdpo.rewards import Rewards, load_reward_function
 from distill.tasks.bfcl.scoring import calls_reward, decoded_calls, evaluate_calls
-from tests.tasks.bfcl.test_checker import SPEED, SPEED_ANSWER, TRIANGLE, TRIANGLE_ANSWER
+from tests.tasks.bfcl.test_checker import SPEED, TRIANGLE, TRIANGLE_ANSWER
 
 
 def bfcl_row(id: str, functions: list, answer: list, category: str) -> dict:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 Call = dict[str, dict[str, Any]]  # {function name: {argument: value}}
 PYTHON_TYPES: dict[str, type] = {"string": str, "integer": int, "float": float, "boolean": bool, "array": list,
@@ -123,7 +123,7 @@ def _check_argument(parameter: str, value: Any, declared: dict[str, Any], accept
         raise ValueError(f"parameter {parameter!r} has type {kind!r}, which BFCL's Python rules do not know")
     expected_type = PYTHON_TYPES[kind]
     items = declared.get("items")
-    nested = PYTHON_TYPES.get(items.get("type")) if kind in NESTED_TYPES and isinstance(items, dict) else None
+    nested = PYTHON_TYPES.get(str(items.get("type"))) if kind in NESTED_TYPES and isinstance(items, dict) else None
     if kind == "float" and type(value) is int:
         value = float(value)
     verdict, is_variable = _check_type(parameter, value, accepted, expected_type, nested)
@@ -163,7 +163,7 @@ def _check_type(parameter: str, value: Any, accepted: list[Any], expected: type,
             return PASS, is_variable
         for candidate in accepted:  # one candidate whose elements' types every element of the value fits
             if type(candidate) is not list or all(_check_type(parameter, element, candidate, nested, None)[0].valid
-                                                 for element in value):
+                                                 for element in cast(list, value)):
                 return PASS, is_variable
         kind = "type_error:nested" if type(value) is answer_type else "type_error:simple"
         return Verdict(False, kind, f"parameter {parameter!r}: an element of {value!r} is not {nested.__name__}"), is_variable

@@ -25,8 +25,16 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from distill.tasks.bfcl.backends import CLASSES, Scenario, backend_class, fresh_backends, public_methods, result_text, \
-    run_ground_truth, state_differences
+from distill.tasks.bfcl.backends import (
+    CLASSES,
+    Scenario,
+    backend_class,
+    fresh_backends,
+    public_methods,
+    result_text,
+    run_ground_truth,
+    state_differences,
+)
 
 
 class MultiTurnEnvironment:

@@ -9,7 +9,7 @@ its environment's reward (`environment.py`).
     reward_funcs: [distill.tasks.bfcl.scoring:calls_reward]    # grpo / sdpo: 1.0 for a right turn, else 0.0
 
 The evaluation reports `bfcl` (correct, rows, accuracy, the failures by BFCL's error type) over the evaluation rows
-that carry an AST `bfcl` column, and `bfcl_calls`, each row's id and decoded calls: what
+that carry an AST `bfcl` column, and `bfcl_calls`, each row's id, answer and decoded calls: what
 `scripts/bfcl_official_check.sh` scores again with BFCL's own checker.
 """
 
@@ -79,19 +79,20 @@ calls_reward.reward_range = (0.0, 1.0)  # type: ignore[attr-defined]
 
 
 def evaluate_calls(rows: list[dict[str, Any]], texts: list[str]) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-    """({"correct", "rows", "accuracy", "errors": {error type: count}}, per scored row {"id", "calls", "valid",
+    """({"correct", "rows", "accuracy", "errors": {error type: count}}, per scored row {"id", "text", "calls", "valid",
     "error_type"}) over the rows with an AST `bfcl` column; None when there is none."""
-    scored = []
+    scored, verdicts = [], []
     for row, text in zip(rows, texts):
         task = AstTask.of(row)
         if task is None:
             continue
         calls = decoded_calls(text)
-        verdict = score_calls(calls, task)
-        scored.append({"id": task.id, "calls": calls, "valid": verdict.valid, "error_type": verdict.error_type})
+        verdicts.append(score_calls(calls, task))
+        scored.append({"id": task.id, "text": text, "calls": calls, "valid": verdicts[-1].valid,
+                       "error_type": verdicts[-1].error_type})
     if not scored:
         return None
-    correct = sum(entry["valid"] for entry in scored)
-    errors = Counter(entry["error_type"] for entry in scored if not entry["valid"])
+    correct = sum(verdict.valid for verdict in verdicts)
+    errors = Counter(verdict.error_type for verdict in verdicts if not verdict.valid)
     return ({"correct": correct, "rows": len(scored), "accuracy": correct / len(scored), "errors": dict(sorted(errors.items()))},
             scored)
