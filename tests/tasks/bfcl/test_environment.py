@@ -182,3 +182,11 @@ def test_calls_that_run_together_each_reach_their_own_rows_back_ends(rows):
     run_calls([(runners[0], ToolCall("mkdir", {"dir_name": "only_in_row_0"})), (runners[1], ToolCall("ls", {}))])
     assert "only_in_row_0" in first[2].backends["GorillaFileSystem"]._current_dir.contents
     assert "only_in_row_0" not in second[2].backends["GorillaFileSystem"]._current_dir.contents
+
+
+@pytest.mark.parametrize("text, match", [("cd(folder=", "does not parse"), ("os.system('ls')", "not a call of a function by name"),
+                                         ("rm_everything()", "no back-end of the row"), ("cd(folder=open('x'))", "not a literal"),
+                                         ("cd('a', 'b')", "too many positional arguments")])
+def test_a_ground_truth_call_that_is_not_a_literal_call_of_a_method_is_refused_not_run(rows, text, match):
+    with pytest.raises(ValueError, match=match):
+        parse_call(text, fresh_backends(Scenario.of(rows[0]["bfcl"])))

@@ -11,6 +11,6 @@ imports the back-ends; it never imports BFCL's own checker (that needs the packa
 - `split.py`: train and held-out sets that share no function; `python -m distill.tasks.bfcl` writes them.
 - `checker.py`: BFCL's AST rules for a call (name, required and optional arguments, types, accepted values).
 - `scoring.py`: a generated turn's calls scored against a row, as a reward function and an evaluation metric.
-- `calls.py`, `environment.py`: BFCL's multi-turn back-ends as a distill environment (their methods the tools, the
-  row's initial configuration its `reset`, the ground truth's end state its reward).
+- `backends.py`, `environment.py`: BFCL's multi-turn back-ends as a distill environment (their methods the tools,
+  the row's initial configuration its `reset`, the ground truth's end state its reward).
 """

@@ -125,7 +125,10 @@ def parse_call(text: str, backends: dict[str, Any]) -> ParsedCall:
         keywords = {keyword.arg: ast.literal_eval(keyword.value) for keyword in node.keywords if keyword.arg is not None}
     except ValueError:
         raise ValueError(f"call {text!r}: an argument is not a literal") from None
-    bound = inspect.signature(getattr(owner, name)).bind(*positional, **keywords)
+    try:
+        bound = inspect.signature(getattr(owner, name)).bind(*positional, **keywords)
+    except TypeError as error:
+        raise ValueError(f"call {text!r}: {error}") from None
     return ParsedCall(name, dict(bound.arguments))
 
 
