@@ -1,5 +1,6 @@
 """`distill eval` on BFCL rows reports how many greedy answers call the right function with right arguments (BFCL's
-AST rules), the failures by kind, and every row's decoded calls in eval.json for BFCL's own checker."""
+AST rules), the failures by kind, and every row's decoded calls in eval.json for BFCL's own checker; on conversations
+with an environment that owns a reward (BFCL's multi-turn back-ends), the reward's mean."""
 
 from __future__ import annotations
 
@@ -58,3 +59,15 @@ def test_distill_eval_scores_the_greedy_calls_by_bfcls_rules(tmp_path, model_dir
         {"id": "simple_python_2", "text": "It is 25.", "calls": [], "valid": False,
          "error_type": "simple_function_checker:wrong_count"}]
     assert "BFCL calls right by its AST rules" in (out / "eval.md").read_text()
+
+
+def test_the_tool_use_of_conversations_with_an_environments_reward_reports_its_mean():
+    from distill.agents.loop import Trajectory
+    from distill.evaluation.evaluator import tool_use, tool_use_lines
+
+    rewarded = [Trajectory(turns=2, calls=1, reward=1.0), Trajectory(turns=3, calls=2, reward=0.0), Trajectory(turns=1)]
+    use = tool_use(rewarded)
+    assert use["environment_reward"] == 0.5 and use["calls_per_question"] == 1.0
+    assert "environment_reward" not in tool_use(rewarded[2:])
+    (line,) = [line for line in tool_use_lines({"metrics": {"after": {"tool_use": use}}}) if line]
+    assert line.endswith("after 1.00 calls and 2.00 turns per question, 1.000 of calls valid, environment reward 0.500.")

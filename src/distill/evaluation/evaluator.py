@@ -72,14 +72,16 @@ class GreedyAnswers:
 
 def tool_use(trajectories: list) -> dict:
     """Per question: turns, calls, and the share of calls that were valid (a known tool, arguments that parse and
-    fit); failures by kind, over all calls."""
+    fit); failures by kind, over all calls; with an environment that owns a reward, its mean ("environment_reward")."""
     calls = sum(t.calls for t in trajectories)
     failed = {kind: sum(t.failures[kind] for t in trajectories) for kind in FAILURES}
     invalid = failed["malformed_call"] + failed["unknown_tool"] + failed["bad_arguments"]
     n = max(len(trajectories), 1)
+    rewards = [t.reward for t in trajectories if t.reward is not None]
     return {"questions": len(trajectories), "turns_per_question": sum(t.turns for t in trajectories) / n,
             "calls_per_question": calls / n, "valid_call_rate": (calls - invalid) / calls if calls else None,
-            "failed": failed, "unanswered_calls": sum(t.unanswered_calls for t in trajectories)}
+            "failed": failed, "unanswered_calls": sum(t.unanswered_calls for t in trajectories)} | (
+        {"environment_reward": sum(rewards) / len(rewards)} if rewards else {})
 
 
 def divergence_objective(chunk_size: int) -> DivergenceObjective:
@@ -394,7 +396,9 @@ def tool_use_lines(report: dict) -> list[str]:
 
     return ["", "Tool use of the greedy conversations (answer accuracy is on each conversation's last assistant turn): "
             + ", ".join(f"{name} {u['calls_per_question']:.2f} calls and {u['turns_per_question']:.2f} turns per question, "
-                        f"{valid(u['valid_call_rate'])}" for name, u in found.items()) + "."]
+                        f"{valid(u['valid_call_rate'])}" + (f", environment reward {u['environment_reward']:.3f}"
+                                                            if "environment_reward" in u else "")
+                        for name, u in found.items()) + "."]
 
 
 def repetition_lines(report: dict) -> list[str]:
