@@ -38,6 +38,13 @@ NOT_RUN = {  # (page, the block's first line) -> why the test suite does not run
         "needs a running vLLM server (tests/vllm runs the engine against one)",
     ("guides/sdpo.md", "python benchmarks/sdpo.py --steps 40       # about 35 to 40 minutes on 2 CPU cores; writes benchmarks/results/sdpo.json and sdpo_rewards.png"):
         "a benchmark of 40 minutes with the real model",
+    ("guides/bfcl.md", "pip install --no-deps bfcl-eval==2026.3.23"):
+        "installs a package (the README's test command installs it for the tests)",
+    ("guides/bfcl.md", "python -m distill.tasks.bfcl --out data/bfcl                               # simple_python + multiple"):
+        "not a distill command line; tests/tasks/bfcl/test_main.py runs it on the installed data",
+    ("guides/bfcl.md", "bash scripts/bfcl_official_check.sh runs/my-run/eval/eval.json after   # a run's held-out answers after training"):
+        "installs bfcl-eval with its dependencies into an environment of its own (minutes, GBs); "
+        "tests/tasks/bfcl/test_agreement_script.py runs distill's side of it",
 }
 
 
