@@ -51,7 +51,7 @@ def bfcl_executor_state(scenario: Scenario, run_name: str) -> dict:
     instances: dict = {}
     for turn in scenario.ground_truth:
         _, instances = execute_multi_turn_func_call(list(turn), scenario.initial_config, list(scenario.involved_classes),
-                                                    run_name, scenario.id)
+                                                    run_name, scenario.id, long_context=scenario.long_context)
     return instances
 
 
@@ -92,12 +92,14 @@ def test_a_row_without_a_scenario_is_refused_naming_the_column():
         multi_turn().reset(bfcl=json.dumps({"id": "simple_python_0", "functions": []}))
 
 
-def test_every_ground_truth_call_parses_and_runs_to_the_state_bfcls_executor_reaches(rows):
-    changed = 0
+@pytest.mark.parametrize("category", ["multi_turn_base", "multi_turn_long_context"])
+def test_every_ground_truth_call_parses_and_runs_to_the_state_bfcls_executor_reaches(category):
+    rows, changed = category_rows(installed_data_dir(), category), 0
     for row in rows:
         scenario = Scenario.of(row["bfcl"])
+        assert scenario.long_context == (category == "multi_turn_long_context")
         mine = run_ground_truth(scenario)
-        assert not state_differences(mine, bfcl_executor_state(scenario, "distill_twin_direct")), row["id"]
+        assert not state_differences(mine, bfcl_executor_state(scenario, f"distill_twin_{category}")), row["id"]
         changed += bool(state_differences(mine, fresh_backends(scenario)))
     assert len(rows) == 200 and changed > 150  # the ground truth changes the state of most rows
 
