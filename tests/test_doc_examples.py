@@ -42,6 +42,13 @@ NOT_RUN = {  # (page, the block's first line) -> why the test suite does not run
     ("guides/async.md", "distill train on_policy --max_staleness 2 --generation_engine vllm_server --vllm_server_url "
                         "http://127.0.0.1:8000"):
         "needs a running vLLM server (tests/vllm runs the engine against one)",
+    ("guides/bfcl.md", "pip install --no-deps bfcl-eval==2026.3.23"):
+        "installs a package (the README's test command installs it for the tests)",
+    ("guides/bfcl.md", "python -m distill.tasks.bfcl --out data/bfcl                               # simple_python + multiple"):
+        "not a distill command line; tests/tasks/bfcl/test_main.py runs it on the installed data",
+    ("guides/bfcl.md", "bash scripts/bfcl_official_check.sh runs/my-run/eval/eval.json after   # a run's held-out answers after training"):
+        "installs bfcl-eval with its dependencies into an environment of its own (minutes, GBs); "
+        "tests/tasks/bfcl/test_agreement_script.py runs distill's side of it",
 }
 
 

@@ -160,8 +160,8 @@ def test_no_import_circle_remains_counting_type_only_imports():
 # `agents`.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("distill", "errors", "registry", "config", "settings", "seeds", "features", "version", "callables", "data_files", "images",
-     "image_modes", "align", "recipes", "tasks", "losses"),
-    ("conversations", "data", "rendering", "models", "batch", "signals"),
+     "image_modes", "align", "recipes", "losses"),
+    ("conversations", "data", "rendering", "models", "batch", "signals", "tasks"),
     ("generation", "agents", "teachers"),
     ("objectives",),
     ("methods", "locations"),

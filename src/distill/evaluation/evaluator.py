@@ -4,7 +4,8 @@ Per-token forward KL(teacher || student) and reverse KL(student || teacher) over
 temperature 1), and top-1 agreement, measured on two sets of completions: ones the teacher samples (what
 forward KL is an expectation over) and ones the student samples (where on-policy errors show). Plus greedy
 answers side by side, and, when the prompts have an `answer`, how often the greedy answer contains it
-(`distill.tasks.answers`). Sampling is seeded and runs in a forked RNG, so evaluating never changes training.
+(`distill.tasks.answers`); when they carry a BFCL column, how often its calls are right by BFCL's rules
+(`distill.tasks.bfcl.scoring`). Sampling is seeded and runs in a forked RNG, so evaluating never changes training.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from distill.objectives.student import student_loss
 from distill.rendering import Renderer
 from distill.seeds import row_seeds
 from distill.tasks.answers import contains_answer
+from distill.tasks.bfcl.scoring import evaluate_calls
 from distill.teachers import Teacher
 
 if TYPE_CHECKING:
@@ -70,14 +72,16 @@ class GreedyAnswers:
 
 def tool_use(trajectories: list) -> dict:
     """Per question: turns, calls, and the share of calls that were valid (a known tool, arguments that parse and
-    fit); failures by kind, over all calls."""
+    fit); failures by kind, over all calls; with an environment that owns a reward, its mean ("environment_reward")."""
     calls = sum(t.calls for t in trajectories)
     failed = {kind: sum(t.failures[kind] for t in trajectories) for kind in FAILURES}
     invalid = failed["malformed_call"] + failed["unknown_tool"] + failed["bad_arguments"]
     n = max(len(trajectories), 1)
+    rewards = [t.reward for t in trajectories if t.reward is not None]
     return {"questions": len(trajectories), "turns_per_question": sum(t.turns for t in trajectories) / n,
             "calls_per_question": calls / n, "valid_call_rate": (calls - invalid) / calls if calls else None,
-            "failed": failed, "unanswered_calls": sum(t.unanswered_calls for t in trajectories)}
+            "failed": failed, "unanswered_calls": sum(t.unanswered_calls for t in trajectories)} | (
+        {"environment_reward": sum(rewards) / len(rewards)} if rewards else {})
 
 
 def divergence_objective(chunk_size: int) -> DivergenceObjective:
@@ -272,8 +276,9 @@ class Evaluator:
         """{"on_teacher_completions": {...}, "on_student_completions": {...}, "answers": [...]}, and
         "repetition" (greedy, over every prompt: `distill.evaluation.repetition`), "sampled_repetition" (the same over
         the student's own samples at temperature 1, which the divergences are measured on), "answer_accuracy" (greedy, over
-        the prompts with an answer) when any prompt has one, and "template_leakage" (greedy, over every prompt)
-        when the settings name templates."""
+        the prompts with an answer) when any prompt has one, "bfcl" and "bfcl_calls" (greedy, over the rows with a BFCL
+        column: `distill.tasks.bfcl.scoring`), and "template_leakage" (greedy, over every prompt) when the settings
+        name templates."""
         was_training = student.training
         student.eval()
         try:
@@ -297,6 +302,9 @@ class Evaluator:
                 correct = sum(contains_answer(answers[i], answer) for i in checked
                               if (answer := self.examples[i].answer) is not None)
                 result["answer_accuracy"] = {"correct": correct, "prompts": len(checked), "accuracy": correct / len(checked)}
+            scored_calls = evaluate_calls([e.row for e in self.examples], answers)
+            if scored_calls is not None:  # rows with a BFCL column: the greedy answer's calls by BFCL's rules
+                result["bfcl"], result["bfcl_calls"] = scored_calls
             if self.settings.leak_templates:
                 result["template_leakage"] = template_leakage(answers, self.prompt_texts, self.settings.leak_templates)
             return result
@@ -312,8 +320,11 @@ def build_report(evaluator: Evaluator, results: dict[str, dict]) -> dict:
         for name, result in results.items():
             entry[f"student_{name}"] = result["answers"][i]
         examples.append(entry)
-    metrics = {name: {k: v for k, v in result.items() if k != "answers"} for name, result in results.items()}
+    metrics = {name: {k: v for k, v in result.items() if k not in ("answers", "bfcl_calls")} for name, result in results.items()}
     report: dict[str, Any] = {"num_prompts": len(evaluator.prompts), "metrics": metrics, "examples": examples}
+    calls = {name: result["bfcl_calls"] for name, result in results.items() if "bfcl_calls" in result}
+    if calls:  # every scored row's decoded calls: what scripts/bfcl_official_check.sh scores with BFCL's own checker
+        report["bfcl_calls"] = calls
     teacher_repetition = evaluator.teacher_repetition()
     if teacher_repetition is not None:
         teacher_tools = evaluator.teacher_tool_use()
@@ -351,6 +362,10 @@ def report_markdown(report: dict) -> str:
     if accuracy:
         lines += ["", "Answer accuracy (greedy answer contains the row's answer): " + ", ".join(
             f"{name} {a['correct']}/{a['prompts']} = {a['accuracy']:.3f}" for name, a in accuracy.items()) + "."]
+    bfcl = {name: m["bfcl"] for name, m in report["metrics"].items() if "bfcl" in m}
+    if bfcl:
+        lines += ["", "BFCL calls right by its AST rules (greedy answers, distill's checker): " + ", ".join(
+            f"{name} {b['correct']}/{b['rows']} = {b['accuracy']:.3f}" for name, b in bfcl.items()) + "."]
     leakage = {name: m["template_leakage"] for name, m in report["metrics"].items() if "template_leakage" in m}
     if leakage:
         lines += ["", f"Template leakage (greedy answers repeating {LEAK_WORDS} or more words of the self-teacher's prompt "
@@ -406,7 +421,9 @@ def tool_use_lines(report: dict) -> list[str]:
 
     return ["", "Tool use of the greedy conversations (answer accuracy is on each conversation's last assistant turn): "
             + ", ".join(f"{name} {u['calls_per_question']:.2f} calls and {u['turns_per_question']:.2f} turns per question, "
-                        f"{valid(u['valid_call_rate'])}" for name, u in found.items()) + "."]
+                        f"{valid(u['valid_call_rate'])}" + (f", environment reward {u['environment_reward']:.3f}"
+                                                            if "environment_reward" in u else "")
+                        for name, u in found.items()) + "."]
 
 
 def repetition_lines(report: dict) -> list[str]:

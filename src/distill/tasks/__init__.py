@@ -1,2 +1,3 @@
-"""Bundled tasks with tools: CPU-sized environments written for the project (`lookup`: an invented registry), and
-how an answer is checked (`answers`: a leaf that evaluation and rewards read)."""
+"""Tasks with tools: CPU-sized environments written for the project (`lookup`: an invented registry), a public
+benchmark (`bfcl`: the Berkeley Function Calling Leaderboard's questions, its scoring rules and its stateful
+back-ends), and how an answer is checked (`answers`: a leaf that evaluation and rewards read)."""
