@@ -26,14 +26,19 @@ def _guided_step_gradient(rank, world_size, tmp, batch, accumulation):
 
     torch.manual_seed(0)
     tokenizer = train_tiny_tokenizer()
-    # each turn a function of the conversation so far only (not of a seed): what the split must not change is the draw
+    # each turn a function of the conversation so far only (not of a seed): what the split must not change is the draw;
+    # the one-process run is in the test's own process, so the real functions are put back after it
+    originals = distill.training.student_sampler.generate_completions, distill.teachers.local.generate_completions
     distill.training.student_sampler.generate_completions = scripted(tokenizer, "It is 5.", {"a": 2, "b": 3})[0]
     distill.teachers.local.generate_completions = scripted(tokenizer, "Five, says the teacher.", {"a": 4, "b": 1})[0]
-    distiller = make_distiller(tokenizer, Path(tmp) / f"rank{rank}", rows=ROWS, **ON_POLICY, tools=[PLUS],
-                               guided_turns_probability=0.5, step_divergence_weighting=True, max_grad_norm=0.0,
-                               per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
-                               max_new_tokens=200, max_prompt_length=300)
-    return first_step_gradient(distiller)
+    try:
+        distiller = make_distiller(tokenizer, Path(tmp) / f"rank{rank}", rows=ROWS, **ON_POLICY, tools=[PLUS],
+                                   guided_turns_probability=0.5, step_divergence_weighting=True, max_grad_norm=0.0,
+                                   per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
+                                   max_new_tokens=200, max_prompt_length=300)
+        return first_step_gradient(distiller)
+    finally:
+        distill.training.student_sampler.generate_completions, distill.teachers.local.generate_completions = originals
 
 
 @pytest.mark.slow
