@@ -35,6 +35,12 @@ def recipe_path(name_or_path: str | Path) -> Path:
     raise ValueError(f"recipe {text!r} {what}{hint}; bundled recipes: {', '.join(names)} (`distill recipes` describes them)")
 
 
+def bundled_name(path: str | Path) -> str | None:
+    """The name of the bundled recipe at `path`, or None for any other file (a user's own)."""
+    path = Path(path).resolve()
+    return path.stem if path.parent == RECIPES_DIR and path.suffix == ".yaml" and path.is_file() else None
+
+
 def describe(path: Path) -> str:
     """The recipe's first comment line, without the `#`; '' if it does not start with one."""
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -50,4 +56,4 @@ def bundled_recipes() -> list[tuple[str, str]]:
     return [(p.stem, describe(p)) for p in _bundled_files()]
 
 
-__all__ = ["RECIPES_DIR", "bundled_recipes", "describe", "recipe_path"]
+__all__ = ["RECIPES_DIR", "bundled_name", "bundled_recipes", "describe", "recipe_path"]
