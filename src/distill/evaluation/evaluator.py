@@ -126,6 +126,14 @@ def _score_aligned(student, teacher, completions, vocab_size, pad_id, device, se
     return {"aligned_divergence": total / max(tokens, 1), "tokens": tokens}
 
 
+def question_text(prompt: str | list[dict]) -> str:
+    """The text a prompt asks: a text prompt, or its last turn's text (a turn showing images: its text blocks)."""
+    if isinstance(prompt, str):
+        return prompt
+    content = prompt[-1]["content"]
+    return content if isinstance(content, str) else "".join(b["text"] for b in content if b.get("type") == "text")
+
+
 def headline(metrics: dict) -> tuple[str, str, str]:
     """(metric key, completions, label) of the evaluation's main number: forward KL, or the aligned divergence
     across tokenizers; on the teacher's completions, or the student's own when the teacher only scores."""
@@ -172,7 +180,7 @@ class Evaluator:
         self.vocab_size, self.eos_ids, self.pad_id, self.device, self.settings = vocab_size, eos_ids, pad_id, device, settings
         self.prompts = [encoder.prompt(e).ids for e in examples]
         self.extras = [encoder.extras(e) for e in examples]  # the model kind's inputs beyond the ids
-        self.prompt_texts = [e.prompt if isinstance(e.prompt, str) else e.prompt[-1]["content"] for e in examples]
+        self.prompt_texts = [question_text(e.prompt) for e in examples]
         self._teacher_samples: list[Sample] | None = None
         self._teacher_greedy: GreedyAnswers | None = None
         self.teacher_acts = teacher.can_generate and (settings.tool_loop is None or teacher.continues_prompts)
