@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from distill.config.origins import written
 from distill.config_rules.reads import Unread, field_default, read_by, unread_fields
@@ -82,7 +82,8 @@ def _displaced_location(config: DistillConfig, raw: DistillConfig) -> tuple[Dist
     cause = layer.quote(name) if layer is not None else f"{name}: {written(getattr(raw, name))}"
     displaced = [Ignored(other, base, cause) for other in selecting if other not in dict(chosen)
                  and getattr(raw, other) is not None and (base := origins.set_by_base(other, getattr(raw, other))) is not None]
-    return dataclasses.replace(config, **{field.name: None for field in displaced}), displaced
+    cleared: dict[str, Any] = {field.name: None for field in displaced}
+    return dataclasses.replace(config, **cleared), displaced
 
 
 def default_of(config: DistillConfig, method: Method, name: str):
