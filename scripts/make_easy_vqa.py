@@ -4,7 +4,8 @@ bundled visual question answering task (`dataset: bundled:easy-vqa`) of the `vis
 easy-VQA's images are 64 x 64 PNGs of one shape (circle, rectangle or triangle) in one of eight colours on a tinted
 background; its questions ask for the shape, the colour, or yes/no about either, in one word. The slice takes the
 first TRAIN_IMAGES images of easy-VQA's train split ("train") and the first HELD_OUT_IMAGES of its test split
-("heldout": images no training row shows), with every open question of each (what shape, what colour: 11 answers).
+("heldout": images no training row shows) that have an open question (what shape, what colour: 11 answers), with
+every open question of each.
 The yes/no questions are left out: half of them are right by chance, which would hide what a model sees.
 Row (rows.jsonl, images/ beside it; the `images` paths are relative to the file's folder):
 
@@ -36,14 +37,13 @@ def rows(split: str, source: str, images: int, out: Path) -> list[dict]:
     paths = (easy_vqa.get_train_image_paths if source == "train" else easy_vqa.get_test_image_paths)()
     by_image: dict[int, list[tuple[str, str]]] = {}
     for text, answer, image in zip(texts, answers, image_ids):
-        by_image.setdefault(image, []).append((text, answer))
+        if answer not in ("yes", "no"):
+            by_image.setdefault(image, []).append((text, answer))
     found = []
     for image in sorted(by_image)[:images]:
         name = f"images/{source}-{image}.png"
         shutil.copyfile(paths[image], out / name)
         for text, answer in by_image[image]:
-            if answer in ("yes", "no"):
-                continue
             found.append({"split": split, "prompt": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}],
                           "images": [name], "completion": answer, "answer": answer})
     return found

@@ -212,6 +212,7 @@ def test_the_bundled_image_set_ships_its_images_and_licence():
     assert {row["split"] for row in rows} == {"train", "heldout"}
     shown = {image for row in rows for image in row["images"]}
     assert all((rows_file.parent / image).is_file() for image in shown)
+    assert {f"images/{p.name}" for p in (rows_file.parent / "images").iterdir()} == shown  # no picture without a question
     held_out = {image for row in rows if row["split"] == "heldout" for image in row["images"]}
     assert held_out and not held_out & {image for row in rows if row["split"] == "train" for image in row["images"]}
     assert "MIT License" in (rows_file.parent / "LICENSE").read_text()

@@ -345,7 +345,9 @@ def report_markdown(report: dict) -> str:
     if "before" in report["metrics"] and "after" in report["metrics"]:
         before = report["metrics"]["before"][part_shown][key]
         after = report["metrics"]["after"][part_shown][key]
-        lines += ["", f"{label_text}: {before:.3f} -> {after:.3f} (after / before = {after / max(before, 1e-12):.3f})."]
+        # A student that starts as its teacher (sft's, sdft's evaluation teacher: the initial model) is at 0: no ratio.
+        ratio = f" (after / before = {after / before:.3f})" if before > 1e-6 else ""
+        lines += ["", f"{label_text}: {before:.3f} -> {after:.3f}{ratio}."]
     accuracy = {name: m["answer_accuracy"] for name, m in report["metrics"].items() if "answer_accuracy" in m}
     if accuracy:
         lines += ["", "Answer accuracy (greedy answer contains the row's answer): " + ", ".join(
