@@ -255,6 +255,11 @@ class Evaluator:
         """The answer a sample gives: its text, or a conversation's last assistant turn."""
         return self.decode(sample.ids if sample.trained is None else _last_run(sample.ids, list(sample.trained)))
 
+    def teacher_answer_accuracy(self) -> dict | None:
+        """`answer_accuracy` of the teacher's greedy answers (what the student's are compared with); None for a teacher
+        that only scores, or prompts without answers."""
+        return answer_accuracy(self._teacher_greedy_answers().answers, self.examples) if self.teacher_acts else None
+
     def teacher_tool_use(self) -> dict | None:
         """The teacher's greedy conversations' tool statistics (with tools, a teacher that generates), or None."""
         return self._teacher_greedy_answers().tool_use if self.teacher_acts else None
@@ -277,7 +282,6 @@ class Evaluator:
         student.eval()
         try:
             own = self._samples(self._student_generate(student))
-            checked = [i for i, e in enumerate(self.examples) if e.answer is not None]
             greedy = self._greedy(self._student_generate(student))
             answers = greedy.answers
             result = {}
@@ -292,15 +296,23 @@ class Evaluator:
             result["sampled_repetition"] = repetition([self.sample_text(s) for s in own])
             if greedy.tool_use is not None:
                 result["tool_use"] = greedy.tool_use
-            if checked:
-                correct = sum(contains_answer(answers[i], answer) for i in checked
-                              if (answer := self.examples[i].answer) is not None)
-                result["answer_accuracy"] = {"correct": correct, "prompts": len(checked), "accuracy": correct / len(checked)}
+            accuracy = answer_accuracy(answers, self.examples)
+            if accuracy is not None:
+                result["answer_accuracy"] = accuracy
             if self.settings.leak_templates:
                 result["template_leakage"] = template_leakage(answers, self.prompt_texts, self.settings.leak_templates)
             return result
         finally:
             student.train(was_training)
+
+
+def answer_accuracy(answers: list[str], examples: list[Example]) -> dict | None:
+    """How many greedy answers contain their row's answer, over the rows that have one; None when none has."""
+    checked = [(text, example.answer) for text, example in zip(answers, examples) if example.answer is not None]
+    if not checked:
+        return None
+    correct = sum(contains_answer(text, answer) for text, answer in checked)
+    return {"correct": correct, "prompts": len(checked), "accuracy": correct / len(checked)}
 
 
 def build_report(evaluator: Evaluator, results: dict[str, dict]) -> dict:
@@ -315,9 +327,10 @@ def build_report(evaluator: Evaluator, results: dict[str, dict]) -> dict:
     report: dict[str, Any] = {"num_prompts": len(evaluator.prompts), "metrics": metrics, "examples": examples}
     teacher_repetition = evaluator.teacher_repetition()
     if teacher_repetition is not None:
-        teacher_tools = evaluator.teacher_tool_use()
+        teacher_tools, teacher_accuracy = evaluator.teacher_tool_use(), evaluator.teacher_answer_accuracy()
         report["teacher"] = ({"repetition": teacher_repetition, "sampled_repetition": evaluator.teacher_sampled_repetition()}
-                             | ({"tool_use": teacher_tools} if teacher_tools else {}))
+                             | ({"tool_use": teacher_tools} if teacher_tools else {})
+                             | ({"answer_accuracy": teacher_accuracy} if teacher_accuracy else {}))
     return report
 
 
@@ -350,8 +363,10 @@ def report_markdown(report: dict) -> str:
         lines += ["", f"{label_text}: {before:.3f} -> {after:.3f}{ratio}."]
     accuracy = {name: m["answer_accuracy"] for name, m in report["metrics"].items() if "answer_accuracy" in m}
     if accuracy:
+        teacher = report.get("teacher", {}).get("answer_accuracy")
+        shown = ({"teacher": teacher} if teacher else {}) | accuracy
         lines += ["", "Answer accuracy (greedy answer contains the row's answer): " + ", ".join(
-            f"{name} {a['correct']}/{a['prompts']} = {a['accuracy']:.3f}" for name, a in accuracy.items()) + "."]
+            f"{name} {a['correct']}/{a['prompts']} = {a['accuracy']:.3f}" for name, a in shown.items()) + "."]
     leakage = {name: m["template_leakage"] for name, m in report["metrics"].items() if "template_leakage" in m}
     if leakage:
         lines += ["", f"Template leakage (greedy answers repeating {LEAK_WORDS} or more words of the self-teacher's prompt "

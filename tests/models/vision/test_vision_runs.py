@@ -224,4 +224,6 @@ def test_the_evaluation_shows_each_row_its_images(tmp_path, vl_dirs):
     config = _config(tmp_path, vl_dirs, eval_before_after=True, eval_dataset=str(data), eval_split="train", eval_max_prompts=4)
     metrics = Distiller(config).train()["eval"]
     assert metrics["before"]["answer_accuracy"]["prompts"] == 4 == metrics["after"]["answer_accuracy"]["prompts"]
-    assert "Answer accuracy" in (tmp_path / "run" / "eval" / "eval.md").read_text()
+    report = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
+    assert report["teacher"]["answer_accuracy"]["prompts"] == 4  # the teacher's greedy answers, beside the student's
+    assert "Answer accuracy (greedy answer contains the row's answer): teacher " in (tmp_path / "run" / "eval" / "eval.md").read_text()
