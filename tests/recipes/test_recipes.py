@@ -217,7 +217,7 @@ def test_the_bundled_image_set_ships_its_images_and_licence():
     assert held_out and not held_out & {image for row in rows if row["split"] == "train" for image in row["images"]}
     assert "MIT License" in (rows_file.parent / "LICENSE").read_text()
     size = sum(p.stat().st_size for p in rows_file.parent.rglob("*") if p.is_file())
-    assert size < 600_000, f"the bundled slice is {size} bytes; it ships in the wheel"
+    assert size < 500_000, f"the bundled slice is {size} bytes; it ships in the wheel (the vision guide says under half a megabyte)"
 
 
 @pytest.mark.parametrize("name, flags, command", [

@@ -10,7 +10,9 @@ The config rules read it (`distill.config_rules.reads`): a field that a base set
 inert (`--eval_before_after false` on a recipe that names an evaluation set) is noted in one line and ignored; a
 field the user set that nothing reads is refused.
 
-A config made any other way (`DistillConfig(...)`, `from_dict`) has no layers: every value in it is the user's.
+A config made any other way (`DistillConfig(...)`, `from_dict`) has no layers: every value in it is the user's, and
+so has a copy made with `dataclasses.replace` (a field changed in place, `config.lmbda = 0.0`, keeps the others' layers
+and is the user's).
 """
 
 from __future__ import annotations

@@ -80,8 +80,8 @@ def prerequisite(path: Path) -> Prerequisite | None:
     command = found.group(1)
     words = shlex.split(command)
     if words[:2] == ["distill", "train"] and len(words) > 2:
-        other = yaml.safe_load(recipe_path(words[2]).read_text(encoding="utf-8"))
-        return Prerequisite(command, f"{other.get('output_dir', 'runs/default')}/model")
+        other = yaml.safe_load(recipe_path(words[2]).read_text(encoding="utf-8"))  # every bundled recipe names its output_dir
+        return Prerequisite(command, f"{other['output_dir']}/model")
     if words[:2] == ["distill", "cache-teacher"] and "--out" in words:
         return Prerequisite(command, words[words.index("--out") + 1])
     return Prerequisite(command, None)
