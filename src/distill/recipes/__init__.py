@@ -1,6 +1,6 @@
 """The bundled YAML recipes (`distill train gold`, `distill recipes`) and the bundled data sets (data/).
 
-A recipe is named by its file stem; its first comment line is its one-line description. A recipe that reads what
+A recipe is named by its file stem; the first sentence of its leading comment is its one-line description. A recipe that reads what
 another command writes (a teacher trained by another recipe, a teacher cache, a teacher server) says so in a
 comment line `# first: COMMAND` (`prerequisite`), which `distill recipes` shows and `distill train` names when
 what it writes is missing.
@@ -50,13 +50,19 @@ def bundled_name(path: str | Path) -> str | None:
 
 
 def describe(path: Path) -> str:
-    """The recipe's first comment line, without the `#`; '' if it does not start with one."""
+    """The recipe's one-line description: the first sentence of its leading comment (which may wrap over several
+    comment lines), without the `#`; '' if the file does not start with a comment."""
+    lines = []
     for line in path.read_text(encoding="utf-8").splitlines():
         stripped = line.strip()
-        if not stripped:
+        if not stripped and not lines:
             continue
-        return stripped.lstrip("#").strip() if stripped.startswith("#") else ""
-    return ""
+        if not stripped.startswith("#"):
+            break
+        lines.append(stripped.lstrip("#").strip())
+    text = " ".join(lines)
+    sentence = re.match(r"(.+?[.!?])(\s|$)", text)
+    return sentence.group(1) if sentence else text
 
 
 FIRST = re.compile(r"^#\s*first:\s*(.+?)\s*$", re.MULTILINE)
