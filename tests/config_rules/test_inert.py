@@ -79,7 +79,7 @@ SWITCHES = [
     ("generation_engine: vllm_server", {"generation_engine": "vllm_server", "vllm_server_url": "http://127.0.0.1:9"},
      {"generation_engine": "hf"}, "vllm_server_url", "--generation_engine hf"),
     ("tools or an environment (the tool-call loop)", {"tools": ["distill.tasks.lookup:lookup_code"], "max_turns": 2},
-     {"tools": []}, "max_turns", "--tools "),
+     {"tools": []}, "max_turns", '--tools ""'),
     ("max_staleness > 0 (asynchronous rollouts)", {"max_staleness": 1, "staleness_pacing": "drop"}, {"max_staleness": 0},
      "staleness_pacing", "--max_staleness 0"),
     ("use_peft: true", {"use_peft": True, "lora_r": 8}, {"use_peft": False}, "lora_r", "--use_peft false"),

@@ -50,7 +50,7 @@ def written(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, list):
-        return ",".join(str(v) for v in value)
+        return ",".join(str(v) for v in value) if value else '""'
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)
@@ -74,14 +74,6 @@ class Origins:
         """The base layer (a recipe, a recorded config) whose value field `name` holds, or None when the user's."""
         layer = self.layer_of(name, value)
         return layer if layer is not None and not layer.users else None
-
-    def users_fields(self) -> dict[str, Layer]:
-        """Every field a layer of the user's set (its last such layer), with that layer."""
-        found: dict[str, Layer] = {}
-        for layer in self.layers:
-            if layer.users:
-                found.update(dict.fromkeys(layer.values, layer))
-        return found
 
     def base_value(self, name: str, default: Any) -> Any:
         """The value field `name` would have without the user's layers: the last base layer's, else `default`."""
