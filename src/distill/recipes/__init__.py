@@ -52,7 +52,7 @@ def bundled_name(path: str | Path) -> str | None:
 def describe(path: Path) -> str:
     """The recipe's one-line description: the first sentence of its leading comment (which may wrap over several
     comment lines), without the `#`; '' if the file does not start with a comment."""
-    lines = []
+    lines: list[str] = []
     for line in path.read_text(encoding="utf-8").splitlines():
         stripped = line.strip()
         if not stripped and not lines:
