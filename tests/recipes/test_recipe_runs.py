@@ -33,7 +33,7 @@ def _train(name: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3600)
+@pytest.mark.timeout(5400)
 def test_every_bundled_recipe_without_a_server_runs_one_step_as_shipped(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the recipes' relative run directories and caches land here
     names = [name for name, _ in bundled_recipes() if name not in NEEDS_A_SERVER]
