@@ -26,6 +26,23 @@ from pathlib import Path
 from provenance import write_result  # a sibling script: the result with its environment
 
 
+def data_counts(run_dir: Path) -> dict:
+    """The rows (and the distinct images they show) the run trained on and was evaluated on, from its config.yaml."""
+    import yaml
+
+    from distill.data_files import load_dataset_spec
+
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    counts = {}
+    for name, spec, split in (("train", config["dataset"], config["dataset_split"]),
+                              ("eval", config.get("eval_dataset") or config["dataset"], config["eval_split"])):
+        rows = load_dataset_spec(spec, split, name)
+        counts[f"{name}_rows"] = len(rows)
+        if "images" in rows.column_names:
+            counts[f"{name}_images"] = len({image for shown in rows["images"] for image in shown or ()})
+    return counts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", default=None, help="a bundled recipe name or a YAML path; none: the default")
@@ -48,6 +65,7 @@ def main() -> None:
               "wall_minutes": wall / 60, "peak_rss_gb": peak_rss_kib / 1024 ** 2,
               "last_step": max((m.get("step", 0) for m in metrics), default=0),
               "machine": platform.machine(), "cpus": len(os.sched_getaffinity(0)),
+              "data": data_counts(run_dir),
               "eval": json.loads((run_dir / "eval" / "eval.json").read_text())}
     write_result(out, result)
     print(f"{result['command']}: {wall / 60:.1f} minutes, peak RSS {result['peak_rss_gb']:.2f} GB, {result['last_step']} steps; {out}")

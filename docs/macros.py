@@ -23,7 +23,8 @@
 - `{{ method NAME }}` becomes the method's generated reference: what it reads and when, its defaults, metrics
   and recipes (the same text as the Methods reference page, from the registry; for pages under `guides/`);
 - `{{ errors }}` becomes the table of every exception class distill defines, with its docstring; `{{ checks }}` the
-  table of the start-of-run checks (`distill doctor`).
+  table of the start-of-run checks (`distill doctor`); `{{ recipes }}` the table of the bundled recipes (`distill
+  recipes`), with the command each needs run first.
 
 The README's headline numbers are the same macros, in `readme_with_headlines` (GitHub shows the README as it
 is, so the rendered text is written into it by `python docs/macros.py --readme` and a test checks it is current).
@@ -48,7 +49,7 @@ HEADLINES_BEGIN = ("<!-- headline numbers: docs/readme_headlines.tmpl, rendered 
                    "`python docs/macros.py --readme`; tests/test_docs.py checks that they are current -->")
 HEADLINES_END = "<!-- end of the headline numbers -->"
 TABLE_BLOCK = re.compile(r"^```benchmark-table\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
-INLINE = re.compile(r"\{\{ (bench|method|errors|checks)(?: (.+?))? \}\}")
+INLINE = re.compile(r"\{\{ (bench|method|errors|checks|recipes)(?: (.+?))? \}\}")
 
 
 class MacroError(ValueError):
@@ -168,7 +169,7 @@ def render_table(spec: dict, where: str) -> str:
 
 def render(markdown: str, page: str = "a page") -> str:
     """The page with its macros expanded; MacroError names the page and the macro that failed."""
-    from reference_pages import check_reference, error_reference, method_section
+    from reference_pages import check_reference, error_reference, method_section, recipe_reference
 
     def table(match):
         try:
@@ -183,6 +184,8 @@ def render(markdown: str, page: str = "a page") -> str:
             return error_reference()
         if kind == "checks":
             return check_reference()
+        if kind == "recipes":
+            return recipe_reference()
         if kind == "method":
             return method_section(argument.strip(), heading_level=None, config_page="../reference/config.md")
         target, _, spec = argument.partition(" | ")

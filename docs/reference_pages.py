@@ -311,6 +311,19 @@ def repo_url() -> str:
     return yaml.safe_load((ROOT / "mkdocs.yml").read_text())["repo_url"].rstrip("/")
 
 
+def recipe_reference() -> str:
+    """A table of the bundled recipes (`distill recipes`): name, its one-line description, and the command it needs run
+    first (its `# first:` line: another recipe's run, a teacher cache, a teacher server)."""
+    from distill.recipes import RECIPES_DIR, bundled_recipes, prerequisite
+
+    lines = ["| recipe | what it does | run first |", "| --- | --- | --- |"]
+    for name, description in bundled_recipes():
+        first = prerequisite(RECIPES_DIR / f"{name}.yaml")
+        run_first = f"`{first.command}`" if first is not None else ""
+        lines.append(f"| `{name}` | {description.replace('|', '/')} | {run_first} |")
+    return "\n".join(lines) + "\n"
+
+
 def front_page() -> str:
     """The site's home page: the README, its links into docs/ made relative to the site and its links to other files
     of the repository (CHANGELOG.md) made links to them in the repository."""

@@ -13,7 +13,7 @@ and a listed one must still exist.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import copy
 import json
 import re
 import shlex
@@ -118,12 +118,21 @@ def _shrink(config: DistillConfig, root: Path) -> DistillConfig:
         required["teacher"] = str(root / ("llama-teacher" if method.cross_tokenizer else "teacher"))
     if (method.teacher != "external" and config.student is None) or config.student == DEFAULT_TEACHER:
         required["student"] = str(root / "student")
-    config = dataclasses.replace(config, **required)
+    config = _changed(config, required)
     optional = {"eval_max_prompts": 2, "eval_max_new_tokens": 8, "save_steps": 0,  # the tiny models' context is 512
                 "max_prompt_length": 192, "max_teacher_prompt_length": 192, "max_reprompt_length": 192}
     for name, value in optional.items():
         with contextlib.suppress(ValueError):
-            config = dataclasses.replace(config, **{name: value}).validate()
+            config = _changed(config, {name: value}).validate()
+    return config
+
+
+def _changed(config: DistillConfig, values: dict) -> DistillConfig:
+    """A copy of `config` with `values`, changed in place on the copy so that it keeps which layer (a bundled recipe,
+    the example's flags) set each other field (`dataclasses.replace` makes a config of the user's values only)."""
+    config = copy.copy(config)
+    for name, value in values.items():
+        setattr(config, name, value)
     return config
 
 

@@ -124,10 +124,13 @@ def _distiller(argv: list[str], doctor: bool = False, doctor_runs_tools: bool = 
         config = resume_config(Path(resume), overrides)
         return Distiller(config, resume=True, break_lock=break_lock, doctor=doctor, doctor_runs_tools=doctor_runs_tools)
     if recipe:
-        from distill.recipes import recipe_path
+        from distill.recipes import bundled_name, missing_prerequisite, recipe_path
 
         path = recipe_path(recipe)
         config = DistillConfig.from_yaml(path, overrides)
+        missing = missing_prerequisite(path, config.to_dict()) if bundled_name(path) else None
+        if missing is not None:
+            raise ValueError(missing)
         check_inputs_outside(Path(config.output_dir), {"recipe": str(path)})
     else:
         config = DistillConfig.from_dict(overrides, "command line")
@@ -289,12 +292,15 @@ def cmd_recipes(argv: list[str]) -> int:
                                      description="List the bundled recipes; run one with `distill train NAME`.")
     parser.add_argument("--path", action="store_true", help="also print each recipe's file")
     args = parser.parse_args(argv)
-    from distill.recipes import RECIPES_DIR, bundled_recipes
+    from distill.recipes import RECIPES_DIR, bundled_recipes, prerequisite
 
     recipes = bundled_recipes()
     width = max((len(name) for name, _ in recipes), default=0)
     for name, description in recipes:
         print(f"{name:<{width}}  {description}")
+        first = prerequisite(RECIPES_DIR / f"{name}.yaml")
+        if first is not None:
+            print(f"{'':<{width}}  first: {first.command}")
         if args.path:
             print(f"{'':<{width}}  {RECIPES_DIR / (name + '.yaml')}")
     print(f"\nrun one with `distill train NAME`; copy one from {RECIPES_DIR} to edit it")

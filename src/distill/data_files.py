@@ -5,7 +5,9 @@ one split, 'train', unless its rows have a 'split' column; 'bundled' is the prom
 distill, 'bundled:facts' its knowledge-injection set (invented facts with checkable answers, for
 self-distillation: `scripts/make_facts.py` writes it), 'bundled:arithmetic' its RL task (sums with their
 answers, for sdpo / GRPO: `scripts/make_arithmetic.py`), 'bundled:lookup' its tool-use task (an invented registry
-that only the tool `distill.tasks.lookup:lookup_code` answers: `scripts/make_lookup.py`). Every problem (an unknown split, an empty, malformed, non-UTF-8 or unsupported file, a missing
+that only the tool `distill.tasks.lookup:lookup_code` answers: `scripts/make_lookup.py`), 'bundled:easy-vqa' its visual
+question answering task (a slice of easy-VQA, MIT licence, its images beside the rows: `scripts/make_easy_vqa.py`).
+Every problem (an unknown split, an empty, malformed, non-UTF-8 or unsupported file, a missing
 prompt column) is one ValueError naming the field, the file (and line) and the fix, raised before any
 model loads. Rows are validated and turned into examples by `distill.data`.
 """
@@ -22,7 +24,8 @@ BUNDLED_PROMPTS = Path(__file__).parent / "recipes" / "data" / "prompts.jsonl"
 BUNDLED_SETS = {BUNDLED_DATASET: BUNDLED_PROMPTS,
                 "bundled:facts": Path(__file__).parent / "recipes" / "data" / "facts.jsonl",
                 "bundled:arithmetic": Path(__file__).parent / "recipes" / "data" / "arithmetic.jsonl",
-                "bundled:lookup": Path(__file__).parent / "recipes" / "data" / "lookup.jsonl"}
+                "bundled:lookup": Path(__file__).parent / "recipes" / "data" / "lookup.jsonl",
+                "bundled:easy-vqa": Path(__file__).parent / "recipes" / "data" / "easy_vqa" / "rows.jsonl"}
 DATA_SUFFIXES = (".json", ".jsonl", ".parquet")
 _UNREAD_SUFFIXES = (".csv", ".tsv", ".arrow", ".gz", ".zst", ".xlsx")  # data files distill does not read
 _SAVED_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")  # what save_to_disk writes

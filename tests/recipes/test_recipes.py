@@ -121,7 +121,8 @@ def test_the_wheel_ships_the_recipes(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for name, _ in bundled_recipes():
         assert f"distill/recipes/{name}.yaml" in names
-    assert {"distill/recipes/__init__.py", "distill/recipes/data/prompts.jsonl"} <= names
+    assert {"distill/recipes/__init__.py", "distill/recipes/data/prompts.jsonl", "distill/recipes/data/easy_vqa/rows.jsonl",
+            "distill/recipes/data/easy_vqa/LICENSE", "distill/recipes/data/easy_vqa/images/train-0.png"} <= names
 
     # Torch and the rest come from the site-packages of the interpreter running the tests, wherever it is (the
     # system's, a venv's, a user site), put after the venv's own by a .pth file: `venv --system-site-packages`
@@ -152,3 +153,103 @@ def test_the_wheel_ships_the_recipes(tmp_path):
     listed = run(str(bindir / "distill"), "recipes", cwd=outside)
     for name, description in bundled_recipes():
         assert f"{name}  " in listed and description in listed
+
+
+# Config fields that name something to read: a model, a data set, a cache (a teacher server: teacher_url).
+READ_FIELDS = ("teacher", "student", "dataset", "eval_dataset", "teacher_cache", "teacher_head")
+
+
+def _ships(value: str) -> bool:
+    """Whether a field value names something distill ships or builds: a bundled data set, the default model, a model
+    built from scratch."""
+    from distill.config.values import DEFAULT_TEACHER
+    from distill.data_files import BUNDLED_SETS
+    from distill.models.byte_student import is_byte_student
+    from distill.models.byte_vision import is_byte_vision
+
+    if value in BUNDLED_SETS:
+        return BUNDLED_SETS[value].is_file()
+    return value == DEFAULT_TEACHER or is_byte_student(value) or is_byte_vision(value)
+
+
+@pytest.mark.parametrize("name", [name for name, _ in bundled_recipes()])
+def test_a_bundled_recipe_reads_what_ships_or_what_its_first_command_writes(name):
+    """Every path a recipe reads is bundled, or written by the command its `# first:` line names (another bundled
+    recipe's run, a teacher cache); a teacher server is started by the command it names."""
+    from distill.recipes import prerequisite
+
+    path = recipe_path(name)
+    config = DistillConfig.from_yaml(path)
+    config.validate()
+    first = prerequisite(path)
+    defaults = DistillConfig()
+    for field in READ_FIELDS:
+        value = getattr(config, field)
+        if value is None or value == getattr(defaults, field) or _ships(value):
+            continue
+        assert first is not None and first.product == value, (
+            f"recipe {name}: {field} {value} is neither bundled nor written by a `# first:` command")
+    if first is None:
+        assert config.teacher_url is None, f"recipe {name} needs a teacher server: its `# first:` line names the command"
+        return
+    words = first.command.split()
+    assert words[0] == "distill" and words[1] in ("train", "cache-teacher", "serve-teacher"), first.command
+    if words[1] == "train":
+        other = recipe_path(words[2])
+        assert prerequisite(other) is None, "a recipe's first command needs nothing first itself"
+        assert first.product == f"{DistillConfig.from_yaml(other).output_dir}/model"
+    elif words[1] == "cache-teacher":
+        assert config.teacher_cache == first.product == words[words.index("--out") + 1]
+    else:
+        assert first.product is None and config.teacher_url == f"http://127.0.0.1:{words[words.index('--port') + 1]}"
+
+
+def test_the_bundled_image_set_ships_its_images_and_licence():
+    from distill.data_files import BUNDLED_SETS
+
+    rows_file = BUNDLED_SETS["bundled:easy-vqa"]
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines()]
+    assert {row["split"] for row in rows} == {"train", "heldout"}
+    shown = {image for row in rows for image in row["images"]}
+    assert all((rows_file.parent / image).is_file() for image in shown)
+    assert {f"images/{p.name}" for p in (rows_file.parent / "images").iterdir()} == shown  # no picture without a question
+    held_out = {image for row in rows if row["split"] == "heldout" for image in row["images"]}
+    assert held_out and not held_out & {image for row in rows if row["split"] == "train" for image in row["images"]}
+    assert "MIT License" in (rows_file.parent / "LICENSE").read_text()
+    size = sum(p.stat().st_size for p in rows_file.parent.rglob("*") if p.is_file())
+    assert size < 500_000, f"the bundled slice is {size} bytes; it ships in the wheel (the vision guide says under half a megabyte)"
+
+
+@pytest.mark.parametrize("name, flags, command", [
+    ("agent", [], "distill train agent_teacher"),
+    ("vision", [], "distill train vision_teacher"),
+    ("offline", [], "distill cache-teacher --teacher smollm2-135m-instruct"),
+])
+def test_distill_train_names_the_command_a_recipe_needs_first(name, flags, command, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no runs/ or caches/ here
+    assert main(["train", name, *flags]) == 2
+    err = capsys.readouterr().err
+    assert f"`{command}" in err and "run that first" in err, err
+
+
+def test_a_recipe_pointed_elsewhere_needs_nothing_first(monkeypatch, tmp_path):
+    seen = []
+
+    class FakeDistiller:
+        def __init__(self, config, **kwargs):
+            seen.append(config)
+
+        def train(self):
+            return {"run_dir": "nowhere"}
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "distill.training.trainer", types.SimpleNamespace(Distiller=FakeDistiller))
+    assert main(["train", "agent", "--teacher", "smollm2-135m-instruct"]) == 0
+    assert seen[0].teacher == "smollm2-135m-instruct"
+
+
+def test_distill_recipes_shows_what_to_run_first(capsys):
+    assert main(["recipes"]) == 0
+    out = capsys.readouterr().out
+    assert "first: distill train agent_teacher" in out and "first: distill train vision_teacher" in out
+    assert "first: distill serve-teacher" in out and "first: distill cache-teacher" in out

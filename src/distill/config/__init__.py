@@ -6,7 +6,8 @@ temperature (`sampling_temperature`, `teacher_sampling_temperature`) is not the 
 (`temperature`).
 
 Sources of values, later ones winning: the defaults below, a YAML recipe, command-line flags
-(`--field value` or `--field-name value`); parsing and coercion are in `config_io`. `validate()` checks
+(`--field value` or `--field-name value`); parsing and coercion are in `config_io`, and which of them set each field
+(a bundled recipe, the user's own file or flags) in `origins`. `validate()` checks
 what needs no model: each field's range, the features' and the method's own rules, the teacher's location, and
 that every field set is read by the run (`distill.config_rules`, above the parts, reached through the registry).
 
@@ -25,6 +26,7 @@ from typing import Any, ClassVar
 from distill import registry
 from distill.config import io as config_io
 from distill.config.io import setting
+from distill.config.origins import COMMAND_LINE, NO_ORIGINS, Layer, Origins
 from distill.config.values import DEFAULT_STUDENT_INIT, DEFAULT_TEACHER, DTYPES, SCHEDULERS, TRACKERS
 from distill.data_files import BUNDLED_DATASET
 
@@ -57,7 +59,7 @@ class RunFields:
                                        "student is given. Layer dropping followed by distillation is how Minitron- and "
                                        "DistilBERT-style students start.")
     dataset: str = setting(BUNDLED_DATASET, "Training prompts: 'bundled' (the prompt set shipped with distill, its "
-                           "'train' split; 'bundled:facts': invented facts with privileged context, for self-distillation; 'bundled:arithmetic': sums with checkable answers, for RL), a local .json/.jsonl/.parquet file or directory, or a hub dataset "
+                           "'train' split; 'bundled:facts': invented facts with privileged context, for self-distillation; 'bundled:arithmetic': sums with checkable answers, for RL; 'bundled:lookup': a tool-use task; 'bundled:easy-vqa': questions about pictures of shapes, one-word answers, for vision-language models), a local .json/.jsonl/.parquet file or directory, or a hub dataset "
                            "(online). Rows hold `prompt` (text or chat messages) or `messages`; optional "
                            "`completion` (text or messages) for off-policy training.")
     dataset_split: str = setting("train", "Split of `dataset` to train on: the rows whose `split` column holds it; a "
@@ -222,9 +224,32 @@ class DistillConfig(RunFields, metaclass=_ComposedFromParts):
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> "DistillConfig":
+        """A config from a YAML file and `overrides` (the command line's fields) over it. A bundled recipe's values
+        are a base the user took (a field of it that the user's overrides make inert is ignored, with a note); any
+        other file is the user's own, as the overrides are."""
+        from distill.recipes import bundled_name
+
         values = config_io.load_yaml_recipe(path)
-        values.update(overrides or {})
-        return cls.from_dict(values, where=str(path))
+        name = bundled_name(path)
+        recipe = Layer(f"recipe {name}", values, users=False) if name else Layer(str(path), values)
+        return cls.from_layers([recipe, Layer(COMMAND_LINE, dict(overrides or {}), flags=True)])
+
+    @classmethod
+    def from_layers(cls, layers: list[Layer]) -> "DistillConfig":
+        """A config from `layers` of values over the defaults, later ones winning (each checked and coerced, errors
+        naming its layer); the config remembers which layer set each field (`origins`)."""
+        load_parts()
+        typed = [Layer(layer.name, config_io.typed_values(cls, dict(layer.values), layer.name), layer.users, layer.flags)
+                 for layer in layers]
+        config = cls(**{name: value for layer in typed for name, value in layer.values.items()})
+        config.__dict__["_origins"] = Origins(tuple(typed))
+        return config
+
+    @property
+    def origins(self) -> Origins:
+        """Which layer (a bundled recipe, the user's file or flags) set each field (`distill.config.origins`); a
+        config made from field values alone has none: every value in it is the user's."""
+        return self.__dict__.get("_origins", NO_ORIGINS)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

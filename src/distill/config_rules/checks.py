@@ -2,7 +2,8 @@
 
 Each core field's range here; each run feature's own rules (`Feature.check_settings`, `Feature.check_run`:
 conversations, asynchronous rollouts), the method's own rules (`Method.validate`), the teacher's location against
-the method (`check_location`), and that every field set is read by the run (`distill.config_rules.reads`). A config
+the method (`check_location`), and that every field set is read by the run (`distill.config_rules.reads`; a field a
+recipe set that the user's own choice made inert is ignored with a note: `distill.config_rules.inert`). A config
 is checked against every registered part, so this module sits above them and imports their tables; `distill.config`
 itself imports none (it is a leaf: no torch, no method) and reaches `validate` through the registry, by the import
 path the catalogue registers (`distill.parts`).
@@ -10,11 +11,12 @@ path the catalogue registers (`distill.parts`).
 
 from __future__ import annotations
 
-import dataclasses
+import logging
 import math
 from typing import TYPE_CHECKING
 
 from distill.config.values import DTYPES, SCHEDULERS, TRACKERS, one_of
+from distill.config_rules.inert import drop_inert, notes, with_method_defaults
 from distill.config_rules.reads import check_fields_read
 from distill.features import features
 from distill.generation.registry import AUTO, get_engine
@@ -28,13 +30,15 @@ from distill.training.runtime import check_device
 if TYPE_CHECKING:
     from distill.config import DistillConfig
 
+logger = logging.getLogger(__name__)
+
 
 def validate(config: DistillConfig):
     """The config with the method's defaults in the fields left at None (a copy: `config` is not changed),
-    checked; raises ValueError naming the field and the fix."""
+    checked; raises ValueError naming the field and the fix. A field a recipe set that the user's own choice made
+    inert is back at its default in the copy, with a note on the `distill` logger."""
     method = get_method(config.method)
-    config = dataclasses.replace(config, **{name: value for name, value in method.defaults.items()
-                                            if getattr(config, name) is None})
+    raw, config = config, with_method_defaults(config, method)
     one_of("lr_scheduler_type", config.lr_scheduler_type, SCHEDULERS)
     if config.generation_engine != AUTO:
         engine = get_engine(config.generation_engine)
@@ -83,6 +87,8 @@ def validate(config: DistillConfig):
         parse_student_init(config.student_init)
     method.validate(config)
     sources = method.sources(config).possible()
+    config, ignored = drop_inert(config, raw, method, sources)  # a recipe's fields the user's own choices turned off
+    sources = method.sources(config).possible()
     check_location(config, method, sources)
     if config.fsdp and config.dtype == "float16":
         raise ValueError("fsdp: true with dtype float16 is not supported (its loss scaler would need unscaling "
@@ -93,6 +99,8 @@ def validate(config: DistillConfig):
     for feature in run_features:
         feature.check_run(config, method, sources)  # asynchronous rollouts: against the method's sources
     check_fields_read(config, method, sources)
+    for note in notes(ignored):
+        logger.info(note)
     return config
 
 

@@ -10,6 +10,7 @@ fills in: `Method.defaults`) that no active part reads is an error that says wha
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from distill.features import features
@@ -96,8 +97,26 @@ def holds_the_teacher(location, method: Method) -> Callable[[DistillConfig], boo
     return lambda config: location_of(config, method) is location
 
 
-def check_fields_read(config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
-    """Raise ValueError for the first field changed from its default that no active part of the run reads."""
+@dataclass(frozen=True)
+class Unread:
+    """A field changed from its default that no active part of the run reads. `needs`: what would read it ("eval_before_after:
+    true"), None when no part of a run of this method does; `readers`: then, the methods that read it."""
+
+    name: str
+    needs: str | None
+    readers: tuple[str, ...] = ()
+
+    def refusal(self, method: Method) -> str:
+        """The error for a field the user set."""
+        if self.needs is not None:
+            return (f"{self.name} is only read with {self.needs}; this configuration would ignore it. "
+                    "Remove it or enable what it belongs to.")
+        by = f" (methods {', '.join(self.readers)} read it)" if self.readers else ""
+        return f"{self.name} is not read by method {method.name}{by}; this configuration would ignore it. Remove it."
+
+
+def read_by(config: DistillConfig, method: Method, sources: frozenset[str]) -> tuple[set[str], dict[str, str]]:
+    """(the fields an active part of the run reads, {field: what would read it} for the others of its parts)."""
     active: set[str] = set()
     inactive: dict[str, str] = {}
     for part in (*run_reads(sources), *method.reads, *implicit_reads(method, sources)):
@@ -106,17 +125,33 @@ def check_fields_read(config: DistillConfig, method: Method, sources: frozenset[
         else:
             for name in part.names:
                 inactive.setdefault(name, part.needs)
+    return active, inactive
+
+
+def unread_fields(config: DistillConfig, method: Method, sources: frozenset[str]) -> list[Unread]:
+    """Every field changed from its default (the dataclass's, or the method's for a field it fills in:
+    `Method.defaults`) that no active part of the run reads, in the config's order."""
+    active, inactive = read_by(config, method, sources)
+    found = []
     for f in dataclasses.fields(config):
-        default = f.default_factory() if callable(f.default_factory) else f.default
         value = getattr(config, f.name)
-        if f.name in active or value == default or (f.name in method.defaults and value == method.defaults[f.name]):
+        if f.name in active or value == field_default(f) or (f.name in method.defaults and value == method.defaults[f.name]):
             continue
-        if f.name in inactive:
-            raise ValueError(f"{f.name} is only read with {inactive[f.name]}; this configuration would ignore it. "
-                             "Remove it or enable what it belongs to.")
-        readers = [name for name in method_names() if any(f.name in part.names for part in get_method(name).reads)]
-        by = f" (methods {', '.join(readers)} read it)" if readers else ""
-        raise ValueError(f"{f.name} is not read by method {method.name}{by}; this configuration would ignore it. Remove it.")
+        readers = () if f.name in inactive else tuple(
+            name for name in method_names() if any(f.name in part.names for part in get_method(name).reads))
+        found.append(Unread(f.name, inactive.get(f.name), readers))
+    return found
+
+
+def field_default(f: dataclasses.Field):
+    return f.default_factory() if callable(f.default_factory) else f.default
+
+
+def check_fields_read(config: DistillConfig, method: Method, sources: frozenset[str]) -> None:
+    """Raise ValueError for the first field changed from its default that no active part of the run reads."""
+    unread = unread_fields(config, method, sources)
+    if unread:
+        raise ValueError(unread[0].refusal(method))
 
 
 def declared_fields(method: Method, sources: frozenset[str]) -> set[str]:

@@ -130,6 +130,14 @@ def _score_aligned(student, teacher, completions, vocab_size, pad_id, device, se
     return {"aligned_divergence": total / max(tokens, 1), "tokens": tokens}
 
 
+def question_text(prompt: str | list[dict]) -> str:
+    """The text a prompt asks: a text prompt, or its last turn's text (a turn showing images: its text blocks)."""
+    if isinstance(prompt, str):
+        return prompt
+    content = prompt[-1]["content"]
+    return content if isinstance(content, str) else "".join(b["text"] for b in content if b.get("type") == "text")
+
+
 def headline(metrics: dict) -> tuple[str, str, str]:
     """(metric key, completions, label) of the evaluation's main number: forward KL, or the aligned divergence
     across tokenizers; on the teacher's completions, or the student's own when the teacher only scores."""
@@ -178,7 +186,7 @@ class Evaluator:
         self.vocab_size, self.eos_ids, self.pad_id, self.device, self.settings = vocab_size, eos_ids, pad_id, device, settings
         self.prompts = [encoder.prompt(e).ids for e in examples]
         self.extras = [encoder.extras(e) for e in examples]  # the model kind's inputs beyond the ids
-        self.prompt_texts = [e.prompt if isinstance(e.prompt, str) else e.prompt[-1]["content"] for e in examples]
+        self.prompt_texts = [question_text(e.prompt) for e in examples]
         self._teacher_samples: list[Sample] | None = None
         self._teacher_greedy: GreedyAnswers | None = None
         self.teacher_acts = teacher.can_generate and (settings.tool_loop is None or teacher.continues_prompts)
@@ -260,6 +268,11 @@ class Evaluator:
         last = sample.later[-1] if sample.later else sample  # a conversation's answer is in its last piece
         return self.decode(last.ids if last.trained is None else _last_run(last.ids, list(last.trained)))
 
+    def teacher_answer_accuracy(self) -> dict | None:
+        """`answer_accuracy` of the teacher's greedy answers (what the student's are compared with); None for a teacher
+        that only scores, or prompts without answers."""
+        return answer_accuracy(self._teacher_greedy_answers().answers, self.examples) if self.teacher_acts else None
+
     def teacher_tool_use(self) -> dict | None:
         """The teacher's greedy conversations' tool statistics (with tools, a teacher that generates), or None."""
         return self._teacher_greedy_answers().tool_use if self.teacher_acts else None
@@ -283,7 +296,6 @@ class Evaluator:
         student.eval()
         try:
             own = self._samples(self._student_generate(student))
-            checked = [i for i, e in enumerate(self.examples) if e.answer is not None]
             greedy = self._greedy(self._student_generate(student))
             answers = greedy.answers
             result = {}
@@ -298,10 +310,9 @@ class Evaluator:
             result["sampled_repetition"] = repetition([self.sample_text(s) for s in own])
             if greedy.tool_use is not None:
                 result["tool_use"] = greedy.tool_use
-            if checked:
-                correct = sum(contains_answer(answers[i], answer) for i in checked
-                              if (answer := self.examples[i].answer) is not None)
-                result["answer_accuracy"] = {"correct": correct, "prompts": len(checked), "accuracy": correct / len(checked)}
+            accuracy = answer_accuracy(answers, self.examples)
+            if accuracy is not None:
+                result["answer_accuracy"] = accuracy
             scored_calls = evaluate_calls([e.row for e in self.examples], answers)
             if scored_calls is not None:  # rows with a BFCL column: the greedy answer's calls by BFCL's rules
                 result["bfcl"], result["bfcl_calls"] = scored_calls
@@ -310,6 +321,15 @@ class Evaluator:
             return result
         finally:
             student.train(was_training)
+
+
+def answer_accuracy(answers: list[str], examples: list[Example]) -> dict | None:
+    """How many greedy answers contain their row's answer, over the rows that have one; None when none has."""
+    checked = [(text, example.answer) for text, example in zip(answers, examples) if example.answer is not None]
+    if not checked:
+        return None
+    correct = sum(contains_answer(text, answer) for text, answer in checked)
+    return {"correct": correct, "prompts": len(checked), "accuracy": correct / len(checked)}
 
 
 def build_report(evaluator: Evaluator, results: dict[str, dict]) -> dict:
@@ -327,9 +347,10 @@ def build_report(evaluator: Evaluator, results: dict[str, dict]) -> dict:
         report["bfcl_calls"] = calls
     teacher_repetition = evaluator.teacher_repetition()
     if teacher_repetition is not None:
-        teacher_tools = evaluator.teacher_tool_use()
+        teacher_tools, teacher_accuracy = evaluator.teacher_tool_use(), evaluator.teacher_answer_accuracy()
         report["teacher"] = ({"repetition": teacher_repetition, "sampled_repetition": evaluator.teacher_sampled_repetition()}
-                             | ({"tool_use": teacher_tools} if teacher_tools else {}))
+                             | ({"tool_use": teacher_tools} if teacher_tools else {})
+                             | ({"answer_accuracy": teacher_accuracy} if teacher_accuracy else {}))
     return report
 
 
@@ -357,11 +378,15 @@ def report_markdown(report: dict) -> str:
     if "before" in report["metrics"] and "after" in report["metrics"]:
         before = report["metrics"]["before"][part_shown][key]
         after = report["metrics"]["after"][part_shown][key]
-        lines += ["", f"{label_text}: {before:.3f} -> {after:.3f} (after / before = {after / max(before, 1e-12):.3f})."]
+        # A student that starts as its teacher (sft's, sdft's evaluation teacher: the initial model) is at 0: no ratio.
+        ratio = f" (after / before = {after / before:.3f})" if before > 1e-6 else ""
+        lines += ["", f"{label_text}: {before:.3f} -> {after:.3f}{ratio}."]
     accuracy = {name: m["answer_accuracy"] for name, m in report["metrics"].items() if "answer_accuracy" in m}
     if accuracy:
+        teacher = report.get("teacher", {}).get("answer_accuracy")
+        shown = ({"teacher": teacher} if teacher else {}) | accuracy
         lines += ["", "Answer accuracy (greedy answer contains the row's answer): " + ", ".join(
-            f"{name} {a['correct']}/{a['prompts']} = {a['accuracy']:.3f}" for name, a in accuracy.items()) + "."]
+            f"{name} {a['correct']}/{a['prompts']} = {a['accuracy']:.3f}" for name, a in shown.items()) + "."]
     bfcl = {name: m["bfcl"] for name, m in report["metrics"].items() if "bfcl" in m}
     if bfcl:
         lines += ["", "BFCL calls right by its AST rules (greedy answers, distill's checker): " + ", ".join(

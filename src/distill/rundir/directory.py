@@ -25,6 +25,7 @@ import yaml
 
 from distill.config import DEFAULT_TEACHER, DistillConfig
 from distill.config.io import OBJECT_RECORD
+from distill.config.origins import COMMAND_LINE, Layer
 from distill.data_files import BUNDLED_SETS
 from distill.evaluation.evaluator import (
     Evaluator,
@@ -432,6 +433,8 @@ def resume_config(run_dir: Path, overrides: dict[str, Any] | None = None) -> Dis
         raise ValueError(f"resume: {path} is empty or not a mapping of config fields; it is the run's recorded config: "
                          f"restore it, or start a new run with the same fields")
     values.pop("num_processes", None)
-    values.update(overrides or {})
     values["output_dir"] = str(run_dir)
-    return DistillConfig.from_dict(values, where=str(path))
+    # The recorded config is a base the user took, as a bundled recipe is; the flags given with --resume are theirs.
+    return DistillConfig.from_layers([Layer(str(path), values, users=False),
+                                      Layer(COMMAND_LINE, {k: v for k, v in (overrides or {}).items() if k != "output_dir"},
+                                            flags=True)])

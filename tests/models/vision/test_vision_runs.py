@@ -246,3 +246,31 @@ def test_an_image_damaged_after_the_start_checks_stops_the_run_at_its_step_with_
     expected = load_file(str(tmp_path / "straight" / "model" / "model.safetensors"))
     actual = load_file(str(tmp_path / "failed" / "model" / "model.safetensors"))
     assert expected.keys() == actual.keys() and all(torch.equal(expected[name], actual[name]) for name in expected)
+
+
+def test_the_evaluation_shows_each_row_its_images(tmp_path, vl_dirs):
+    """The evaluation's prompts are the rows' own, image tokens expanded as in training, and a run with images and an
+    evaluation set with answers reports the answer accuracy before and after."""
+    from pathlib import Path
+
+    from distill.data import examples_from_dataset
+    from distill.data_files import load_dataset_spec
+    from distill.models.kinds import model_kind_of
+    from distill.teachers.build import load_model
+
+    rows = _rows_with(vl_dirs, answer=lambda row, i: row["completion"])
+    data = Path(vl_dirs["data"]).parent / "with_answers.jsonl"  # beside the images its rows name
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    model, tokenizer = load_model(vl_dirs["student"], "student")
+    renderer = model_kind_of(model).encoder(tokenizer, 64, 6, [tokenizer.eos_token_id], model)
+    examples = examples_from_dataset(load_dataset_spec(str(data), "train", "eval_dataset"), "eval_dataset", data.parent)
+    assert any(example.images for example in examples)
+    for example in examples:
+        assert renderer.prompt(example).ids == renderer.row(example).prompt_ids
+
+    config = _config(tmp_path, vl_dirs, eval_before_after=True, eval_dataset=str(data), eval_split="train", eval_max_prompts=4)
+    metrics = Distiller(config).train()["eval"]
+    assert metrics["before"]["answer_accuracy"]["prompts"] == 4 == metrics["after"]["answer_accuracy"]["prompts"]
+    report = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
+    assert report["teacher"]["answer_accuracy"]["prompts"] == 4  # the teacher's greedy answers, beside the student's
+    assert "Answer accuracy (greedy answer contains the row's answer): teacher " in (tmp_path / "run" / "eval" / "eval.md").read_text()
