@@ -7,7 +7,6 @@ The rows are the installed bfcl-eval package's multi_turn_base (Apache-2.0).
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import itertools
 import json
@@ -16,9 +15,9 @@ import datasets
 import pytest
 
 from distill.agents.loop import LoopSettings, ToolLoop
+from distill.conversations.calls import ToolCalls
 from distill.conversations.environments import EnvironmentFactory
 from distill.conversations.tool_calls import ToolCall, render_tool_calls
-from distill.conversations.tools import ToolRunner, run_calls
 from distill.data import examples_from_dataset
 from distill.generation.sample import Sample
 from distill.rendering import ConversationRenderer, EnvironmentTurns, TextRenderer
@@ -30,7 +29,6 @@ from distill.tasks.bfcl.backends import (
     parse_call,
     public_methods,
     run_ground_truth,
-    state,
     state_differences,
 )
 from distill.tasks.bfcl.environment import multi_turn
@@ -69,20 +67,25 @@ def test_the_factory_is_an_environment_whose_tools_are_the_back_ends_methods_bfc
 
 def test_reset_loads_the_rows_configuration_and_the_tools_answer_as_text(rows):
     row = rows[0]  # GorillaFileSystem and TwitterAPI; `cp` excluded
-    runner, observation, environment = EnvironmentFactory.load(SPEC, set()).make(row, {}, 5.0)
-    assert observation is None and sorted(environment.backends) == ["GorillaFileSystem", "TwitterAPI"]
-    expected = fresh_backends(Scenario.of(row["bfcl"]))
-    assert not state_differences(environment.backends, expected)
-    listing, excluded, elsewhere, bad = run_calls([(runner, ToolCall("ls", {})), (runner, ToolCall("cp", {"source": "a", "destination": "b"})),
-                                                   (runner, ToolCall("add", {"a": 1, "b": 2})), (runner, ToolCall("ls", {"nope": 1}))])
+    environment = multi_turn()
+    assert environment.reset(**row) is None and sorted(environment.backends) == ["GorillaFileSystem", "TwitterAPI"]
+    assert not state_differences(environment.backends, fresh_backends(Scenario.of(row["bfcl"])))
+    calls = ToolCalls({}, EnvironmentFactory.load(SPEC, set()), 5.0, workers=1)
+    try:  # as a run calls it: made and reset in a tool worker, its methods the row's tools
+        conversations = calls.open([row, row], [0, 1])
+        listing, excluded, elsewhere, bad, moved = conversations.run([
+            (0, ToolCall("ls", {})), (0, ToolCall("cp", {"source": "a", "destination": "b"})),
+            (0, ToolCall("add", {"a": 1, "b": 2})), (0, ToolCall("ls", {"nope": 1})), (1, ToolCall("cd", {"folder": "document"}))])
+        [after_cd_elsewhere] = conversations.run([(0, ToolCall("pwd", {}))])
+        conversations.close()
+    finally:
+        calls.close()
     assert listing.failure is None and json.loads(listing.content) == {"current_directory_content": ["document", "archive"]}
     assert excluded.failure == "raised" and "cp is not available in this task" in excluded.content
     assert elsewhere.failure == "raised" and "add belongs to MathAPI, which this task does not use" in elsewhere.content
-    assert bad.failure == "bad_arguments"
-    other, _, second = EnvironmentFactory.load(SPEC, set()).make(row, {}, 5.0)
-    run_calls([(other, ToolCall("cd", {"folder": "document"}))])
-    assert second.backends["GorillaFileSystem"]._current_dir.name == "document"
-    assert environment.backends["GorillaFileSystem"]._current_dir.name == "workspace"  # each row's own state
+    # the adapter binds the arguments itself, so a wrong one is an error raised inside the method
+    assert bad.failure == "raised" and "nope" in bad.content and moved.failure is None
+    assert after_cd_elsewhere.failure is None and "document" not in after_cd_elsewhere.content  # each row's own state
 
 
 def test_a_row_without_a_scenario_is_refused_naming_the_column():
@@ -116,16 +119,10 @@ def script_of(scenario: Scenario, turns: int | None = None) -> list[str]:
 
 
 def replay(rows: list[dict], scripts: list[list[str]], tokenizer):
-    """The rows through distill's tool loop (`ToolLoop.run`: the environment made and reset per row, its reward asked
-    at the end), the model's turns scripted; (trajectories, the environments made)."""
+    """The rows through distill's tool loop (`ToolLoop.run`: the environment made and reset per row in a tool worker,
+    its reward asked at the end: 1.0 when the back-ends' end state is the ground truth's), the model's turns
+    scripted; the trajectories."""
     eos = [tokenizer.eos_token_id]
-    made = []
-
-    def recording_factory():
-        made.append(multi_turn())
-        return made[-1]
-
-    factory = dataclasses.replace(EnvironmentFactory.load(SPEC, set()), factory=recording_factory)
     renderer = TextRenderer(tokenizer, 16384, 60000, eos)
     examples = examples_from_dataset(datasets.Dataset.from_list(rows), "dataset")
     prompts = [renderer.prompt(example).ids for example in examples]
@@ -134,11 +131,15 @@ def replay(rows: list[dict], scripts: list[list[str]], tokenizer):
         return [Sample(tokenizer(scripts[i][turn], add_special_tokens=False)["input_ids"] + eos, False, None)
                 for i in indices]
 
-    loop = ToolLoop({}, 10.0, EnvironmentTurns(tokenizer, ConversationRenderer(tokenizer, eos), eos),
-                    lambda ids: tokenizer.decode(ids), LoopSettings(max(map(len, scripts)), 60000), factory, renderer)
-    trajectories, followed = loop.run(generate, prompts, examples, eos)
+    loop = ToolLoop(ToolCalls({}, EnvironmentFactory.load(SPEC, set()), 10.0, workers=1),
+                    EnvironmentTurns(tokenizer, ConversationRenderer(tokenizer, eos), eos),
+                    lambda ids: tokenizer.decode(ids), LoopSettings(max(map(len, scripts)), 60000), renderer)
+    try:
+        trajectories, followed = loop.run(generate, prompts, examples, eos)
+    finally:
+        loop.close()
     assert followed == prompts  # reset says nothing: the prompt is the row's
-    return trajectories, made
+    return trajectories
 
 
 def covering(rows: list[dict]) -> list[dict]:
@@ -155,35 +156,31 @@ def covering(rows: list[dict]) -> list[dict]:
 
 
 def test_a_replayed_ground_truth_reaches_the_ground_truth_state_through_the_tool_loop(rows, smol_tokenizer):
+    """The reward is the end state compared with the ground truth's (`run_ground_truth`, itself equal to BFCL's
+    executor's: the test above), asked of each row's instance in its worker."""
     chosen = covering(rows)
     scenarios = [Scenario.of(row["bfcl"]) for row in chosen]
     scripts = [script_of(scenario) for scenario in scenarios]
-    trajectories, made = replay(chosen, scripts, smol_tokenizer)
-    for row, scenario, script, trajectory, environment in zip(chosen, scenarios, scripts, trajectories, made):
+    trajectories = replay(chosen, scripts, smol_tokenizer)
+    for row, script, trajectory in zip(chosen, scripts, trajectories):
         assert trajectory.turns == len(script) and trajectory.calls == len(script) - 1 and not trajectory.hit_max
-        assert trajectory.failures["unknown_tool"] == trajectory.failures["bad_arguments"] == 0, row["id"]
-        bfcl = bfcl_executor_state(scenario, "distill_twin_replay")
-        assert not state_differences(environment.backends, bfcl), row["id"]
-        assert {name: state(instance) for name, instance in environment.backends.items()} == {
-            name: state(instance) for name, instance in bfcl.items()}
-        assert trajectory.reward == 1.0
-    assert any(state_differences(e.backends, fresh_backends(s)) for e, s in zip(made, scenarios))
+        assert sum(trajectory.failures.values()) == 0, (row["id"], trajectory.failures)
+        assert trajectory.reward == 1.0, row["id"]
+    assert any(state_differences(run_ground_truth(s), fresh_backends(s)) for s in scenarios)
+    environment = multi_turn()  # the reward's own rule, in this process: the end state of the replayed calls
+    environment.reset(**chosen[0])
+    for text in itertools.chain.from_iterable(scenarios[0].ground_truth):
+        call = parse_call(text, environment.backends)
+        getattr(environment, call.name)(**call.arguments)
+    assert environment.get_reward() == 1.0
+    assert not state_differences(environment.backends, bfcl_executor_state(scenarios[0], "distill_twin_replay"))
 
 
 def test_a_trajectory_that_stops_after_the_first_request_is_rewarded_zero(rows, smol_tokenizer):
     row = rows[0]
     scenario = Scenario.of(row["bfcl"])
-    (trajectory,), (environment,) = replay([row], [script_of(scenario, turns=1)], smol_tokenizer)
-    assert state_differences(environment.backends, run_ground_truth(scenario)) and trajectory.reward == 0.0
-
-
-def test_calls_that_run_together_each_reach_their_own_rows_back_ends(rows):
-    """Two rows' calls in one round (as the loop runs a batch's calls) act on each row's instance only."""
-    first, second = (EnvironmentFactory.load(SPEC, set()).make(row, {}, 5.0) for row in rows[:2])
-    runners: list[ToolRunner] = [first[0], second[0]]
-    run_calls([(runners[0], ToolCall("mkdir", {"dir_name": "only_in_row_0"})), (runners[1], ToolCall("ls", {}))])
-    assert "only_in_row_0" in first[2].backends["GorillaFileSystem"]._current_dir.contents
-    assert "only_in_row_0" not in second[2].backends["GorillaFileSystem"]._current_dir.contents
+    (trajectory,) = replay([row], [script_of(scenario, turns=1)], smol_tokenizer)
+    assert trajectory.turns == len(script_of(scenario, turns=1)) and trajectory.reward == 0.0
 
 
 @pytest.mark.parametrize("text, match", [("cd(folder=", "does not parse"), ("os.system('ls')", "not a call of a function by name"),
