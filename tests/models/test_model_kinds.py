@@ -63,8 +63,8 @@ class FeatureKind(ModelKind):
     def applies(self, model):
         return isinstance(model, FeatureLlama)
 
-    def encoder(self, tokenizer, max_prompt_length, max_new_tokens, eos_ids, model=None):
-        return FeatureEncoder(tokenizer, max_prompt_length, max_new_tokens, eos_ids)
+    def encoder(self, tokenizer, max_prompt_length, max_new_tokens, eos_ids, model=None, template_kwargs=None):
+        return FeatureEncoder(tokenizer, max_prompt_length, max_new_tokens, eos_ids, template_kwargs)
 
     def hidden(self, model, input_ids, attention_mask, extras):
         embeds = model.embed(input_ids, extras["row_feature"])

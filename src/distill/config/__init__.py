@@ -98,7 +98,8 @@ class RunFields:
                                          "--chat_template_kwargs '{\"enable_thinking\": false}'.")
     teacher_chat_template_kwargs: dict | None = setting(None, "Arguments of the teacher's chat template where the teacher "
                                                         "renders its own prompts: a teacher with another tokenizer "
-                                                        "(gold), a self-teacher's prompts and reprompts (sdft, sdpo). "
+                                                        "(cross-tokenizer distillation), a self-teacher's prompts and "
+                                                        "reprompts. "
                                                         "None: chat_template_kwargs. (A teacher with the student's "
                                                         "tokenizer scores the student's rendering, with its arguments.)")
     sampling_temperature: float = setting(1.0, "Student sampling temperature for on-policy completions.")
