@@ -191,6 +191,32 @@ def test_on_policy_with_tools_samples_conversations_and_trains_only_the_sampled_
     assert 0 < logged[-1]["tools/environment_token_fraction"] < 1
 
 
+def test_every_turn_of_a_rollout_hands_the_engine_one_cache_keyed_by_row(tokenizer, tmp_path, monkeypatch):
+    """The student's turns reach the engine with the rollout's `ConversationCache` and each prompt's row in the loop, the
+    same key for a conversation's every turn (what the lean loop keeps its keys and values by); the cache is emptied
+    when the rollout ends."""
+    import distill.training.student_sampler
+
+    scripted, _, _ = scripted_turns(tokenizer)
+    seen: list[tuple[object, list[int], int]] = []
+
+    def generate(model, prompts, sampling, *args, conversations=None, conversation_keys=None, **kwargs):
+        seen.append((conversations, list(conversation_keys), len(prompts)))
+        conversations.state = "held"
+        return scripted(model, prompts, sampling, *args, **kwargs)
+
+    monkeypatch.setattr(distill.training.student_sampler, "generate_completions", generate)
+    rows = [{"prompt": [{"role": "user", "content": f"What is 2 + {i}?"}]} for i in range(8)]
+    run = make_distiller(tokenizer, tmp_path, rows=rows, method="on_policy", max_new_tokens=200, max_prompt_length=300,
+                         seq_kd=True, lmbda_schedule="step", tools=["tests.conversations.toolbox:plus"], max_turns=3)
+    run.setup()
+    run.rollout.take(0, {})
+    caches = {id(cache) for cache, _, _ in seen}
+    assert len(seen) == 2 and len(caches) == 1  # two turns (the call, the answer), one cache
+    assert all(keys == list(range(count)) for _, keys, count in seen)
+    assert seen[0][0].state is None
+
+
 def test_a_reused_conversation_rollout_is_checkpointed_with_its_mask(tokenizer, tmp_path, monkeypatch):
     """iw_opd reuses a rollout for num_iterations steps: its checkpointed state gives back the same conversations,
     masks and sampling log-probs (0.0 at the environment's ids, which no loss reads)."""

@@ -11,7 +11,7 @@ import logging
 
 import torch
 
-from distill.generation.engine import DecodeRequest, Engine, SamplingParams
+from distill.generation.engine import ConversationCache, DecodeRequest, Engine, SamplingParams
 from distill.generation.registry import AUTO, engine_names, get_engine
 from distill.generation.sample import Sample
 from distill.models.inputs import RowExtras, collate_extras
@@ -79,6 +79,8 @@ def generate_completions(
     stop_ids: list[int] | None = None,
     extras: list[RowExtras] | None = None,
     seeded_rows: bool = False,
+    conversations: ConversationCache | None = None,
+    conversation_keys: list[int] | None = None,
 ) -> list[Sample]:
     """Sample a completion for each prompt with the engine `sampling.engine` names (module docstring).
 
@@ -93,11 +95,15 @@ def generate_completions(
     A completion is cut at its first stop and "ended" when that token is an EOS.
     `extras`: one `RowExtras` per prompt (the model kind's inputs beyond the ids), or None.
     `seeded_rows`: every engine draws each row from its own seed, never from torch's process RNG (needs `seeds`).
+    `conversations`, `conversation_keys`: the prompts are turns of conversations (one key per prompt, the same key for
+    a conversation's every turn) and the engine may keep them between turns there (`ConversationCache`).
     """
     if seeded_rows and seeds is None:
         raise ValueError("generate_completions: seeded_rows needs one seed per prompt; none were given")
     if seeds is not None and len(seeds) != len(prompts):
         raise ValueError(f"generate_completions: {len(seeds)} seeds for {len(prompts)} prompts; give one per prompt")
+    if conversation_keys is not None and len(conversation_keys) != len(prompts):
+        raise ValueError(f"generate_completions: {len(conversation_keys)} conversation keys for {len(prompts)} prompts")
     if extras is not None and len(extras) != len(prompts):
         raise ValueError(f"generate_completions: {len(extras)} rows of extras for {len(prompts)} prompts; give one per prompt")
     stops = list(eos_ids) if stop_ids is None else list(stop_ids)
@@ -122,7 +128,9 @@ def generate_completions(
             batch_extras = collate_extras(extras[start : start + batch_size]) if extras is not None else {}
             request = DecodeRequest(input_ids, attention_mask, sampling, stops, list(eos_ids), pad_id, device, suppress,
                                     stopping_criteria, with_log_probs, None if seeds is None else seeds[start : start + batch_size],
-                                    kind.forward_inputs(model, input_ids, batch_extras), seeded_rows)
+                                    kind.forward_inputs(model, input_ids, batch_extras), seeded_rows,
+                                    conversations if conversation_keys is not None else None,
+                                    None if conversation_keys is None else conversation_keys[start : start + batch_size])
             generated, log_probs = engine.decode(model, request)
             keep = first_eos_mask(generated, stops)
             for row in range(len(chunk)):

@@ -45,6 +45,17 @@ class SamplingParams:
     engine: str = AUTO  # a registered engine's name (`generation_engine`), or auto: the first that applies
 
 
+class ConversationCache:
+    """What an engine may keep of a rollout's conversations from one turn to the next (the lean loop: each
+    conversation's keys and values, `distill.generation.lean_turns`), so that a turn's decode encodes only the ids
+    after what it kept. The tool-call loop's sampler makes one per rollout and hands it to every turn's decode with
+    each row's conversation key (`DecodeRequest.conversations`); an engine that keeps nothing ignores it. Dropped when
+    the rollout ends: the weights change after."""
+
+    def __init__(self) -> None:
+        self.state: object | None = None  # the engine's own, replaced by an engine that cannot read it
+
+
 @dataclass(frozen=True)
 class DecodeRequest:
     """One left-padded batch for an engine to decode.
@@ -61,6 +72,8 @@ class DecodeRequest:
         given to the model's forward with the ids. seeded_rows: sample each row from a generator seeded by its
         seed even in an engine that otherwise samples on torch's process RNG (the built-ins): what the asynchronous
         producer asks for, since a thread sampling beside training must not share (or depend on) the process RNG.
+    conversations, conversation_keys: the rows are turns of conversations (B keys), and `conversations` is where the
+        engine may keep them between turns (`ConversationCache`); None: independent prompts.
     """
 
     input_ids: torch.Tensor
@@ -76,6 +89,8 @@ class DecodeRequest:
     seeds: list[int] | None = None
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
     seeded_rows: bool = False
+    conversations: ConversationCache | None = None
+    conversation_keys: list[int] | None = None
 
     def row_generators(self) -> list[torch.Generator] | None:
         """With `seeded_rows`, one CPU generator per row seeded by its seed; None otherwise (the process RNG)."""

@@ -27,10 +27,14 @@ generation config that sets anything beyond token ids, the sampling settings dis
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from distill.generation.lean_turns import TurnCache
 
 # What a model's generation config may set for the lean loop to decode it as `generate` would: token ids, the
 # sampling settings distill always passes explicitly (they override the config's), and bookkeeping.
@@ -162,10 +166,13 @@ class _Layer:
 
 
 class LlamaDecoder:
-    """One batch's forward over a preallocated KV cache: `prefill` the prompts, then `step` one token per row.
+    """One batch's forward over a preallocated KV cache: `prefill` the prompts, then `step` one token per row; `append`
+    feeds each row more ids after what the cache holds (a conversation's next turn, `distill.generation.lean_turns`).
 
-    Shapes: B rows, prompts left-padded to width W, caches (B, kv_heads, W + max_new_tokens, head_dim).
-    Both return the last position's logits, (B, V) float32, as `generate` takes them.
+    Shapes: B rows, each row's ids in slots of a cache (B, kv_heads, capacity, head_dim); a slot that holds no id of
+    its row (a left-padded batch's padding) is masked by `key_bias`. Rotary positions count a row's real ids (0 for
+    its first), whatever slot they sit in. `prefill`, `append` and `step` return the last position's logits, (B, V)
+    float32, as `generate` takes them.
     """
 
     def __init__(self, model: nn.Module, rows: int, capacity: int):
@@ -174,8 +181,8 @@ class LlamaDecoder:
         self.capacity = capacity
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
-        self.layers = [_Layer(layer, *(_Linear(linear, rows) for linear in _projections(layer))) for layer in model.model.layers]
-        self.lm_head = _Linear(model.lm_head, rows)
+        self.rows = rows
+        self._pack(rows)
         shape = (rows, self.kv_heads, capacity, self.head_dim)
         self.keys = [torch.zeros(shape) for _ in self.layers]
         self.values = [torch.zeros(shape) for _ in self.layers]
@@ -183,18 +190,36 @@ class LlamaDecoder:
         # it converts to this on every call)
         self.key_bias = torch.full((rows, 1, 1, capacity), float("-inf"))
         self.length = 0
-        self.next_position: torch.Tensor | None = None  # (B, 1) long
+        self.next_position = torch.zeros(rows, 1, dtype=torch.long)  # (B, 1): each row's next rotary position
+
+    def _pack(self, rows: int) -> None:
+        """The projections packed for inputs of `rows` rows (a step's)."""
+        model = self.model
+        self.layers = [_Layer(layer, *(_Linear(linear, rows) for linear in _projections(layer))) for layer in model.model.layers]
+        self.lm_head = _Linear(model.lm_head, rows)
 
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """input_ids, attention_mask: (B, W), left-padded. Position ids as `generate` makes them."""
-        width = input_ids.shape[1]
+        """input_ids, attention_mask: (B, W), left-padded, into an empty cache. Position ids as `generate` makes them."""
+        assert self.length == 0, "LlamaDecoder.prefill into a cache that holds ids; append instead"
+        return self.append(input_ids, attention_mask)
+
+    def append(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """input_ids, attention_mask: (B, W), left-padded, each row at least one real id: fed after what the cache holds
+        of the row, at its next positions. A real id attends to its row's real ids before it; a padding one only to
+        itself and those (no row of the mask is empty: an empty row would make NaN that reaches the real positions
+        through the cache as 0 x NaN)."""
+        rows, width = input_ids.shape
+        start = self.length
+        if start + width > self.capacity:
+            raise RuntimeError(f"LlamaDecoder: the cache holds {self.capacity} positions")
         real = attention_mask.bool()
-        positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(~real, 0)
-        self.key_bias[:, 0, 0, :width].masked_fill_(real, 0.0)
+        positions = (self.next_position + attention_mask.long().cumsum(-1) - 1).masked_fill(~real, 0)
+        self.key_bias[:, 0, 0, start : start + width].masked_fill_(real, 0.0)
         causal = torch.ones(width, width, dtype=torch.bool).tril()
-        # A padding query sees only itself: no row of the mask is empty (an empty row would make NaN that
-        # reaches the real positions through the cache as 0 x NaN); real queries never see padding.
         mask = (causal & real[:, None, None, :]) | torch.eye(width, dtype=torch.bool)
+        if start:
+            earlier = (self.key_bias[:, :, :, :start] == 0).expand(rows, 1, width, start)
+            mask = torch.cat((earlier, mask.expand(rows, 1, width, width)), dim=-1)
         self.next_position = positions[:, -1:] + 1
         return self._forward(input_ids, positions, mask)
 
@@ -202,11 +227,44 @@ class LlamaDecoder:
         """tokens: (B,) the tokens just chosen, fed at the next position of every row."""
         if self.length >= self.capacity:
             raise RuntimeError(f"LlamaDecoder: the cache holds {self.capacity} positions")
-        assert self.next_position is not None, "LlamaDecoder.step before prefill"
         self.key_bias[:, 0, 0, self.length] = 0.0
         logits = self._forward(tokens[:, None], self.next_position, self.key_bias[:, :, :, : self.length + 1])
         self.next_position = self.next_position + 1
         return logits
+
+    def mask(self, row: int, start: int, end: int | None = None) -> None:
+        """Slots start..end (default: all filled so far) of `row` hold nothing of it from now on."""
+        self.key_bias[row, 0, 0, start : self.length if end is None else end] = float("-inf")
+
+    def forget(self, row: int) -> None:
+        """`row` holds nothing: every slot masked, its next id at position 0 (a conversation started over)."""
+        self.mask(row, 0)
+        self.next_position[row] = 0
+
+    def select(self, rows: list[int | None]) -> None:
+        """Keep the rows `rows` names by their index, in that order; None: a new row that holds nothing."""
+        index = torch.tensor([0 if row is None else row for row in rows], dtype=torch.long)
+        fresh = torch.tensor([row is None for row in rows], dtype=torch.bool)
+        self.keys = [k.index_select(0, index) for k in self.keys]
+        self.values = [v.index_select(0, index) for v in self.values]
+        self.key_bias = self.key_bias.index_select(0, index)
+        self.key_bias[fresh] = float("-inf")
+        self.next_position = self.next_position.index_select(0, index).masked_fill(fresh[:, None], 0)
+        if len(rows) != self.rows:
+            self.rows = len(rows)
+            self._pack(self.rows)
+
+    def reserve(self, capacity: int) -> None:
+        """Room for `capacity` slots in all (grown, the filled slots kept; never shrunk)."""
+        if capacity <= self.capacity:
+            return
+        extra = capacity - self.capacity
+        grow = lambda t: torch.cat((t, t.new_zeros(*t.shape[:2], extra, t.shape[3])), dim=2)  # noqa: E731
+        self.keys = [grow(k) for k in self.keys]
+        self.values = [grow(v) for v in self.values]
+        self.key_bias = torch.cat((self.key_bias, torch.full((self.rows, 1, 1, extra), float("-inf"))), dim=-1)
+        self.capacity = capacity
+
 
     def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         rows, count = input_ids.shape
@@ -301,21 +359,31 @@ def sample_from_logits(scores: torch.Tensor, generators: list[torch.Generator] |
 def lean_generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
                   do_sample: bool, temperature: float, top_k: int, top_p: float, eos_ids: list[int], pad_id: int,
                   suppress_tokens: list[int] | None = None, stopping_criteria=None, with_log_probs: bool = False,
-                  generators: list[torch.Generator] | None = None):
+                  generators: list[torch.Generator] | None = None, conversations: TurnCache | None = None,
+                  keys: list[int] | None = None):
     """`generate`'s loop on `LlamaDecoder`: (B, L) new tokens (finished rows padded with `pad_id`, L the steps run)
     and, with `with_log_probs`, (B, L) float32 log-probs of each chosen token under the processed scores.
-    `generators`: one per row to sample from (`sample_from_logits`), or None for torch's process RNG."""
+    `generators`: one per row to sample from (`sample_from_logits`), or None for torch's process RNG.
+    `conversations`, `keys`: the rows are conversations (one key each) whose earlier turns `conversations` may hold:
+    only the ids after what it holds of a row are fed (`distill.generation.lean_turns`), and it keeps this turn's."""
     rows, width = input_ids.shape
-    decoder = LlamaDecoder(model, rows, width + max_new_tokens)
+    if conversations is None:
+        decoder = LlamaDecoder(model, rows, width + max_new_tokens)
+        logits = decoder.prefill(input_ids, attention_mask)
+    else:
+        assert keys is not None and len(keys) == rows, "lean_generate: one conversation key per row"
+        decoder, logits = conversations.resume(model, input_ids, attention_mask, keys, max_new_tokens)
+    first_slot = decoder.length
+    fed: list[torch.Tensor] = []  # per step fed to the cache, the rows whose token was theirs (not padding)
     processors = logits_processors(do_sample, temperature, top_k, top_p, suppress_tokens or [])
     sequences = torch.full((rows, width + max_new_tokens), pad_id, dtype=torch.long)
     sequences[:, :width] = input_ids
     unfinished = torch.ones(rows, dtype=torch.bool)
     eos = torch.tensor(eos_ids, dtype=torch.long)
     log_probs = []
-    logits = decoder.prefill(input_ids, attention_mask)
     steps = 0
     while steps < max_new_tokens:
+        live = unfinished.clone()
         scores = processors(sequences[:, : width + steps], logits)
         tokens = sample_from_logits(scores, generators) if do_sample else scores.argmax(dim=-1)
         if eos_ids:
@@ -331,5 +399,8 @@ def lean_generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
         if not unfinished.any() or steps == max_new_tokens:
             break
         logits = decoder.step(tokens)
+        fed.append(live)
     generated = sequences[:, width : width + steps]
+    if conversations is not None:
+        conversations.turn_ended(first_slot, generated, fed)
     return generated, (torch.stack(log_probs, dim=1) if with_log_probs else None)

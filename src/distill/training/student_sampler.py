@@ -16,6 +16,7 @@ import torch
 from distill.agents.loop import Guide, ToolLoop, loop_metrics
 from distill.data import EncodedExample, Example
 from distill.generation import generate_completions
+from distill.generation.engine import ConversationCache
 from distill.generation.sample import Sample
 from distill.seeds import row_seed, row_seeds
 from distill.training.plan import RolloutSchedule, RolloutSettings
@@ -96,20 +97,27 @@ class StudentSampler:
                        with_student: WithModel, loop_metrics_into: Metrics) -> list[Sample]:
         """The student's rollouts as conversations (the tool-call loop), one sample per prompt: its trained mask, the
         prompt followed (with an environment's observation) and its layout. Each turn samples with its own per-row
-        seeds, so a row's conversation does not depend on which other rows are still going."""
+        seeds, so a row's conversation does not depend on which other rows are still going. The engine may keep each
+        conversation between its turns (`ConversationCache`: the lean loop appends a turn's new ids instead of
+        re-encoding the conversation); the cache goes with the rollout."""
         sampling = self.settings.student_sampling
+        cache = ConversationCache()
 
         def generate(batch: list[list[int]], max_new_tokens: int, turn: int, rows: list[int]) -> list[Sample]:
             seeds = self.seeds(step, len(prompts), "student" if turn == 0 else f"student turn {turn}")
             return cast(list[Sample], with_student(lambda student: generate_completions(
                 student, batch, replace(sampling, max_new_tokens=max_new_tokens), self.eos_ids, self.pad_id,
                 self.device, vocab_size=self.vocab_size, with_log_probs=self.settings.record_log_probs,
-                seeds=[seeds[r] for r in rows], extras=[extras[r] for r in rows], seeded_rows=self.seeded_rows)))
+                seeds=[seeds[r] for r in rows], extras=[extras[r] for r in rows], seeded_rows=self.seeded_rows,
+                conversations=cache, conversation_keys=rows)))
 
         depth = self.settings.depth_curriculum
         max_turns = None if depth is None else depth.max_turns(step, loop.settings.max_turns)
         guide = self._guide(step, rows, extras)
-        trajectories, followed = loop.run(generate, prompts, rows, self.eos_ids, guide, max_turns)
+        try:
+            trajectories, followed = loop.run(generate, prompts, rows, self.eos_ids, guide, max_turns)
+        finally:
+            cache.state = None
         add_loop_metrics(loop_metrics_into, trajectories)
         n = float(len(trajectories))
         if self.settings.guided_turns is not None:
