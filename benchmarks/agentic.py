@@ -83,8 +83,7 @@ def measure(student_dir: Path) -> dict:
     def generate(batch, max_new_tokens, turn, rows):
         sampling = SamplingParams(1.0, 1.0, 0, max_new_tokens, do_sample=False)
         with torch.no_grad():
-            out = generate_completions(model, batch, sampling, eos, tokenizer.pad_token_id, device, 16)
-        return [(ids, hit, None) for ids, hit, *_ in out]
+            return generate_completions(model, batch, sampling, eos, tokenizer.pad_token_id, device, 16)
 
     start = time.time()
     try:

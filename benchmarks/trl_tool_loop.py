@@ -95,7 +95,8 @@ def trl_rollouts(model, tokenizer, prompts: list[list[dict]], tools: list[Callab
     `qwen2_5.jinja`, `QWEN2_5_TEMPLATE`, for SmolLM2); `prompts`: N conversations (OpenAI-style message lists:
     system, user, assistant with `tool_calls`, tool), rendered by trl with `tools`. `temperature` 0 decodes greedily
     (`do_sample=False` through trl's `generation_kwargs`), otherwise samples at that temperature (top_p 1, top_k 0);
-    the generators are seeded with `seed` before the timed rollouts. One batch (the first) is rolled out first, untimed.
+    the generators are seeded with `seed` before the timed rollouts. One conversation (the first) is rolled out
+    first, untimed.
 
     Returns:
       seconds: wall time of the N rollouts (trainer construction and the warm-up excluded);
@@ -117,7 +118,7 @@ def trl_rollouts(model, tokenizer, prompts: list[list[dict]], tools: list[Callab
                                 batch_size=batch_size, seed=seed, output_dir=output_dir)
         recorder = _RecordedLoop(trainer)
         trainer._tool_call_loop = recorder  # type: ignore[method-assign]
-        trainer._generate(batches[0])  # warm-up
+        trainer._generate(batches[0][:1])  # warm-up: one conversation
         transformers.set_seed(seed)
         completions: list[list[int]] = []
         masks: list[list[int]] = []

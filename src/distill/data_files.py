@@ -5,7 +5,8 @@ one split, 'train', unless its rows have a 'split' column; 'bundled' is the prom
 distill, 'bundled:facts' its knowledge-injection set (invented facts with checkable answers, for
 self-distillation: `scripts/make_facts.py` writes it), 'bundled:arithmetic' its RL task (sums with their
 answers, for sdpo / GRPO: `scripts/make_arithmetic.py`), 'bundled:lookup' its tool-use task (an invented registry
-that only the tool `distill.tasks.lookup:lookup_code` answers: `scripts/make_lookup.py`), 'bundled:easy-vqa' its visual
+that only the tool `distill.tasks.lookup:lookup_code` answers: `scripts/make_lookup.py`), 'bundled:chain' its two-call
+tool task (an entry's partner, then the partner's code: `distill.tasks.chain`, `scripts/make_chain.py`), 'bundled:easy-vqa' its visual
 question answering task (a slice of easy-VQA, MIT licence, its images beside the rows: `scripts/make_easy_vqa.py`).
 Every problem (an unknown split, an empty, malformed, non-UTF-8 or unsupported file, a missing
 prompt column) is one ValueError naming the field, the file (and line) and the fix, raised before any
@@ -25,6 +26,7 @@ BUNDLED_SETS = {BUNDLED_DATASET: BUNDLED_PROMPTS,
                 "bundled:facts": Path(__file__).parent / "recipes" / "data" / "facts.jsonl",
                 "bundled:arithmetic": Path(__file__).parent / "recipes" / "data" / "arithmetic.jsonl",
                 "bundled:lookup": Path(__file__).parent / "recipes" / "data" / "lookup.jsonl",
+                "bundled:chain": Path(__file__).parent / "recipes" / "data" / "chain.jsonl",
                 "bundled:easy-vqa": Path(__file__).parent / "recipes" / "data" / "easy_vqa" / "rows.jsonl"}
 DATA_SUFFIXES = (".json", ".jsonl", ".parquet")
 _UNREAD_SUFFIXES = (".csv", ".tsv", ".arrow", ".gz", ".zst", ".xlsx")  # data files distill does not read

@@ -172,6 +172,21 @@ def _ships(value: str) -> bool:
     return value == DEFAULT_TEACHER or is_byte_student(value) or is_byte_vision(value)
 
 
+def _written_before(path: Path) -> set[str]:
+    """What the recipe's `# first:` command writes, and what the commands before that one write (a recipe run whose own
+    recipe has a `# first:` line)."""
+    from distill.recipes import prerequisite
+
+    written: set[str] = set()
+    first = prerequisite(path)
+    while first is not None:
+        if first.product is not None:
+            written.add(first.product)
+        words = first.command.split()
+        first = prerequisite(recipe_path(words[2])) if words[:2] == ["distill", "train"] else None
+    return written
+
+
 @pytest.mark.parametrize("name", [name for name, _ in bundled_recipes()])
 def test_a_bundled_recipe_reads_what_ships_or_what_its_first_command_writes(name):
     """Every path a recipe reads is bundled, or written by the command its `# first:` line names (another bundled
@@ -187,17 +202,22 @@ def test_a_bundled_recipe_reads_what_ships_or_what_its_first_command_writes(name
         value = getattr(config, field)
         if value is None or value == getattr(defaults, field) or _ships(value):
             continue
-        assert first is not None and first.product == value, (
-            f"recipe {name}: {field} {value} is neither bundled nor written by a `# first:` command")
+        assert value in _written_before(path), (
+            f"recipe {name}: {field} {value} is neither bundled nor written by a `# first:` command (or the one before it)")
     if first is None:
         assert config.teacher_url is None, f"recipe {name} needs a teacher server: its `# first:` line names the command"
         return
     words = first.command.split()
-    assert words[0] == "distill" and words[1] in ("train", "cache-teacher", "serve-teacher"), first.command
-    if words[1] == "train":
+    data_script = words[:3] == ["python", "-m", "distill.tasks.bfcl"]  # writes BFCL's rows from the installed package
+    assert data_script or (words[0] == "distill" and words[1] in ("train", "cache-teacher", "serve-teacher")), first.command
+    if words[:2] == ["distill", "train"]:
         other = recipe_path(words[2])
-        assert prerequisite(other) is None, "a recipe's first command needs nothing first itself"
+        before = prerequisite(other)
+        assert before is None or not before.command.startswith("distill train"), (
+            "a recipe's first run needs at most a data script first, not another run")
         assert first.product == f"{DistillConfig.from_yaml(other).output_dir}/model"
+    elif data_script:
+        assert config.dataset == first.product == f"{words[words.index('--out') + 1]}/bfcl.jsonl"
     elif words[1] == "cache-teacher":
         assert config.teacher_cache == first.product == words[words.index("--out") + 1]
     else:

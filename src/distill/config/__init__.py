@@ -59,7 +59,7 @@ class RunFields:
                                        "student is given. Layer dropping followed by distillation is how Minitron- and "
                                        "DistilBERT-style students start.")
     dataset: str = setting(BUNDLED_DATASET, "Training prompts: 'bundled' (the prompt set shipped with distill, its "
-                           "'train' split; 'bundled:facts': invented facts with privileged context, for self-distillation; 'bundled:arithmetic': sums with checkable answers, for RL; 'bundled:lookup': a tool-use task; 'bundled:easy-vqa': questions about pictures of shapes, one-word answers, for vision-language models), a local .json/.jsonl/.parquet file or directory, or a hub dataset "
+                           "'train' split; 'bundled:facts': invented facts with privileged context, for self-distillation; 'bundled:arithmetic': sums with checkable answers, for RL; 'bundled:lookup': a tool-use task; 'bundled:chain': a task of two dependent tool calls whose 'train' rows hold only prompts; 'bundled:easy-vqa': questions about pictures of shapes, one-word answers, for vision-language models), a local .json/.jsonl/.parquet file or directory, or a hub dataset "
                            "(online). Rows hold `prompt` (text or chat messages) or `messages`; optional "
                            "`completion` (text or messages) for off-policy training.")
     dataset_split: str = setting("train", "Split of `dataset` to train on: the rows whose `split` column holds it; a "

@@ -27,14 +27,11 @@ generation config that sets anything beyond token ids, the sampling settings dis
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-if TYPE_CHECKING:
-    from distill.generation.lean_turns import TurnCache
 
 # What a model's generation config may set for the lean loop to decode it as `generate` would: token ids, the
 # sampling settings distill always passes explicitly (they override the config's), and bookkeeping.
@@ -355,11 +352,20 @@ def sample_from_logits(scores: torch.Tensor, generators: list[torch.Generator] |
     return torch.searchsorted(cdf, draw, right=True).clamp_(max=scores.shape[-1] - 1).squeeze(1)
 
 
+class ConversationTurns(Protocol):
+    """Where a batch of conversations' earlier turns are kept (`distill.generation.lean_turns.TurnCache`)."""
+
+    def resume(self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, keys: list[int],
+               max_new_tokens: int) -> tuple[LlamaDecoder, torch.Tensor]: ...
+
+    def turn_ended(self, first_slot: int, generated: torch.Tensor, fed: list[torch.Tensor]) -> None: ...
+
+
 @torch.no_grad()
 def lean_generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
                   do_sample: bool, temperature: float, top_k: int, top_p: float, eos_ids: list[int], pad_id: int,
                   suppress_tokens: list[int] | None = None, stopping_criteria=None, with_log_probs: bool = False,
-                  generators: list[torch.Generator] | None = None, conversations: TurnCache | None = None,
+                  generators: list[torch.Generator] | None = None, conversations: ConversationTurns | None = None,
                   keys: list[int] | None = None):
     """`generate`'s loop on `LlamaDecoder`: (B, L) new tokens (finished rows padded with `pad_id`, L the steps run)
     and, with `with_log_probs`, (B, L) float32 log-probs of each chosen token under the processed scores.

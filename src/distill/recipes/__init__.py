@@ -79,7 +79,8 @@ class Prerequisite:
 
 def prerequisite(path: Path) -> Prerequisite | None:
     """The recipe's `# first: COMMAND` line, with the path that command writes; None when it needs nothing first.
-    `distill train NAME` writes NAME's output_dir/model; `distill cache-teacher ... --out DIR` writes DIR."""
+    `distill train NAME` writes NAME's output_dir/model; `distill cache-teacher ... --out DIR` writes DIR;
+    `python -m distill.tasks.bfcl ... --out DIR` writes DIR/bfcl.jsonl (BFCL's rows)."""
     found = FIRST.search(path.read_text(encoding="utf-8"))
     if found is None:
         return None
@@ -90,6 +91,8 @@ def prerequisite(path: Path) -> Prerequisite | None:
         return Prerequisite(command, f"{other['output_dir']}/model")
     if words[:2] == ["distill", "cache-teacher"] and "--out" in words:
         return Prerequisite(command, words[words.index("--out") + 1])
+    if words[:3] == ["python", "-m", "distill.tasks.bfcl"] and "--out" in words:
+        return Prerequisite(command, f"{words[words.index('--out') + 1]}/bfcl.jsonl")
     return Prerequisite(command, None)
 
 
