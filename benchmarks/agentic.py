@@ -1,7 +1,13 @@
-"""Distilling an agent: the bundled lookup task (`bundled:lookup`, `distill.tasks.lookup`), as curves against steps.
+"""Distilling an agent, as curves against steps, on a bundled tool task (`--task`):
 
-The task asks for codes of an invented registry that only the tool `lookup_code` knows; the 32 held-out questions
-name entries no training row names, so a model answers them only by calling the tool. Arms, one after the other:
+- `lookup` (`bundled:lookup`, `distill.tasks.lookup`): codes of an invented registry that only the tool `lookup_code`
+  knows; the 32 held-out questions name entries no training row names. Its rows carry the teacher's behaviour (the
+  conversation of a model using the tool well), so sft on them is a strong baseline.
+- `chain` (`bundled:chain`, `distill.tasks.chain`): the code of an entry's partner, which takes two dependent calls
+  (`partner_of`, then `code_of`); the teacher learns from the `demonstrations` split, the students see the `train`
+  split, which holds only prompts, so only the teacher's behaviour can teach them; 40 held-out questions.
+
+Arms of `lookup`, one after the other:
 
 - teacher: SmolLM2-135M-Instruct (the default model) trained with `sft` on the task's tool-use conversations (the
   call, the result, the answer): the teacher of the arms below.
@@ -11,15 +17,20 @@ name entries no training row names, so a model answers them only by calling the 
 - on_policy: the same student, on-policy only: its own conversations, the method's default loss.
 - sft: the same student trained on the dataset's conversations (no teacher).
 
+Arms of `chain`: the teacher (sft on the demonstrations, 40 steps); then the layer-dropped student on the prompt-only
+rows with plain `on_policy`; `guided` (Guided-OPD: teacher-written turns with a probability decaying from 0.5 to 0 over
+three quarters of the steps); `tcod` (the depth curriculum: one more turn every 5 steps); `sod` (step-wise divergence
+weighting); and `gkd` (the teacher's own conversations first, then the student's).
+
 Every arm keeps a checkpoint every --every steps; each is measured on the held-out questions: greedy conversations
 through the tool loop (`distill.conversations`), task success (the last assistant turn holds the code), calls and
 valid calls per question. Step 0 is the untrained student. Each row also gives the tokens sampled up to its step
 (the student's and the teacher's turns, tool turns excluded: from the run's metrics.jsonl).
 
-    python benchmarks/agentic.py [--steps 40] [--every 10] [--resume] [--arms NAME ...] [--seed N]
-Writes benchmarks/results/agentic.json and agentic.png and prints a table. `--seed N` (N > 0, with --resume) repeats
-the student arms with training seed N (data order, sampling) into `repeats`, beside seed 0's `arms`; the teacher is
-always seed 0's, and `final` gives each arm's last-checkpoint success for every seed measured.
+    python benchmarks/agentic.py [--task lookup|chain] [--steps 40] [--every 10] [--resume] [--arms NAME ...] [--seed N]
+Writes benchmarks/results/agentic.json (chain: chain.json) and its .png and prints a table. `--seed N` (N > 0, with
+--resume) repeats the student arms with training seed N (data order, sampling) into `repeats`, beside seed 0's
+`arms`; the teacher is always seed 0's, and `final` gives each arm's last-checkpoint success for every seed measured.
 """
 
 from __future__ import annotations
@@ -28,6 +39,8 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -47,37 +60,77 @@ from distill.rendering import TextRenderer
 from distill.tasks.answers import contains_answer
 from distill.teachers.build import load_model
 
-RUNS = Path("runs/bench_agentic")
-TASK, TOOL = "bundled:lookup", "distill.tasks.lookup:lookup_code"
-TEACHER = RUNS / "teacher" / "model"
-MAX_NEW_TOKENS = 96
-COMMON = ["--dataset", TASK, "--tools", TOOL, "--max_new_tokens", str(MAX_NEW_TOKENS), "--per_device_train_batch_size", "4",
-          "--gradient_accumulation_steps", "2"]
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    dataset: str
+    tools: tuple[str, ...]
+    teacher_split: str  # the rows the teacher's sft reads
+    held_out: int  # questions in the held-out split
+    max_new_tokens: int
+    max_turns: int
+    out: str
+
+    @property
+    def runs(self) -> Path:
+        return Path("runs/bench_agentic") if self.name == "lookup" else Path(f"runs/bench_{self.name}")
+
+    @property
+    def teacher(self) -> Path:
+        return self.runs / "teacher" / "model"
+
+    def common(self) -> list[str]:
+        return ["--dataset", self.dataset, "--tools", *self.tools, "--max_new_tokens", str(self.max_new_tokens),
+                "--max_turns", str(self.max_turns), "--per_device_train_batch_size", str(BATCH),
+                "--gradient_accumulation_steps", "2"]
+
+
+BATCH = 4
+TASKS = {
+    "lookup": Task("lookup", "bundled:lookup", ("distill.tasks.lookup:lookup_code",), "train", 32, 96, 4,
+                   "benchmarks/results/agentic.json"),
+    "chain": Task("chain", "bundled:chain", ("distill.tasks.chain:partner_of", "distill.tasks.chain:code_of"),
+                  "demonstrations", 40, 160, 4, "benchmarks/results/chain.json"),
+}
 STUDENT = ["--student", DEFAULT_TEACHER, "--student_init", "drop_every:3"]
 
 
-def arms(steps: int, every: int) -> dict[str, list[str]]:
+def arms(task: Task, steps: int, every: int) -> dict[str, list[str]]:
     budget = ["--max_steps", str(steps), "--save_steps", str(every)]
+    common, teacher = task.common(), str(task.teacher)
+    if task.name == "lookup":
+        return {
+            "teacher": ["--method", "sft", "--student", DEFAULT_TEACHER, "--max_steps", "30", "--save_steps", "30",
+                        "--learning_rate", "1e-4", *common],
+            "gkd": ["--method", "gkd", "--teacher", teacher, *STUDENT, *budget, *common,
+                    "--lmbda_schedule_steps", str(3 * steps // 4)],
+            "on_policy": ["--method", "on_policy", "--teacher", teacher, *STUDENT, *budget, *common],
+            "sft": ["--method", "sft", *STUDENT, *budget, *common],
+        }
+    on_policy = ["--method", "on_policy", "--teacher", teacher, *STUDENT, *budget, *common, "--dataset_split", "train"]
     return {
-        "teacher": ["--method", "sft", "--student", DEFAULT_TEACHER, "--max_steps", "30", "--save_steps", "30",
-                    "--learning_rate", "1e-4", *COMMON],
-        "gkd": ["--method", "gkd", "--teacher", str(TEACHER), *STUDENT, *budget, *COMMON,
+        "teacher": ["--method", "sft", "--student", DEFAULT_TEACHER, "--max_steps", "40", "--save_steps", "40",
+                    "--learning_rate", "1e-4", *common, "--dataset_split", task.teacher_split],
+        "on_policy": on_policy,
+        "guided": [*on_policy, "--guided_turns_probability", "0.5", "--guided_turns_decay_fraction", "0.75"],
+        "tcod": [*on_policy, "--depth_curriculum_interval", "5"],
+        "sod": [*on_policy, "--step_divergence_weighting", "true"],
+        "gkd": ["--method", "gkd", "--teacher", teacher, *STUDENT, *budget, *common, "--dataset_split", "train",
                 "--lmbda_schedule_steps", str(3 * steps // 4)],
-        "on_policy": ["--method", "on_policy", "--teacher", str(TEACHER), *STUDENT, *budget, *COMMON],
-        "sft": ["--method", "sft", *STUDENT, *budget, *COMMON],
     }
 
 
-def measure(student_dir: Path) -> dict:
+def measure(task: Task, student_dir: Path) -> dict:
     """Greedy conversations on the held-out questions: task success, calls and valid calls per question."""
     device = torch.device("cpu")
     model, tokenizer = load_model(str(student_dir), "student", device)
     eos = eos_token_ids(tokenizer, model)
-    config = DistillConfig(tools=[TOOL], max_new_tokens=MAX_NEW_TOKENS)
-    encoder = offering_tools(config, TextRenderer(tokenizer, 256, MAX_NEW_TOKENS, eos))
-    loop = tool_loop(config, encoder, MAX_NEW_TOKENS)
+    config = DistillConfig(tools=list(task.tools), max_new_tokens=task.max_new_tokens, max_turns=task.max_turns)
+    encoder = offering_tools(config, TextRenderer(tokenizer, 256, task.max_new_tokens, eos))
+    loop = tool_loop(config, encoder, task.max_new_tokens)
     assert loop is not None
-    examples = examples_from_dataset(load_dataset_spec(TASK, "heldout", "eval_dataset"), "eval_dataset")
+    examples = examples_from_dataset(load_dataset_spec(task.dataset, "heldout", "eval_dataset"), "eval_dataset")
     prompts = [encoder.prompt_ids(e.prompt, encoder.tools_of(e))[0] for e in examples]
 
     def generate(batch, max_new_tokens, turn, rows):
@@ -101,7 +154,7 @@ def measure(student_dir: Path) -> dict:
 def sampled_tokens_per_step(run_dir: Path) -> dict[int, float]:
     """Tokens sampled at each step (logging_steps 1): the completions of its student and teacher micro-batches, times
     the batch size, without the tool turns (tools/environment_token_fraction)."""
-    batch = int(COMMON[COMMON.index("--per_device_train_batch_size") + 1])
+    batch = BATCH
     per_step = {}
     for record in metrics(run_dir):
         completions = sum(record.get(f"completion_length/{s}", 0.0) * record.get(f"micro_batches/{s}", 0.0)
@@ -153,24 +206,28 @@ def plot(results: dict, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", choices=list(TASKS), default="lookup")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0, help="the student arms' training seed (the teacher's is 0)")
-    names = arms(40, 10)
-    args = parse_arm_arguments(parser, names, "benchmarks/results/agentic.json")
-    table = arms(args.steps, args.every)
+    task = TASKS[parser.parse_known_args()[0].task]  # the task decides the arms --arms chooses from
+    names = arms(task, 40, 10)
+    args = parse_arm_arguments(parser, names, task.out)
+    table = arms(task, args.steps, args.every)
     out = Path(args.out)
     results = json.loads(out.read_text()) if args.resume and out.is_file() else {"arms": {}, "seconds": {}}
-    results.update(steps=args.steps, every=args.every, task=TASK, tool=TOOL, held_out_questions=32)
+    results.update(steps=args.steps, every=args.every, task=task.dataset, tools=list(task.tools),
+                   held_out_questions=task.held_out)
+    measured = partial(measure, task)
     start_row = None
     for name in args.arms:
         repeat = args.seed != 0 and name != "teacher"
-        run_dir = RUNS / f"seed{args.seed}" / name if repeat else RUNS / name
+        run_dir = task.runs / f"seed{args.seed}" / name if repeat else task.runs / name
         record = train(run_dir, table[name] + (["--seed", str(args.seed)] if repeat else []), args.resume)
-        rows = with_sampled_tokens(curve(run_dir, measure, args.resume), run_dir)
+        rows = with_sampled_tokens(curve(run_dir, measured, args.resume), run_dir)
         if name != "teacher":
             if start_row is None:  # the untrained student, measured once
-                start_row = results.get("untrained") or measure_untrained(run_dir)
+                start_row = results.get("untrained") or measure_untrained(task)
                 results["untrained"] = start_row
             rows = [{"step": 0, "seconds": 0.0, **start_row}, *rows]
         if repeat:
@@ -194,16 +251,16 @@ def main() -> None:
             print(f"| {name} | {r['step']} | {r['success']:.3f} | {r['calls_per_question']:.2f} | {valid} |")
 
 
-def measure_untrained(run_dir: Path) -> dict:
+def measure_untrained(task: Task) -> dict:
     """The layer-dropped student before training: built as the arms build it, saved once, measured."""
     from distill.models import make_student
 
-    target = RUNS / "untrained"
+    target = task.runs / "untrained"
     if not (target / "config.json").is_file():
         model, tokenizer = load_model(DEFAULT_TEACHER, "student", torch.device("cpu"))
         make_student(model, "drop_every:3").save_pretrained(target)
         tokenizer.save_pretrained(target)
-    return measure(target)
+    return measure(task, target)
 
 
 if __name__ == "__main__":
