@@ -55,6 +55,7 @@ from distill.data import examples_from_dataset
 from distill.data_files import load_dataset_spec
 from distill.evaluation.evaluator import _last_run, tool_use
 from distill.generation import SamplingParams, generate_completions
+from distill.generation.engine import ConversationCache
 from distill.models import DEFAULT_TEACHER, eos_token_ids
 from distill.rendering import TextRenderer
 from distill.tasks.answers import contains_answer
@@ -133,10 +134,13 @@ def measure(task: Task, student_dir: Path) -> dict:
     examples = examples_from_dataset(load_dataset_spec(task.dataset, "heldout", "eval_dataset"), "eval_dataset")
     prompts = [encoder.prompt_ids(e.prompt, encoder.tools_of(e))[0] for e in examples]
 
+    cache = ConversationCache()  # one batch of every question, each conversation kept from turn to turn
+
     def generate(batch, max_new_tokens, turn, rows):
         sampling = SamplingParams(1.0, 1.0, 0, max_new_tokens, do_sample=False)
         with torch.no_grad():
-            return generate_completions(model, batch, sampling, eos, tokenizer.pad_token_id, device, 16)
+            return generate_completions(model, batch, sampling, eos, tokenizer.pad_token_id, device,
+                                        conversations=cache, conversation_keys=rows)
 
     start = time.time()
     try:

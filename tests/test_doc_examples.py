@@ -42,6 +42,9 @@ NOT_RUN = {  # (page, the block's first line) -> why the test suite does not run
     ("guides/async.md", "distill train on_policy --max_staleness 2 --generation_engine vllm_server --vllm_server_url "
                         "http://127.0.0.1:8000"):
         "needs a running vLLM server (tests/vllm runs the engine against one)",
+    ("guides/bfcl.md", "distill train bfcl_teacher   # writes data/bfcl (tools in the prompt), then sft of the default model "
+                       "on the train split"):
+        "its `# first:` command writes BFCL's rows first; tests/recipes/test_recipe_runs.py runs it and `bfcl` one step each",
     ("guides/bfcl.md", "pip install --no-deps bfcl-eval==2026.3.23"):
         "installs a package (the README's test command installs it for the tests)",
     ("guides/bfcl.md", "python -m distill.tasks.bfcl --out data/bfcl                               # simple_python + multiple"):
