@@ -82,7 +82,7 @@ class Task:
         return self.runs / "teacher" / "model"
 
     def common(self) -> list[str]:
-        return ["--dataset", self.dataset, "--tools", *self.tools, "--max_new_tokens", str(self.max_new_tokens),
+        return ["--dataset", self.dataset, "--tools", ",".join(self.tools), "--max_new_tokens", str(self.max_new_tokens),
                 "--max_turns", str(self.max_turns), "--per_device_train_batch_size", str(BATCH),
                 "--gradient_accumulation_steps", "2"]
 

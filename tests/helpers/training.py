@@ -62,9 +62,10 @@ def kill_at_checkpoint(command: list[str], run_dir, step: int, timeout: float = 
 
 
 
-def kill_resume_and_compare(command, tmp_path, step: int):
+def kill_resume_and_compare(command, tmp_path, step: int, module: str = "distill", after_kill=None):
     """Run `command(run_dir)` (a `distill train`) straight, and again SIGKILLed at its checkpoint of `step` and resumed
-    with `distill train --resume`; assert both end with `torch.equal` weights. Returns (straight dir, killed dir)."""
+    with `python -m MODULE train --resume` (`module`: distill, or a test's wrapper of it); assert both end with
+    `torch.equal` weights. `after_kill()`: checks between the kill and the resume. Returns (straight dir, killed dir)."""
     import subprocess
     import sys
 
@@ -72,16 +73,36 @@ def kill_resume_and_compare(command, tmp_path, step: int):
     from safetensors.torch import load_file
 
     straight, killed = tmp_path / "straight", tmp_path / "killed"
-    subprocess.run(command(straight), check=True, capture_output=True, timeout=600)
+    done = subprocess.run(command(straight), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
     kill_at_checkpoint(command(killed), killed, step)
-    resumed = subprocess.run([sys.executable, "-m", "distill", "train", "--resume", str(killed)], capture_output=True,
+    if after_kill is not None:
+        after_kill()
+    resumed = subprocess.run([sys.executable, "-m", module, "train", "--resume", str(killed)], capture_output=True,
                              text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     expected = load_file(str(straight / "model" / "model.safetensors"))
     actual = load_file(str(killed / "model" / "model.safetensors"))
+    assert expected.keys() == actual.keys()
     for name in expected:
-        assert torch.equal(expected[name], actual[name]), name
+        assert torch.equal(expected[name], actual[name]), f"{name} differs after the resume; {logged_difference(straight, killed)}"
     return straight, killed
+
+
+def logged_difference(straight, killed) -> str:
+    """Where two runs' metrics.jsonl first differ (timings aside), to say what a failed resume test went wrong on."""
+    import json
+
+    def records(run) -> list[dict]:
+        path = run / "metrics.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+    timing = ("time", "seconds", "per_second", "memory", "rss")
+    for first, second in zip(records(straight), records(killed)):
+        for key in sorted(set(first) | set(second)):
+            if not any(word in key for word in timing) and first.get(key) != second.get(key):
+                return f"metrics.jsonl first differs at step {first.get('step')}, {key}: {first.get(key)} vs {second.get(key)}"
+    return "metrics.jsonl the same (timings aside)"
 
 
 def holed_mask(length: int, row: int = 0) -> tuple[bool, ...]:

@@ -6,17 +6,15 @@ included."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from tests.conftest import train_tiny_tokenizer
 from tests.distributed import check_split_invariance, first_step_gradient
-from tests.helpers.training import kill_at_checkpoint, make_distiller
+from tests.helpers.training import kill_resume_and_compare, make_distiller
 from tests.methods.test_multi_turn import ON_POLICY, PLUS, ROWS, scripted
 
 
@@ -65,22 +63,11 @@ def test_a_killed_guided_run_resumes_to_the_same_weights(tmp_path, model_dirs):
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": f"Tick the counter, question {i}."}],
                                         "start": 10 * i}) + "\n" for i in range(8)))
-    straight = tmp_path / "straight"
-    done = subprocess.run(_command(straight, model_dirs, data), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    straight, killed = kill_resume_and_compare(lambda run: _command(run, model_dirs, data), tmp_path, 3,
+                                               module="tests.methods.guided_run")
     logged = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
     fractions = [record["tools/teacher_turn_fraction"] for record in logged]
     assert fractions[0] > 0.0 and fractions[-1] < fractions[0]  # the teacher wrote turns, fewer as p decays
-
-    killed = tmp_path / "killed"
-    kill_at_checkpoint(_command(killed, model_dirs, data), killed, 3)
-    resumed = subprocess.run([sys.executable, "-m", "tests.methods.guided_run", "train", "--resume", str(killed)],
-                             capture_output=True, text=True, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    expected = load_file(str(straight / "model" / "model.safetensors"))
-    actual = load_file(str(killed / "model" / "model.safetensors"))
-    assert expected.keys() == actual.keys()
-    assert all(torch.equal(expected[name], actual[name]) for name in expected)
     resumed_log = [json.loads(line) for line in (killed / "metrics.jsonl").read_text().splitlines()]
     for key in ("tools/teacher_turn_fraction", "tools/calls", "tools/max_turns", "loss"):
         assert [r[key] for r in resumed_log] == [r[key] for r in logged], key
