@@ -129,4 +129,4 @@ def test_a_killed_trainers_workers_end_with_it(tmp_path, tool):
     finally:
         trainer.send_signal(signal.SIGKILL)
         trainer.wait(30)
-    assert not orphaned_tool_workers(within=10.0)
+    assert not orphaned_tool_workers(within=10.0, among=workers)

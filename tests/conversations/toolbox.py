@@ -224,12 +224,24 @@ def tool_worker_pids() -> dict[int, int]:
     return found
 
 
-def orphaned_tool_workers(within: float = 10.0) -> dict[int, int]:
-    """Tool workers whose trainer is not this process, still there after `within` seconds (a killed trainer's
-    workers end within about a second)."""
+def orphaned_tool_workers(within: float = 10.0, among: list[int] | None = None) -> dict[int, int]:
+    """Orphaned tool workers still there after `within` seconds (a killed trainer's workers end within about a second):
+    those of `among` (worker pids) still alive, or without it every worker whose parent is no longer a Python process
+    (a worker is reparented when its trainer dies; workers of another run on the host have a live trainer)."""
     deadline = time.time() + within
     while True:
-        others = {pid: parent for pid, parent in tool_worker_pids().items() if parent != os.getpid()}
-        if not others or time.time() > deadline:
-            return others
+        workers = tool_worker_pids()
+        if among is not None:
+            left = {pid: workers[pid] for pid in among if pid in workers}
+        else:
+            left = {pid: parent for pid, parent in workers.items() if parent != os.getpid() and not _is_python(parent)}
+        if not left or time.time() > deadline:
+            return left
         time.sleep(0.1)
+
+
+def _is_python(pid: int) -> bool:
+    try:
+        return b"python" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
