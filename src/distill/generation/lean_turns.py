@@ -76,7 +76,8 @@ class TurnCache:
             suffix_ids[row, width - len(suffix):] = torch.tensor(suffix, dtype=torch.long)
             suffix_mask[row, width - len(suffix):] = 1
         needed = decoder.length + width + max_new_tokens
-        decoder.reserve(max(needed, decoder.capacity + decoder.capacity // 2) if needed > decoder.capacity else needed)
+        if needed > decoder.capacity:  # grown by half at least, so a rollout copies its cache a few times, not every turn
+            decoder.reserve(max(needed, decoder.capacity * 3 // 2))
         logits = decoder.append(suffix_ids, suffix_mask)
         self.decoder, self.keys = decoder, list(keys)
         self.held = [ids + suffix for ids, suffix in zip(held, suffixes)]
