@@ -20,7 +20,12 @@ Arms of `lookup`, one after the other:
 Arms of `chain`: the teacher (sft on the demonstrations, 40 steps); then the layer-dropped student on the prompt-only
 rows with plain `on_policy`; `guided` (Guided-OPD: teacher-written turns with a probability decaying from 0.5 to 0 over
 three quarters of the steps); `tcod` (the depth curriculum: one more turn every 5 steps); `sod` (step-wise divergence
-weighting); and `gkd` (the teacher's own conversations first, then the student's).
+weighting); `gkd` (the teacher's own conversations first, then the student's); and `sft_teacher` (offline
+distillation: the teacher samples one conversation per training conversation the on-policy arms sample, --steps x 8,
+at its seq_kd temperature 0.8, cycling over the prompt-only rows; they are written as conversation rows,
+`teacher_conversations.jsonl`, and the student is trained on them with `sft` for the same steps: as many teacher-
+sampled conversations as the on-policy arms sample of their own). `--student full` runs the chain arms with the
+untuned default model as the student instead of the layer-dropped one (learning rate 5e-5; `chain_full.json`).
 
 Every arm keeps a checkpoint every --every steps; each is measured on the held-out questions: greedy conversations
 through the tool loop (`distill.conversations`), task success (the last assistant turn holds the code), calls and
@@ -39,7 +44,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -51,6 +56,7 @@ from curves import curve, metrics, parse_arm_arguments, train  # noqa: E402  (a 
 
 from distill.agents.setup import offering_tools, tool_loop
 from distill.config import DistillConfig
+from distill.conversations.tool_calls import parse_tool_calls
 from distill.data import examples_from_dataset
 from distill.data_files import load_dataset_spec
 from distill.evaluation.evaluator import _last_run, tool_use
@@ -58,6 +64,7 @@ from distill.generation import SamplingParams, generate_completions
 from distill.generation.engine import ConversationCache
 from distill.models import DEFAULT_TEACHER, eos_token_ids
 from distill.rendering import TextRenderer
+from distill.seeds import row_seed
 from distill.tasks.answers import contains_answer
 from distill.teachers.build import load_model
 
@@ -94,12 +101,32 @@ TASKS = {
     "chain": Task("chain", "bundled:chain", ("distill.tasks.chain:partner_of", "distill.tasks.chain:code_of"),
                   "demonstrations", 40, 160, 4, "benchmarks/results/chain.json"),
 }
-STUDENT = ["--student", DEFAULT_TEACHER, "--student_init", "drop_every:3"]
+# The students: the layer-dropped default model (20 of its 30 layers: a weaker model of the teacher's family), or the
+# untuned default model itself (a competent model that lacks the task's skill; the teacher is its sft), at a learning
+# rate a whole pretrained student stands on its own samples (the recipes' 3e-4 is the layer-dropped student's).
+STUDENTS = {"dropped": ["--student", DEFAULT_TEACHER, "--student_init", "drop_every:3"],
+            "full": ["--student", DEFAULT_TEACHER, "--learning_rate", "5e-5"]}
 
 
-def arms(task: Task, steps: int, every: int) -> dict[str, list[str]]:
+def student_runs(task: Task, student: str) -> Path:
+    """Where one student's arms run: the layer-dropped student's beside the teacher, as first recorded."""
+    return task.runs if student == "dropped" else task.runs / student
+
+
+def teacher_conversations_path(task: Task, student: str, seed: int) -> Path:
+    """The teacher's sampled conversations the `sft_teacher` arm of `seed` trains on."""
+    runs = student_runs(task, student)
+    return (runs / f"seed{seed}" if seed else runs) / TEACHER_CONVERSATIONS
+
+
+def student_out(task: Task, student: str) -> str:
+    return task.out if student == "dropped" else task.out.replace(".json", f"_{student}.json")
+
+
+def arms(task: Task, steps: int, every: int, student: str = "dropped", seed: int = 0) -> dict[str, list[str]]:
     budget = ["--max_steps", str(steps), "--save_steps", str(every)]
     common, teacher = task.common(), str(task.teacher)
+    STUDENT = STUDENTS[student]
     if task.name == "lookup":
         return {
             "teacher": ["--method", "sft", "--student", DEFAULT_TEACHER, "--max_steps", "30", "--save_steps", "30",
@@ -119,34 +146,95 @@ def arms(task: Task, steps: int, every: int) -> dict[str, list[str]]:
         "sod": [*on_policy, "--step_divergence_weighting", "true"],
         "gkd": ["--method", "gkd", "--teacher", teacher, *STUDENT, *budget, *common, "--dataset_split", "train",
                 "--lmbda_schedule_steps", str(3 * steps // 4)],
+        "sft_teacher": ["--method", "sft", *STUDENT, *budget, *common[2:],
+                        "--dataset", str(teacher_conversations_path(task, student, seed))],
     }
 
 
-def measure(task: Task, student_dir: Path) -> dict:
-    """Greedy conversations on the held-out questions: task success, calls and valid calls per question."""
+TEACHER_CONVERSATIONS = "teacher_conversations.jsonl"
+TEACHER_TEMPERATURE = 0.8  # seq_kd's default teacher_sampling_temperature: what gkd's teacher-sampled turns use
+
+
+def run_conversations(task: Task, model_dir: Path, examples: list, temperature: float | None = None, seed: int = 0):
+    """Each example's conversation through the tool loop: greedy (`temperature` None), or sampled with one seed per
+    row, turn and `seed`. Returns (trajectories, tokenizer)."""
     device = torch.device("cpu")
-    model, tokenizer = load_model(str(student_dir), "student", device)
+    model, tokenizer = load_model(str(model_dir), "student", device)
     eos = eos_token_ids(tokenizer, model)
     config = DistillConfig(tools=list(task.tools), max_new_tokens=task.max_new_tokens, max_turns=task.max_turns)
     encoder = offering_tools(config, TextRenderer(tokenizer, 256, task.max_new_tokens, eos))
     loop = tool_loop(config, encoder, task.max_new_tokens)
     assert loop is not None
-    examples = examples_from_dataset(load_dataset_spec(task.dataset, "heldout", "eval_dataset"), "eval_dataset")
     prompts = [encoder.prompt_ids(e.prompt, encoder.tools_of(e))[0] for e in examples]
-
     cache = ConversationCache()  # one batch of every question, each conversation kept from turn to turn
+    sampling = SamplingParams(temperature or 1.0, 1.0, 0, task.max_new_tokens, do_sample=temperature is not None)
 
     def generate(batch, max_new_tokens, turn, rows):
-        sampling = SamplingParams(1.0, 1.0, 0, max_new_tokens, do_sample=False)
+        seeds = None if temperature is None else [row_seed(seed, turn, row) for row in rows]
         with torch.no_grad():
-            return generate_completions(model, batch, sampling, eos, tokenizer.pad_token_id, device,
-                                        conversations=cache, conversation_keys=rows)
+            return generate_completions(model, batch, replace(sampling, max_new_tokens=max_new_tokens), eos,
+                                        tokenizer.pad_token_id, device, seeds=seeds, conversations=cache,
+                                        conversation_keys=rows)
 
-    start = time.time()
     try:
         trajectories, _ = loop.run(generate, prompts, examples, eos)
     finally:
         loop.close()  # its tool workers
+    return trajectories, tokenizer
+
+
+def conversation_messages(trajectory, decode) -> list[dict] | None:
+    """A trajectory as the messages after its prompt: each model turn read back (its text, its Hermes calls as
+    transformers' `tool_calls`), each environment turn as the tool messages it rendered; None when a turn holds a
+    call that does not parse."""
+    assert len(trajectory.pieces) == 1, "the chain task's template preserves prefixes: one piece per conversation"
+    messages: list[dict] = []
+    for span in trajectory.layout.spans():
+        if not span.segment.assistant:
+            messages.extend(dict(m) for m in span.segment.messages)
+            continue
+        turn = parse_tool_calls(decode(trajectory.ids[span.start:span.end]))
+        if turn.malformed:
+            return None
+        message: dict = {"role": "assistant", "content": turn.content if turn.calls else decode(
+            trajectory.ids[span.start:span.end]).strip()}
+        if turn.calls:
+            message["tool_calls"] = [{"type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                                     for c in turn.calls]
+        messages.append(message)
+    return messages
+
+
+def write_teacher_conversations(task: Task, out: Path, count: int, seed: int) -> dict:
+    """The teacher's own conversations on the prompt-only `train` rows (cycled to `count`), written as conversation
+    rows (`prompt`, `completion` messages) that `sft` reads, but for those cut by the token budget, ending on a call
+    or holding a call that does not parse (counted in "dropped"); what the sampling took ("teacher_tokens": every sampled turn's)."""
+    rows = load_dataset_spec(task.dataset, "train", "dataset")
+    examples = examples_from_dataset(rows, "dataset")
+    picked = [i % len(examples) for i in range(count)]
+    start = time.time()
+    trajectories, tokenizer = run_conversations(task, task.teacher, [examples[i] for i in picked], TEACHER_TEMPERATURE,
+                                                seed)
+    decode = partial(tokenizer.decode, skip_special_tokens=True)
+    lines, tokens, dropped = [], 0, 0
+    for i, trajectory in zip(picked, trajectories):
+        tokens += sum(trajectory.trained)
+        messages = conversation_messages(trajectory, decode)
+        if trajectory.hit_max or trajectory.unanswered_calls or messages is None:
+            dropped += 1  # cut by the budget, ending on a call, or a call unread: sampled, but no conversation row
+            continue
+        lines.append(json.dumps({"prompt": rows[i]["prompt"], "completion": messages, "answer": rows[i].get("answer")}))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    return {"conversations": count, "dropped": dropped, "teacher_tokens": tokens, "seconds": time.time() - start,
+            "temperature": TEACHER_TEMPERATURE}
+
+
+def measure(task: Task, student_dir: Path) -> dict:
+    """Greedy conversations on the held-out questions: task success, calls and valid calls per question."""
+    examples = examples_from_dataset(load_dataset_spec(task.dataset, "heldout", "eval_dataset"), "eval_dataset")
+    start = time.time()
+    trajectories, tokenizer = run_conversations(task, student_dir, examples)
     finals = [tokenizer.decode(_last_run(t.ids, t.trained), skip_special_tokens=True) for t in trajectories]
     success = sum(contains_answer(text, e.answer) for text, e in zip(finals, examples)) / len(examples)
     use = tool_use(trajectories)
@@ -214,24 +302,36 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0, help="the student arms' training seed (the teacher's is 0)")
-    task = TASKS[parser.parse_known_args()[0].task]  # the task decides the arms --arms chooses from
+    parser.add_argument("--student", choices=list(STUDENTS), default="dropped",
+                        help="dropped: the layer-dropped default model; full: the untuned default model "
+                             "(results in <out>_full.json)")
+    known = parser.parse_known_args()[0]
+    task, student = TASKS[known.task], known.student  # the task decides the arms --arms chooses from
     names = arms(task, 40, 10)
-    args = parse_arm_arguments(parser, names, task.out)
-    table = arms(task, args.steps, args.every)
+    args = parse_arm_arguments(parser, names, student_out(task, student))
+    table = arms(task, args.steps, args.every, student, args.seed)
+    runs = student_runs(task, student)
     out = Path(args.out)
     results = json.loads(out.read_text()) if args.resume and out.is_file() else {"arms": {}, "seconds": {}}
     results.update(steps=args.steps, every=args.every, task=task.dataset, tools=list(task.tools),
-                   held_out_questions=task.held_out)
+                   held_out_questions=task.held_out, student=" ".join(STUDENTS[student]))
     measured = partial(measure, task)
     start_row = None
     for name in args.arms:
         repeat = args.seed != 0 and name != "teacher"
-        run_dir = task.runs / f"seed{args.seed}" / name if repeat else task.runs / name
+        if name == "teacher":
+            run_dir = task.runs / name
+        else:
+            run_dir = runs / f"seed{args.seed}" / name if repeat else runs / name
+        conversations = teacher_conversations_path(task, student, args.seed)
+        if name == "sft_teacher" and not conversations.is_file():
+            results.setdefault("teacher_conversations", {})[str(args.seed)] = write_teacher_conversations(
+                task, conversations, args.steps * BATCH * 2, args.seed)
         record = train(run_dir, table[name] + (["--seed", str(args.seed)] if repeat else []), args.resume)
         rows = with_sampled_tokens(curve(run_dir, measured, args.resume), run_dir)
         if name != "teacher":
             if start_row is None:  # the untrained student, measured once
-                start_row = results.get("untrained") or measure_untrained(task)
+                start_row = results.get("untrained") or measure_untrained(task, student)
                 results["untrained"] = start_row
             rows = [{"step": 0, "seconds": 0.0, **start_row}, *rows]
         if repeat:
@@ -255,10 +355,13 @@ def main() -> None:
             print(f"| {name} | {r['step']} | {r['success']:.3f} | {r['calls_per_question']:.2f} | {valid} |")
 
 
-def measure_untrained(task: Task) -> dict:
-    """The layer-dropped student before training: built as the arms build it, saved once, measured."""
+def measure_untrained(task: Task, student: str) -> dict:
+    """The student before training: the default model itself, or the layer-dropped one built as the arms build it
+    (saved once)."""
     from distill.models import make_student
 
+    if student == "full":
+        return measure(task, Path(DEFAULT_TEACHER))
     target = task.runs / "untrained"
     if not (target / "config.json").is_file():
         model, tokenizer = load_model(DEFAULT_TEACHER, "student", torch.device("cpu"))
