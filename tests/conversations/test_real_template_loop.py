@@ -106,6 +106,26 @@ def test_qwen2_5_runs_parallel_calls_token_in_token_out():
     assert model.seen[1][0] == shown
 
 
+def test_llama3_2_calls_written_as_its_json_object_are_read_run_and_answered_token_in_token_out():
+    """Llama 3.2's template writes a call as the whole turn, one JSON object: the loop reads it in that format (a
+    Hermes reader would take it for the answer and end the conversation), runs the tool, and the result follows in
+    the template's `ipython` turn."""
+    script = ['{"name": "add", "parameters": {"a": 2, "b": 3}}', "It is 5."]
+    dated = {"date_string": "01 Jan 2025"}
+    tokenizer, renderer, examples, model, (t, _), _ = run_loop("llama3_2", script, dated)
+    assert renderer.environment_turns().preserves_prefixes and len(t.pieces) == 1
+    assert t.turns == 2 and t.calls == 1 and not t.failures and not t.hit_max
+    sampled, trained = sampled_and_trained(model, t)
+    assert trained == sampled  # the sampled ids, bitwise
+    first, last = model.turns
+    between = tokenizer.decode(t.ids[len(first): -len(last)])
+    assert between == "<|start_header_id|>ipython<|end_header_id|>\n\n\"5\"<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+    history = ({"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}]},
+        {"role": "tool", "name": "add", "content": "5"})
+    assert model.seen[1][0] == renderer.prompt(examples[0], history=history).ids  # as the template renders it
+
+
 @pytest.mark.parametrize("thinking", [True, False])
 def test_qwen3_rerenders_each_turns_context_and_trains_exactly_the_sampled_tokens(thinking):
     """Thinking on, a turn with reasoning: the template keeps it after the last query, the re-rendered context extends

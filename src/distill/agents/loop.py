@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from distill.conversations.calls import Conversations, ToolCalls
 from distill.conversations.layout import Layout, LayoutBuilder, with_observation
-from distill.conversations.tool_calls import ParsedTurn, parse_tool_calls
+from distill.conversations.tool_calls import ParsedTurn
 from distill.conversations.tools import FAILURES, malformed
 from distill.data import Example
 from distill.generation.sample import Sample
@@ -223,6 +223,7 @@ def run_tool_loop(generate: Generate, prompts: list[list[int]], conversations: C
         contexts = [environment.contexts(prompt, None, None, len(prompt)) for prompt in prompts]
     trajectories = [Trajectory.following(prompt, settings.record_log_probs) for prompt in prompts]
     going = list(range(len(prompts)))
+    read_calls = environment.call_format.parse  # the template's call format: what the model was trained to write
     for turn in range(settings.max_turns):
         if not going:
             break
@@ -245,7 +246,7 @@ def run_tool_loop(generate: Generate, prompts: list[list[int]], conversations: C
             if sample.hit_max or cut or not ids or ids[-1] not in eos_ids:
                 trajectory.hit_max = True
                 continue
-            parsed = parse_tool_calls(decode(ids))
+            parsed = read_calls(decode(ids[:-1]))  # the turn's text without its end of turn
             if not parsed.calls and not parsed.malformed:
                 continue  # an answer: the trajectory is done
             trajectory.calls += len(parsed.calls) + len(parsed.malformed)

@@ -44,6 +44,8 @@ def tool_loop(config: DistillConfig, renderer: Renderer, budget: int, record_log
     tools = load_tools(list(own.tools))
     factory = EnvironmentFactory.load(own.environment, set(tools)) if own.environment is not None else None
     environment = renderer.environment_turns()
+    logger.info("tool calls are read in the %s format (%s), as the chat template writes them",
+                environment.call_format.name, environment.call_format.example)  # a format distill cannot read stops here
     if environment.problem is not None:  # probed before any rollout: which way the loop goes on after a turn
         logger.info("%s: the tool-call loop re-renders each turn's context, and a conversation whose context no longer "
                     "extends its ids goes on in a new piece (docs/usage.md, chat templates)", environment.problem)

@@ -14,6 +14,13 @@ the assistant's text:
 
 and the tools' JSON schemas into the system message (`tools_system_text`); `parse_tool_calls` reads a generated turn
 back. One module renders and parses, so what the student is trained to write is what the rollout parses.
+
+A template with tool support writes calls its own way, and a sampled turn is read back in the same format
+(`CallFormat`; the renderer finds which by rendering a probe call, `distill.rendering.conversation.call_format`):
+Qwen2.5's and Qwen3's write the Hermes blocks above; Llama 3.1's, 3.2's and 3.3's write the whole turn as one JSON
+object, one call per turn:
+
+    {"name": "lookup", "parameters": {"key": "x"}}
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 _CALL = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.S)
@@ -104,6 +111,40 @@ def parse_tool_calls(text: str) -> ParsedTurn:
         calls.append(ToolCall(name, arguments))
     head = text.split(CALL_OPEN, 1)[0].rstrip()
     return ParsedTurn(head, calls, malformed)
+
+
+def parse_json_call(text: str) -> ParsedTurn:
+    """A turn in Llama 3's call format: the whole turn one JSON object `{"name": ..., "parameters": {...}}`
+    ("arguments" is read too); a turn that does not start with "{" is an answer. An object that does not parse, or
+    lacks a string `name` or object parameters, is reported in `malformed`."""
+    stripped = text.strip()
+    if not stripped.startswith("{"):
+        return ParsedTurn(text.rstrip(), [], [])
+    try:
+        value = json.loads(stripped)
+    except json.JSONDecodeError as error:
+        return ParsedTurn("", [], [f"the tool call is not JSON ({error.msg})"])
+    name = value.get("name") if isinstance(value, dict) else None
+    arguments = value.get("parameters", value.get("arguments", {})) if isinstance(value, dict) else None
+    if not isinstance(name, str) or not name or not isinstance(arguments, dict):
+        return ParsedTurn("", [], ['a tool call is a JSON object {"name": "...", "parameters": {...}}'])
+    return ParsedTurn("", [ToolCall(name, arguments)], [])
+
+
+@dataclass(frozen=True)
+class CallFormat:
+    """How a model writes tool calls in a turn (as its chat template renders them) and how distill reads them back:
+    `parse` takes the turn's text without its end of turn; `several`: more than one call in a turn."""
+
+    name: str
+    example: str
+    parse: Callable[[str], ParsedTurn]
+    several: bool
+
+
+HERMES = CallFormat("Hermes", '<tool_call>{"name": ..., "arguments": {...}}</tool_call>', parse_tool_calls, True)
+JSON_OBJECT = CallFormat("JSON object", '{"name": ..., "parameters": {...}} as the whole turn', parse_json_call, False)
+CALL_FORMATS = (HERMES, JSON_OBJECT)
 
 
 def tools_system_text(tools: list[dict[str, Any]]) -> str:

@@ -35,7 +35,14 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from distill.conversations.layout import Layout, LayoutBuilder
-from distill.conversations.tool_calls import tool_calls_of, tools_system_text, with_calls_in_text
+from distill.conversations.tool_calls import (
+    CALL_FORMATS,
+    CallFormat,
+    ToolCall,
+    tool_calls_of,
+    tools_system_text,
+    with_calls_in_text,
+)
 
 _SENTINELS = ("tool_name_5be1c0", "tool_key_9d2a71", "tool_value_3f08e4", "tool_result_c77b52")
 _REASONING_SENTINEL = "reasoning_4e9a1d"
@@ -120,6 +127,7 @@ class ConversationRenderer:
         self.template_kwargs = dict(template_kwargs or {})
         self.template_renders_tools = renders_tool_calls(tokenizer, self.template_kwargs)
         self._renders_reasoning: bool | None = None
+        self._call_format: tuple[CallFormat | None, str] | None = None
 
     def template_messages(self, messages: list[dict[str, Any]], tools: list[dict] | None,
                           where: str) -> tuple[list[dict[str, Any]], dict]:
@@ -148,6 +156,32 @@ class ConversationRenderer:
             else:
                 out.insert(0, {"role": "system", "content": tools_system_text(tools)})
         return out, {}
+
+    def call_format(self) -> tuple[CallFormat | None, str]:
+        """(the format the template writes a tool call in, or None for one distill cannot read back; the probe
+        call's turn as the template wrote it). Probed once: a turn holding one call is rendered, and the first of
+        `CALL_FORMATS` whose parser reads that very call back from the turn's text is the template's."""
+        if self._call_format is None:
+            self._call_format = self._probe_call_format()
+        return self._call_format
+
+    def _probe_call_format(self) -> tuple[CallFormat | None, str]:
+        name, key, value, _ = _SENTINELS
+        tools = [{"type": "function", "function": {"name": name, "description": "a probe",
+                                                   "parameters": {"type": "object", "properties": {key: {"type": "string"}}}}}]
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"},
+                                          {"role": "assistant", "content": "", "tool_calls": [
+                                              {"type": "function", "function": {"name": name, "arguments": {key: value}}}]}]
+        shown, extra = self.template_messages(messages, tools, "the call-format probe")
+        opened = self.text(shown[:-1], extra, generation_prompt=True)
+        turn = self.text(shown, extra, generation_prompt=False)
+        turn = turn[len(os.path.commonprefix([opened, turn])):]  # after the generation prompt, or what they share
+        ends = [at for at in (turn.find(self.tokenizer.decode([i])) for i in self.eos_ids) if at >= 0]
+        turn = turn[: min(ends)] if ends else turn
+        for candidate in CALL_FORMATS:
+            if candidate.parse(turn).calls == [ToolCall(name, {key: value})]:
+                return candidate, turn
+        return None, turn
 
     def renders_reasoning(self) -> bool:
         if self._renders_reasoning is None:

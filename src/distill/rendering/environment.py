@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from distill.conversations.tool_calls import ParsedTurn
+from distill.conversations.tool_calls import CALL_FORMATS, CallFormat, ParsedTurn
 from distill.conversations.tools import ToolResult
 from distill.rendering.conversation import ConversationRenderer, first_difference
 
@@ -61,12 +61,25 @@ class EnvironmentTurns:
         return self.renderer.ids(after[cut:])
 
     @property
+    def call_format(self) -> CallFormat:
+        """How a sampled turn's calls are read: the format the template writes them in (`ConversationRenderer.
+        call_format`). Raises ValueError for a template whose calls distill cannot read back."""
+        found, written = self.renderer.call_format()
+        if found is None:
+            readable = "; ".join(f"{f.name}: {f.example}" for f in CALL_FORMATS)
+            raise ValueError(f"the chat template writes a tool call as {written!r}, which distill cannot read back from "
+                             f"a sampled turn, so the tool-call loop would see no call; it reads {readable}. Use a "
+                             "chat template that writes calls in one of these formats")
+        return found
+
+    @property
     def problem(self) -> str | None:
         """Why the template cannot append tool turns to a sampled turn (it re-renders the turn once they follow), or
-        None: probed once, with one result and with two (parallel calls)."""
+        None: probed once, with one result and, where a turn may hold several calls, with two (parallel calls)."""
         if self._problem is False:
             self._problem = None
-            for count in (1, 2):
+            found, _ = self.renderer.call_format()
+            for count in (1, 2) if found is None or found.several else (1,):
                 try:
                     self.ids([ToolResult("probe", f"probe result {k}", None, 0.0) for k in range(count)])
                 except ValueError as error:

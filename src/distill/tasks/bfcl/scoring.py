@@ -1,7 +1,8 @@
 """A generated turn's function calls scored against a BFCL row: a reward function and an evaluation metric.
 
-The calls are read from the text as distill reads every generated turn (`parse_tool_calls`, the Hermes format
-`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`), then judged by BFCL's AST rules (`checker.py`) against
+The calls are read from the text in the Hermes format (`parse_tool_calls`:
+`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, the format the task's rows are written in and the tool
+loop reads for a template that writes no other), then judged by BFCL's AST rules (`checker.py`) against
 the row's `bfcl` column (`rows.py`). A block that does not parse makes the turn undecodable: it fails, as an output
 BFCL's decoder cannot read does. Only the single-turn categories are scored this way; a multi-turn row's score is
 its environment's reward (`environment.py`).
