@@ -191,7 +191,21 @@ def test_the_tool_call_format_is_noted_when_tools_are_used(tokenizer):
     qwen3 = copy.deepcopy(tokenizer)
     qwen3.chat_template = real_template("qwen3")
     [own] = findings_of("tool_format", context(qwen3, tools=["tests.conversations.toolbox:add"], method="on_policy"))
-    assert "renders `tool_calls`" in own.measured
+    assert "renders `tool_calls`" in own.measured and "Hermes format" in own.measured
+    llama = copy.deepcopy(tokenizer)
+    llama.add_special_tokens({"additional_special_tokens": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]})
+    llama.chat_template = real_template("llama3_2")
+    eot = [llama.convert_tokens_to_ids("<|eot_id|>")]
+    [json_object] = findings_of("tool_format", context(llama, tools=["tests.conversations.toolbox:add"], method="on_policy",
+                                                       eos_ids=eot))
+    assert "JSON object format" in json_object.measured
+    unreadable = copy.deepcopy(tokenizer)  # calls as Mistral's templates write them (none ships with the test extras)
+    unreadable.chat_template = ("{% for m in messages %}{% if m.tool_calls %}[TOOL_CALLS]{{ m.tool_calls | "
+                                "map(attribute='function') | list | tojson }}{{ eos_token }}{% else %}<|im_start|>"
+                                "{{ m.role }}\n{{ m.content }}{{ eos_token }}{% endif %}{% endfor %}"
+                                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    [refused] = findings_of("tool_format", context(unreadable, tools=["tests.conversations.toolbox:add"], method="on_policy"))
+    assert refused.severity == "error" and "[TOOL_CALLS]" in refused.measured
     assert findings_of("tool_format", context(tokenizer)) == []
 
 

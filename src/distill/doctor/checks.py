@@ -236,16 +236,28 @@ def eos_in_completions(context: DoctorContext) -> list[Finding]:
                 "templates without tool support drop `tool_calls` silently in other trainers (the reference library "
                 "probes with sentinels)")
 def tool_format(context: DoctorContext) -> list[Finding]:
-    from distill.rendering.probes import renders_tool_calls
+    from distill.rendering import ConversationRenderer
 
     conversation = ConversationFields.of(context.config)
     uses_tools = bool(conversation.tools) or conversation.environment is not None or any(
         e.tools is not None for e in context.examples)
     if not uses_tools or getattr(context.tokenizer, "chat_template", None) is None:
         return []
-    if renders_tool_calls(context.tokenizer, context.config.chat_template_kwargs):
-        return [Finding("tool_format", "info", "the chat template renders `tool_calls` and `tools` itself: calls are "
-                        "parsed as <tool_call> JSON blocks, which the model must write for a call to run")]
+    renderer = ConversationRenderer(context.tokenizer, context.eos_ids, context.config.chat_template_kwargs)
+    found, written = renderer.call_format()
+    samples = bool(conversation.tools) or conversation.environment is not None  # the tool-call loop reads turns
+    if found is None:
+        return [Finding("tool_format", "error" if samples else "info",
+                        f"the chat template writes a tool call as {written!r}, a format distill cannot read back from "
+                        "a sampled turn" + (": the tool-call loop would see no call, so the run stops as it builds it"
+                                            if samples else " (dataset conversations still train as the template "
+                                                            "renders them)"),
+                        "use a chat template that writes calls in the Hermes format or as Llama 3's JSON object"
+                        if samples else "")]
+    if renderer.template_renders_tools:
+        return [Finding("tool_format", "info", "the chat template renders `tool_calls` and `tools` itself, a call "
+                        f"in the {found.name} format ({found.example}), which the model must write for a call to "
+                        "run; sampled turns are read in that format")]
     return [Finding("tool_format", "info",
                     "the chat template has no tool support: distill writes the tools into the system message and the "
                     "calls in the Hermes format (<tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>) into the "
