@@ -52,7 +52,14 @@ import torch
 from provenance import write_result  # a sibling script: the result with its environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from curves import curve, metrics, parse_arm_arguments, train  # noqa: E402  (a sibling script)
+from curves import (  # noqa: E402  (a sibling script)
+    curve,
+    final_rows,
+    parse_arm_arguments,
+    plot_curves,
+    train,
+    with_sampled_tokens,
+)
 
 from distill.agents.setup import offering_tools, tool_loop
 from distill.config import DistillConfig
@@ -243,59 +250,6 @@ def measure(task: Task, student_dir: Path) -> dict:
             "example": tokenizer.decode(trajectories[0].ids, skip_special_tokens=True)}
 
 
-def sampled_tokens_per_step(run_dir: Path) -> dict[int, float]:
-    """Tokens sampled at each step (logging_steps 1): the completions of its student and teacher micro-batches, times
-    the batch size, without the tool turns (tools/environment_token_fraction)."""
-    batch = BATCH
-    per_step = {}
-    for record in metrics(run_dir):
-        completions = sum(record.get(f"completion_length/{s}", 0.0) * record.get(f"micro_batches/{s}", 0.0)
-                          for s in ("student", "teacher"))
-        per_step[int(record["step"])] = completions * batch * (1.0 - record.get("tools/environment_token_fraction", 0.0))
-    return per_step
-
-
-def with_sampled_tokens(rows: list[dict], run_dir: Path) -> list[dict]:
-    """`rows` with "sampled_tokens": the tokens sampled through each row's step (when the run's metrics are here)."""
-    if not (run_dir / "metrics.jsonl").is_file():
-        return rows
-    per_step = sampled_tokens_per_step(run_dir)
-    return [{**row, "sampled_tokens": sum(v for s, v in per_step.items() if s <= row["step"])} for row in rows]
-
-
-def plot(results: dict, path: Path) -> None:
-    """Held-out success against steps, wall time (seed 0's runs, alone on the machine) and sampled tokens: seed 0 solid,
-    repeats dotted."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    axes_of = [("step", "optimizer step", 1.0), ("seconds", "wall time (minutes)", 1 / 60),
-               ("sampled_tokens", "sampled tokens (thousands)", 1e-3)]
-    figure, axes = plt.subplots(1, 3, figsize=(13, 3.6), sharey=True)
-    curves = [(name, "0", rows) for name, rows in results["arms"].items()]
-    curves += [(name, seed, arm["rows"]) for seed, arms in results.get("repeats", {}).items() for name, arm in arms.items()]
-    colours: dict[str, str] = {}
-    for axis, (key, label, scale) in zip(axes, axes_of):
-        for name, seed, rows in curves:
-            if name == "teacher":
-                axis.axhline(rows[-1]["success"], color="#555", linestyle="--", label="teacher (sft)" if seed == "0" else None)
-                continue
-            if any(key not in r for r in rows[1:]) or (key == "seconds" and seed != "0"):
-                continue  # repeats ran beside other jobs: their wall time is not comparable
-            colour = colours.setdefault(name, f"C{len(colours)}")
-            axis.plot([r.get(key, 0.0) * scale for r in rows], [r["success"] for r in rows], marker="o", color=colour,
-                      linestyle="-" if seed == "0" else ":", label=name if seed == "0" else f"{name}, seed {seed}")
-        axis.set_xlabel(label)
-        axis.grid(alpha=0.3)
-    axes[0].set_ylabel("held-out task success")
-    axes[0].set_ylim(-0.02, 1.02)
-    axes[0].legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=list(TASKS), default="lookup")
@@ -328,7 +282,7 @@ def main() -> None:
             results.setdefault("teacher_conversations", {})[str(args.seed)] = write_teacher_conversations(
                 task, conversations, args.steps * BATCH * 2, args.seed)
         record = train(run_dir, table[name] + (["--seed", str(args.seed)] if repeat else []), args.resume)
-        rows = with_sampled_tokens(curve(run_dir, measured, args.resume), run_dir)
+        rows = with_sampled_tokens(curve(run_dir, measured, args.resume), run_dir, BATCH)
         if name != "teacher":
             if start_row is None:  # the untrained student, measured once
                 start_row = results.get("untrained") or measure_untrained(task, student)
@@ -340,14 +294,9 @@ def main() -> None:
             results["arms"][name], results["seconds"][name] = rows, record["seconds"]
         write_result(out, results)
     # The last checkpoint of each arm, with what it spent (seed 0), and its success for every seed: the docs read this.
-    results["final"] = {}
-    for name, rows in results["arms"].items():
-        by_seed = {"0": rows[-1]["success"]} | {seed: arms_of[name]["rows"][-1]["success"]
-                                               for seed, arms_of in results.get("repeats", {}).items() if name in arms_of}
-        results["final"][name] = {**rows[-1], "minutes": results["seconds"][name] / 60, "success_by_seed": by_seed,
-                                  "success_mean": sum(by_seed.values()) / len(by_seed), "seeds": len(by_seed)}
+    results["final"] = final_rows(results, "success")
     write_result(out, results)
-    plot(results, out.with_suffix(".png"))
+    plot_curves(results, out.with_suffix(".png"), "success", "held-out task success")
     print("| arm | step | task success | calls / question | valid calls |\n| --- | ---: | ---: | ---: | ---: |")
     for name, rows in results["arms"].items():
         for r in rows:

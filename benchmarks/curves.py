@@ -1,5 +1,7 @@
-"""Shared by the benchmarks that draw learning curves (sums.py, sdft_frontier.py): train a run with
-`distill train`, keeping a checkpoint every few steps, then measure every checkpoint in this process.
+"""Shared by the benchmarks that draw learning curves (sums.py, sdft_frontier.py, agentic.py, bfcl.py): train a run
+with `distill train`, keeping a checkpoint every few steps, then measure every checkpoint in this process; the tokens
+each step sampled, each arm's last checkpoint over seeds, and the plot of a measure against steps, wall time and
+sampled tokens.
 
 A run directory holds, besides what `distill train` writes:
     train.json   the command, its wall time, and the wall time at which each checkpoint was written
@@ -80,3 +82,68 @@ def parse_arm_arguments(parser: argparse.ArgumentParser, arms: dict, out: str) -
     if unknown:
         parser.error(f"unknown arms {unknown}; the arms are {list(arms)}")
     return args
+
+
+def sampled_tokens_per_step(run_dir: Path, batch: int) -> dict[int, float]:
+    """Tokens sampled at each step of a run logged every step: the completions of its student and teacher micro-batches
+    (`batch` rows each), without the tool turns (tools/environment_token_fraction)."""
+    per_step = {}
+    for record in metrics(run_dir):
+        completions = sum(record.get(f"completion_length/{s}", 0.0) * record.get(f"micro_batches/{s}", 0.0)
+                          for s in ("student", "teacher"))
+        per_step[int(record["step"])] = completions * batch * (1.0 - record.get("tools/environment_token_fraction", 0.0))
+    return per_step
+
+
+def with_sampled_tokens(rows: list[dict], run_dir: Path, batch: int) -> list[dict]:
+    """`rows` with "sampled_tokens": the tokens sampled through each row's step (when the run's metrics are here)."""
+    if not (run_dir / "metrics.jsonl").is_file():
+        return rows
+    per_step = sampled_tokens_per_step(run_dir, batch)
+    return [{**row, "sampled_tokens": sum(v for s, v in per_step.items() if s <= row["step"])} for row in rows]
+
+
+def final_rows(results: dict, measure: str) -> dict:
+    """Each arm's last checkpoint (seed 0's `results["arms"]`), with its training minutes and `measure` for every seed
+    measured (`results["repeats"]`): "<measure>_by_seed", "<measure>_mean", "seeds"."""
+    final = {}
+    for name, rows in results["arms"].items():
+        by_seed = {"0": rows[-1][measure]} | {seed: arms_of[name]["rows"][-1][measure]
+                                             for seed, arms_of in results.get("repeats", {}).items() if name in arms_of}
+        final[name] = {**rows[-1], "minutes": results["seconds"][name] / 60, f"{measure}_by_seed": by_seed,
+                       f"{measure}_mean": sum(by_seed.values()) / len(by_seed), "seeds": len(by_seed)}
+    return final
+
+
+def plot_curves(results: dict, path: Path, measure: str, label: str) -> None:
+    """`measure` (0 to 1, `label` on the y axis) against steps, wall time (seed 0's runs, alone on the machine) and
+    sampled tokens, from `results["arms"]` (seed 0, solid) and `results["repeats"]` (dotted); the arm "teacher" as a
+    dashed line at its last value."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    axes_of = [("step", "optimizer step", 1.0), ("seconds", "wall time (minutes)", 1 / 60),
+               ("sampled_tokens", "sampled tokens (thousands)", 1e-3)]
+    figure, axes = plt.subplots(1, 3, figsize=(13, 3.6), sharey=True)
+    curves = [(name, "0", rows) for name, rows in results["arms"].items()]
+    curves += [(name, seed, arm["rows"]) for seed, arms in results.get("repeats", {}).items() for name, arm in arms.items()]
+    colours: dict[str, str] = {}
+    for axis, (key, axis_label, scale) in zip(axes, axes_of):
+        for name, seed, rows in curves:
+            if name == "teacher":
+                axis.axhline(rows[-1][measure], color="#555", linestyle="--", label="teacher (sft)" if seed == "0" else None)
+                continue
+            if any(key not in r for r in rows[1:]) or (key == "seconds" and seed != "0"):
+                continue  # repeats ran beside other jobs: their wall time is not comparable
+            colour = colours.setdefault(name, f"C{len(colours)}")
+            axis.plot([r.get(key, 0.0) * scale for r in rows], [r[measure] for r in rows], marker="o", color=colour,
+                      linestyle="-" if seed == "0" else ":", label=name if seed == "0" else f"{name}, seed {seed}")
+        axis.set_xlabel(axis_label)
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel(label)
+    axes[0].set_ylim(-0.02, 1.02)
+    axes[0].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)

@@ -10,7 +10,8 @@
 # distill's: $BFCL_VENV (default ~/.cache/distill/bfcl-venv), made on the first run (minutes) and reused after. torch
 # is pinned as the README pins it, so that no CUDA build is pulled. distill's side runs in the active environment
 # (distill, and bfcl-eval installed --no-deps for the data). Prints both scores, the agreement and every answer they
-# disagree on; writes the numbers to $BFCL_REPORT, by default bfcl_agreement.json beside the answers.
+# disagree on; writes the numbers to $BFCL_REPORT, by default bfcl_agreement.json beside the answers. BFCL_INSTALL=0:
+# never install; when the environment is missing, say so and exit 3 (what benchmarks/bfcl.py --official does).
 set -euo pipefail
 if [ $# -lt 1 ]; then sed -n '2,7p' "$0"; exit 2; fi
 if [ "$1" = "--examples" ]; then
@@ -22,6 +23,11 @@ evaluation="${2:-}"
 cd "$(dirname "$0")/.."
 venv="${BFCL_VENV:-$HOME/.cache/distill/bfcl-venv}"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import bfcl_eval.eval_checker.eval_runner" 2>/dev/null; then
+  if [ "${BFCL_INSTALL:-1}" = "0" ]; then
+    echo "BFCL's checker is not installed in $venv; not installing it (BFCL_INSTALL=0): run" \
+         "scripts/bfcl_official_check.sh --examples once without BFCL_INSTALL to install it (minutes, about 2 GB)" >&2
+    exit 3
+  fi
   echo "== installing BFCL's checker into $venv (bfcl-eval==2026.3.23 with its dependencies)"
   python -m venv "$venv"
   "$venv/bin/pip" install "torch==2.13.0" "bfcl-eval==2026.3.23" soundfile

@@ -57,3 +57,17 @@ def test_compare_prints_both_scores_the_agreement_and_each_disagreement(tmp_path
     assert "disagree: simple_python_0 (one line): distill right, BFCL simple_function_checker:wrong_count" in out
     result = json.loads((tmp_path / "r.json").read_text())
     assert result["same_calls"] == 3 and result["same_calls_agreement"] == 1.0 and len(result["disagreements"]) == 1
+
+
+def test_the_check_script_installs_nothing_when_told_not_to(tmp_path):
+    """BFCL_INSTALL=0 (what `benchmarks/bfcl.py --official` sets): a missing environment is named, exit 3, and no
+    environment is made."""
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text(json.dumps({"id": "simple_python_0", "text": RIGHT}) + "\n")
+    venv = tmp_path / "venv"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "BFCL_VENV": str(venv), "BFCL_INSTALL": "0"}
+    done = subprocess.run(["bash", str(SCRIPT.with_name("bfcl_official_check.sh")), str(answers)], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 3, done.stderr
+    assert f"not installed in {venv}" in done.stderr and "BFCL_INSTALL=0" in done.stderr
+    assert not venv.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["answers.jsonl"]

@@ -1,0 +1,341 @@
+"""Distilling function calling on BFCL, as curves against steps, wall time and sampled tokens.
+
+The questions: the Berkeley Function Calling Leaderboard's `simple_python` and `multiple` (`distill.tasks.bfcl`), split
+by function: no function a training row offers is offered by a held-out row (450 train rows, 150 held out). The rows
+are written first when DATA/bfcl.jsonl is missing: `python -m distill.tasks.bfcl --out DATA --tools-in-prompt` (the
+schemas in the system message, the reference call as the completion's text, so every method samples on them).
+
+Arms, one after the other:
+
+- teacher: SmolLM2-135M-Instruct (the default model) with `sft` on the train split, as the recipe bfcl_teacher.yaml
+  trains it (learning rate 1e-4, 4 rows x 2 micro-batches a step, --steps steps); always seed 0, shared by both
+  students. For the full student its curve is also plain sft on the reference calls.
+- the student (`--student`): `full`, the untuned default model (a competent model that lacks the skill: it answers in
+  prose), or `dropped`, the layer-dropped one (student_init drop_every:3, 20 of 30 layers).
+- sft_teacher: offline distillation. The teacher samples as many answers as the sampling arms below sample (--steps x
+  4 x 2), cycling over the train prompts, at seq_kd's teacher sampling settings (temperature 0.8), one seed per answer
+  and --seed; they are written as rows {id, prompt, completion} (answers cut by the token budget, or empty, left out:
+  "dropped") and the student is trained on them with `sft` for the same steps.
+- on_policy: the student's own answers, scored by the teacher (the method's default loss).
+- gkd: as the recipe bfcl.yaml: teacher-sampled answers first, the student's own mixed in as lmbda rises over the
+  first three quarters of the steps.
+- grpo: no teacher: method sdpo at distillation_weight 0 (GRPO, loss_type grpo), reward
+  distill.tasks.bfcl.scoring:calls_reward (1 when the answer's calls are right by BFCL's rules); num_generations 4, so
+  a step samples the same 8 answers as the other arms (2 questions x 4): the smallest group whose advantages mean
+  something, and a CPU step no longer than theirs.
+
+Every arm keeps a checkpoint every --every steps; each, and the untrained student (step 0), is measured on the
+held-out questions (all of them, or the first --heldout): greedy answers (128 new tokens), scored by distill's BFCL
+scorer (`accuracy`, `errors` by BFCL's error type, `cut_rate`: answers that hit the token budget). The answers are
+saved as {"id", "text"} lines, RUNS/.../<arm>/answers/<checkpoint>.jsonl, which `scripts/bfcl_official_check.sh` reads;
+`--official` runs it on every saved answer file without a report (never installing BFCL's environment: a message when
+it is missing), and each row then carries `official`: BFCL's own accuracy, distill's, and how often they agree. Each
+row gives the tokens sampled through its step (student's and teacher's answers, from the run's metrics.jsonl;
+sft_teacher's are the teacher's answers it trained on, spread evenly over its steps, its wall time includes their
+sampling) and the wall time at its checkpoint.
+
+Time, on two shared CPU cores: a step of on_policy or gkd about 1.5 minutes, of grpo about 1, of sft 20 to 40 s; one
+measure of the 150 held-out questions about 5.5 minutes (the untrained full student, 81% of its prose answers cut at
+128 tokens, and a 2-step teacher, 12% cut, alike: 321 s and 323 s); all arms of one student and seed, 6 to 7 hours.
+
+    python benchmarks/bfcl.py [--steps 60] [--every 20] [--student full|dropped] [--seed N] [--arms NAME ...]
+                              [--resume] [--official] [--heldout N] [--runs DIR] [--data DIR] [--doctor]
+Writes benchmarks/results/bfcl.json (the full student; the dropped one: bfcl_dropped.json) and its .png and prints a
+table. `--seed N` (N > 0, with --resume) repeats the student arms with training seed N into `repeats`; `final` gives
+each arm's last checkpoint with its accuracy for every seed measured. `--doctor` runs `distill doctor` on each arm's
+command line instead (it loads the models and times a step, writes nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+from provenance import write_result  # a sibling script: the result with its environment
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from agentic import STUDENTS  # noqa: E402  (sibling scripts)
+from curves import (  # noqa: E402
+    CHECKPOINT_FLAGS,
+    curve,
+    final_rows,
+    parse_arm_arguments,
+    plot_curves,
+    train,
+    with_sampled_tokens,
+)
+
+from distill.config import DistillConfig
+from distill.generation import SamplingParams, generate_completions
+from distill.models import DEFAULT_TEACHER, eos_token_ids, make_student, student_vocab_size
+from distill.rendering import TextRenderer
+from distill.seeds import row_seed
+from distill.tasks.bfcl.scoring import evaluate_calls
+from distill.teachers.build import load_model
+
+OFFICIAL_CHECK = Path(__file__).resolve().parents[1] / "scripts" / "bfcl_official_check.sh"
+NOT_INSTALLED = 3  # bfcl_official_check.sh's exit status under BFCL_INSTALL=0 when BFCL's environment is missing
+BATCH, ACCUMULATION = 4, 2  # rows per micro-batch, micro-batches per step: 8 answers sampled a step
+MAX_PROMPT_LENGTH, MAX_NEW_TOKENS = 1024, 128  # bfcl_teacher.yaml's: the longest prompt is 898 tokens
+MEASURE_BATCH = 16  # held-out prompts decoded together, sorted by length (less padding)
+DEVICE = torch.device("cpu")
+GREEDY = SamplingParams(1.0, 1.0, 0, MAX_NEW_TOKENS, do_sample=False)
+_DEFAULTS = DistillConfig()  # the teacher samples as seq_kd's teacher does (gkd's teacher-sampled answers)
+TEACHER_SAMPLING = SamplingParams(_DEFAULTS.teacher_sampling_temperature, _DEFAULTS.teacher_top_p,
+                                  _DEFAULTS.teacher_top_k, MAX_NEW_TOKENS)
+# STUDENTS (agentic.py's): `full` trains at learning rate 5e-5, not the recipes' 3e-4 (the layer-dropped student's): a
+# whole pretrained student drifts on its own samples at 3e-4, and `distill doctor` warns above 2e-5. Every arm of a
+# student takes the same rate, so that the arms differ only in what they train on.
+NEED_TEACHER = ("sft_teacher", "on_policy", "gkd")
+RESULTS = {"full": "benchmarks/results/bfcl.json", "dropped": "benchmarks/results/bfcl_dropped.json"}
+
+
+def arms(data: Path, runs: Path, steps: int, every: int, student: str, seed: int) -> dict[str, list[str]]:
+    """Each arm's `distill train` flags (CHECKPOINT_FLAGS and --output_dir added by `curves.train`)."""
+    budget = ["--max_steps", str(steps), "--save_steps", str(every)]
+    shape = ["--max_prompt_length", str(MAX_PROMPT_LENGTH), "--max_new_tokens", str(MAX_NEW_TOKENS),
+             "--per_device_train_batch_size", str(BATCH), "--gradient_accumulation_steps", str(ACCUMULATION)]
+    rows = ["--dataset", str(data / "bfcl.jsonl"), "--dataset_split", "train", *shape]
+    teacher, chosen = ["--teacher", str(runs / "teacher" / "model")], STUDENTS[student]
+    return {
+        "teacher": ["--method", "sft", "--student", DEFAULT_TEACHER, "--learning_rate", "1e-4", *budget, *rows],
+        "sft_teacher": ["--method", "sft", *chosen, *budget, "--dataset", str(teacher_answers_path(runs, steps, seed)),
+                        *shape],
+        "on_policy": ["--method", "on_policy", *teacher, *chosen, *budget, *rows],
+        "gkd": ["--method", "gkd", *teacher, *chosen, *budget, *rows, "--lmbda_schedule_steps", str(3 * steps // 4)],
+        "grpo": ["--method", "sdpo", "--distillation_weight", "0", "--loss_type", "grpo", "--reward_funcs",
+                 "distill.tasks.bfcl.scoring:calls_reward", "--num_generations", "4", *chosen, *budget, *rows],
+    }
+
+
+def run_dir(runs: Path, name: str, student: str, seed: int) -> Path:
+    if name == "teacher":
+        return runs / "teacher"
+    return runs / student / f"seed{seed}" / name if seed else runs / student / name
+
+
+def teacher_answers_path(runs: Path, steps: int, seed: int) -> Path:
+    """The teacher's sampled answers sft_teacher trains on: one file per seed and count, shared by both students."""
+    return runs / "teacher_answers" / f"seed{seed}_{steps * BATCH * ACCUMULATION}.jsonl"
+
+
+def read_rows(data: Path, split: str) -> list[dict]:
+    rows = [json.loads(line) for line in (data / "bfcl.jsonl").read_text().splitlines() if line.strip()]
+    return [row for row in rows if row["split"] == split]
+
+
+def check_rows(data: Path, write: bool) -> None:
+    """The BFCL rows with the tools in the prompt (the sampling methods refuse a `tools` column without tools to run),
+    written first when missing and `write`."""
+    path = data / "bfcl.jsonl"
+    if not path.is_file() and not write:
+        raise SystemExit(f"{path} is missing: `python -m distill.tasks.bfcl --out {data} --tools-in-prompt` writes it "
+                         "(a run of this benchmark does)")
+    if not path.is_file():
+        subprocess.run([sys.executable, "-m", "distill.tasks.bfcl", "--out", str(data), "--tools-in-prompt"], check=True)
+    if "tools" in json.loads(path.read_text().split("\n", 1)[0]):
+        raise SystemExit(f"{path} has a `tools` column; write it with `python -m distill.tasks.bfcl --out {data} "
+                         "--tools-in-prompt`, which the sampling arms need")
+
+
+def answer(model, tokenizer, prompts: list[list[dict]], sampling: SamplingParams, seeds: list[int] | None = None):
+    """One `Sample` per chat prompt, in order: decoded in batches of similar length; `seeds` (one per prompt): each
+    drawn from its own generator, whatever its batch (`seeded_rows`)."""
+    eos = eos_token_ids(tokenizer, model)
+    renderer = TextRenderer(tokenizer, MAX_PROMPT_LENGTH, MAX_NEW_TOKENS, eos)
+    ids = [renderer.prompt_ids(prompt)[0] for prompt in prompts]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    with torch.no_grad():
+        samples = generate_completions(model, [ids[i] for i in order], sampling, eos, tokenizer.pad_token_id, DEVICE,
+                                       MEASURE_BATCH, vocab_size=student_vocab_size(tokenizer, model),
+                                       seeds=None if seeds is None else [seeds[i] for i in order],
+                                       seeded_rows=seeds is not None)
+    by_prompt = dict(zip(order, samples))
+    return [by_prompt[i] for i in range(len(ids))]
+
+
+def measure(rows: list[dict], model, tokenizer, answers: Path) -> dict:
+    """Greedy answers to `rows`, scored by distill's BFCL scorer and saved as {"id", "text"} lines at `answers` (an
+    official report beside them from earlier answers is removed)."""
+    start = time.time()
+    samples = answer(model, tokenizer, [row["prompt"] for row in rows], GREEDY)
+    texts = [tokenizer.decode(s.ids, skip_special_tokens=True).strip() for s in samples]  # as the evaluator reads them
+    scored = evaluate_calls(rows, texts)
+    assert scored is not None, "BFCL rows carry a `bfcl` column"
+    summary, per_row = scored
+    answers.parent.mkdir(parents=True, exist_ok=True)
+    answers.write_text("".join(json.dumps({"id": r["id"], "text": r["text"]}, ensure_ascii=False) + "\n" for r in per_row))
+    official_report(answers).unlink(missing_ok=True)
+    return {**summary, "calls_per_answer": sum(len(r["calls"] or []) for r in per_row) / len(per_row),
+            "cut_rate": sum(s.hit_max for s in samples) / len(samples), "measure_seconds": time.time() - start,
+            "answers": str(answers), "example": texts[0]}
+
+
+def measure_checkpoint(rows: list[dict], answers_dir: Path, student_dir: Path) -> dict:
+    """`measure` of a checkpoint's student (RUN/checkpoints/<checkpoint>/student): answers_dir/<checkpoint>.jsonl."""
+    model, tokenizer = load_model(str(student_dir), "student", DEVICE)
+    return measure(rows, model, tokenizer, answers_dir / f"{student_dir.parent.name}.jsonl")
+
+
+def measure_untrained(rows: list[dict], student: str, answers: Path) -> dict:
+    """The student before training: the default model, with the layers its student_init keeps."""
+    model, tokenizer = load_model(DEFAULT_TEACHER, "student", DEVICE)
+    flags = STUDENTS[student]
+    init = flags[flags.index("--student_init") + 1] if "--student_init" in flags else "all"
+    return measure(rows, make_student(model, init), tokenizer, answers)
+
+
+def write_teacher_answers(teacher: Path, rows: list[dict], path: Path, count: int, seed: int) -> dict:
+    """The teacher's sampled answers to the train prompts (cycled to `count`) as sft rows, and what sampling took
+    (written beside them as .json: "teacher_tokens", every sampled answer's; "dropped": those cut by the budget or
+    empty; "accuracy": how many are right by BFCL's rules)."""
+    start = time.time()
+    picked = [rows[i % len(rows)] for i in range(count)]
+    model, tokenizer = load_model(str(teacher), "student", DEVICE)
+    samples = answer(model, tokenizer, [row["prompt"] for row in picked], TEACHER_SAMPLING,
+                     [row_seed(seed, "bfcl teacher answers", k) for k in range(count)])
+    texts = [tokenizer.decode(s.ids, skip_special_tokens=True) for s in samples]
+    kept = [{"id": row["id"], "prompt": row["prompt"], "completion": text}
+            for row, text, sample in zip(picked, texts, samples) if not sample.hit_max and text.strip()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in kept))
+    scored = evaluate_calls(picked, [text.strip() for text in texts])
+    record = {"answers": count, "dropped": count - len(kept), "teacher_tokens": sum(len(s.ids) for s in samples),
+              "accuracy": scored[0]["accuracy"] if scored else None, "seconds": time.time() - start,
+              "temperature": TEACHER_SAMPLING.temperature, "seed": seed}
+    path.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def official_report(answers: Path) -> Path:
+    return answers.with_suffix(".bfcl_agreement.json")
+
+
+class Official:
+    """BFCL's own checker beside distill's on saved answers: `scripts/bfcl_official_check.sh`'s report, read where
+    there is one, else made when `run` and BFCL's environment is installed (BFCL_INSTALL=0: it is never installed
+    here; when it is missing, a message once and no more tries)."""
+
+    KEYS = ("bfcl_accuracy", "distill_accuracy", "agreement", "same_calls", "same_calls_agreement")
+
+    def __init__(self, run: bool):
+        self.run = run
+
+    def scores(self, answers: Path) -> dict | None:
+        report = official_report(answers)
+        if not report.is_file() and self.run:
+            environment = {**os.environ, "BFCL_INSTALL": "0", "BFCL_REPORT": str(report.resolve())}
+            done = subprocess.run(["bash", str(OFFICIAL_CHECK), str(answers.resolve())], env=environment,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if done.returncode == NOT_INSTALLED:
+                print(f"--official: skipped, BFCL's own checker is not installed. {done.stderr.strip()}", flush=True)
+                self.run = False
+            elif done.returncode:
+                raise SystemExit(f"--official: {OFFICIAL_CHECK.name} failed on {answers}:\n{done.stderr}")
+        if not report.is_file():
+            return None
+        found = json.loads(report.read_text())
+        return {key: found[key] for key in self.KEYS} | {"disagreements": len(found["disagreements"]), "report": str(report)}
+
+    def rows(self, rows: list[dict]) -> list[dict]:
+        """`rows` with "official" where their answers have (or now get) a report."""
+        return [{**row, **({"official": found} if (found := self.scores(Path(row["answers"]))) else {})} for row in rows]
+
+
+def doctor(table: dict[str, list[str]], names: list[str], runs: Path, student: str, seed: int) -> int:
+    """`distill doctor` on each arm's command line (as `curves.train` runs it): 1 when any would not start."""
+    failed = []
+    for name in names:
+        flags = [*table[name], *CHECKPOINT_FLAGS]
+        if name == "sft_teacher" and not Path(flags[flags.index("--dataset") + 1]).is_file():
+            print("(sft_teacher trains on the teacher's answers, which the arm samples first: not written yet)")
+        print(f"== {name}: distill doctor {' '.join(flags)}", flush=True)
+        done = subprocess.run([sys.executable, "-m", "distill", "doctor", "--output_dir",
+                               str(run_dir(runs, name, student, seed)), *flags])
+        failed += [name] if done.returncode else []
+    print(f"doctor: {len(names) - len(failed)} of {len(names)} arms would start" + (f"; not {failed}" if failed else ""))
+    return 1 if failed else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--every", type=int, default=20)
+    parser.add_argument("--student", choices=list(RESULTS), default="full")
+    parser.add_argument("--seed", type=int, default=0, help="the student arms' training seed (the teacher's is 0)")
+    parser.add_argument("--heldout", type=int, default=0, help="measure the first N held-out questions (0: all 150)")
+    parser.add_argument("--official", action="store_true", help="score saved answers with BFCL's own checker too")
+    parser.add_argument("--runs", type=Path, default=Path("runs/bench_bfcl"), help="run directories (not committed)")
+    parser.add_argument("--data", type=Path, default=Path("data/bfcl"), help="the rows (written when missing)")
+    parser.add_argument("--doctor", action="store_true", help="only check each arm's command line with distill doctor")
+    student = parser.parse_known_args()[0].student
+    args = parse_arm_arguments(parser, arms(Path(), Path(), 60, 20, student, 0), RESULTS[student])
+    runs, data = args.runs, args.data
+    check_rows(data, write=not args.doctor)
+    table = arms(data, runs, args.steps, args.every, student, args.seed)
+    if args.doctor:
+        return doctor(table, args.arms, runs, student, args.seed)
+    held_out = read_rows(data, "heldout")[: args.heldout or None]
+    out = Path(args.out)
+    results = json.loads(out.read_text()) if args.resume and out.is_file() else {"arms": {}, "seconds": {}}
+    results.update(steps=args.steps, every=args.every, student=" ".join(STUDENTS[student]), data=str(data / "bfcl.jsonl"),
+                   held_out_questions=len(held_out), flags=table, answers_per_step=BATCH * ACCUMULATION)
+    official = Official(args.official)
+    if results.get("untrained", {}).get("rows") != len(held_out):  # measured once per results file
+        results["untrained"] = measure_untrained(held_out, student, runs / student / "untrained_answers.jsonl")
+    results["untrained"] = official.rows([results["untrained"]])[0]
+    for name in args.arms:
+        directory = run_dir(runs, name, student, args.seed)
+        if name in NEED_TEACHER and not (runs / "teacher" / "model").is_dir():
+            raise SystemExit(f"arm {name} needs the teacher, {runs / 'teacher' / 'model'}: run the arm teacher first")
+        sampling = None
+        if name == "sft_teacher":
+            answers = teacher_answers_path(runs, args.steps, args.seed)
+            if not answers.with_suffix(".json").is_file():
+                write_teacher_answers(runs / "teacher" / "model", read_rows(data, "train"), answers,
+                                      args.steps * BATCH * ACCUMULATION, args.seed)
+            sampling = json.loads(answers.with_suffix(".json").read_text())
+            results.setdefault("teacher_answers", {})[str(args.seed)] = sampling
+        record = train(directory, table[name] + (["--seed", str(args.seed)] if args.seed and name != "teacher" else []),
+                       args.resume)
+        rows = curve(directory, partial(measure_checkpoint, held_out, directory / "answers"), args.resume)
+        rows = official.rows(with_sampled_tokens(rows, directory, BATCH))
+        seconds = record["seconds"]
+        if sampling is not None:  # the teacher's answers were sampled before step 1, spread over the steps trained
+            rows = [{**r, "seconds": r["seconds"] + sampling["seconds"],
+                     "sampled_tokens": sampling["teacher_tokens"] * r["step"] / args.steps} for r in rows]
+            seconds += sampling["seconds"]
+        if name != "teacher":
+            rows = [{"step": 0, "seconds": 0.0, "sampled_tokens": 0.0, **results["untrained"]}, *rows]
+        if args.seed and name != "teacher":
+            results.setdefault("repeats", {}).setdefault(str(args.seed), {})[name] = {"rows": rows, "seconds": seconds}
+        else:
+            results["arms"][name], results["seconds"][name] = rows, seconds
+        write_result(out, results)
+    results["final"] = final_rows(results, "accuracy")
+    write_result(out, results)
+    plot_curves(results, out.with_suffix(".png"), "accuracy", "held-out accuracy (BFCL rules)")
+    print_table(results)
+    return 0
+
+
+def print_table(results: dict) -> None:
+    print("| arm | step | accuracy | BFCL's checker | agreement | calls / answer | cut | sampled tokens | minutes |\n"
+          "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, rows in results["arms"].items():
+        for r in rows:
+            official = r.get("official")
+            both = f"{official['bfcl_accuracy']:.3f} | {official['agreement']:.3f}" if official else "- | -"
+            print(f"| {name} | {r['step']} | {r['accuracy']:.3f} | {both} | {r['calls_per_answer']:.2f} | "
+                  f"{r['cut_rate']:.2f} | {r.get('sampled_tokens', 0.0):.0f} | {r['seconds'] / 60:.1f} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
