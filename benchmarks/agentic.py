@@ -30,7 +30,8 @@ untuned default model as the student instead of the layer-dropped one (learning 
 Every arm keeps a checkpoint every --every steps; each is measured on the held-out questions: greedy conversations
 through the tool loop (`distill.conversations`), task success (the last assistant turn holds the code), calls and
 valid calls per question. Step 0 is the untrained student. Each row also gives the tokens sampled up to its step
-(the student's and the teacher's turns, tool turns excluded: from the run's metrics.jsonl).
+(the student's and the teacher's turns, tool turns excluded: from the run's metrics.jsonl); `reverse_kl_by_turn` gives,
+for each arm that samples the student's conversations, the logged reverse KL at each turn index at every step.
 
     python benchmarks/agentic.py [--task lookup|chain] [--steps 40] [--every 10] [--resume] [--arms NAME ...] [--seed N]
 Writes benchmarks/results/agentic.json (chain: chain.json) and its .png and prints a table. `--seed N` (N > 0, with
@@ -55,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from curves import (  # noqa: E402  (a sibling script)
     curve,
     final_rows,
+    metrics,
     parse_arm_arguments,
     plot_curves,
     train,
@@ -237,6 +239,19 @@ def write_teacher_conversations(task: Task, out: Path, count: int, seed: int) ->
             "temperature": TEACHER_TEMPERATURE}
 
 
+def turn_divergences(run_dir: Path) -> dict[str, dict[str, float]]:
+    """{step: {turn k: the reverse KL of the step's sampled conversations at their turn k}} (`reverse_kl/turn_k`,
+    averaged over the turn's tokens), for every step the run logged them; {} without the run's metrics."""
+    if not (run_dir / "metrics.jsonl").is_file():
+        return {}
+    series = {}
+    for record in metrics(run_dir):
+        turns = {key.rsplit("_", 1)[1]: value for key, value in record.items() if key.startswith("reverse_kl/turn_")}
+        if turns:
+            series[str(int(record["step"]))] = dict(sorted(turns.items()))
+    return series
+
+
 def measure(task: Task, student_dir: Path) -> dict:
     """Greedy conversations on the held-out questions: task success, calls and valid calls per question."""
     examples = examples_from_dataset(load_dataset_spec(task.dataset, "heldout", "eval_dataset"), "eval_dataset")
@@ -283,15 +298,19 @@ def main() -> None:
                 task, conversations, args.steps * BATCH * 2, args.seed)
         record = train(run_dir, table[name] + (["--seed", str(args.seed)] if repeat else []), args.resume)
         rows = with_sampled_tokens(curve(run_dir, measured, args.resume), run_dir, BATCH)
+        divergences = turn_divergences(run_dir)
         if name != "teacher":
             if start_row is None:  # the untrained student, measured once
                 start_row = results.get("untrained") or measure_untrained(task, student)
                 results["untrained"] = start_row
             rows = [{"step": 0, "seconds": 0.0, **start_row}, *rows]
         if repeat:
-            results.setdefault("repeats", {}).setdefault(str(args.seed), {})[name] = {"rows": rows, "seconds": record["seconds"]}
+            results.setdefault("repeats", {}).setdefault(str(args.seed), {})[name] = {
+                "rows": rows, "seconds": record["seconds"], "reverse_kl_by_turn": divergences}
         else:
             results["arms"][name], results["seconds"][name] = rows, record["seconds"]
+            if divergences:  # the arms whose student samples conversations the teacher scores
+                results.setdefault("reverse_kl_by_turn", {})[name] = divergences
         write_result(out, results)
     # The last checkpoint of each arm, with what it spent (seed 0), and its success for every seed: the docs read this.
     results["final"] = final_rows(results, "success")
