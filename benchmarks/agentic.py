@@ -61,6 +61,7 @@ from curves import (  # noqa: E402  (a sibling script)
     plot_curves,
     train,
     with_sampled_tokens,
+    with_teacher_sampling,
 )
 
 from distill.agents.setup import offering_tools, tool_loop
@@ -217,7 +218,8 @@ def conversation_messages(trajectory, decode) -> list[dict] | None:
 def write_teacher_conversations(task: Task, out: Path, count: int, seed: int) -> dict:
     """The teacher's own conversations on the prompt-only `train` rows (cycled to `count`), written as conversation
     rows (`prompt`, `completion` messages) that `sft` reads, but for those cut by the token budget, ending on a call
-    or holding a call that does not parse (counted in "dropped"); what the sampling took ("teacher_tokens": every sampled turn's)."""
+    or holding a call that does not parse (counted in "dropped"); what the sampling took ("teacher_tokens": every
+    sampled turn's), also written beside them as .json."""
     rows = load_dataset_spec(task.dataset, "train", "dataset")
     examples = examples_from_dataset(rows, "dataset")
     picked = [i % len(examples) for i in range(count)]
@@ -235,8 +237,10 @@ def write_teacher_conversations(task: Task, out: Path, count: int, seed: int) ->
         lines.append(json.dumps({"prompt": rows[i]["prompt"], "completion": messages, "answer": rows[i].get("answer")}))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
-    return {"conversations": count, "dropped": dropped, "teacher_tokens": tokens, "seconds": time.time() - start,
-            "temperature": TEACHER_TEMPERATURE}
+    sampling = {"conversations": count, "dropped": dropped, "teacher_tokens": tokens, "seconds": time.time() - start,
+                "temperature": TEACHER_TEMPERATURE}
+    out.with_suffix(".json").write_text(json.dumps(sampling, indent=2))
+    return sampling
 
 
 def turn_divergences(run_dir: Path) -> dict[str, dict[str, float]]:
@@ -292,12 +296,18 @@ def main() -> None:
             run_dir = task.runs / name
         else:
             run_dir = runs / f"seed{args.seed}" / name if repeat else runs / name
-        conversations = teacher_conversations_path(task, student, args.seed)
-        if name == "sft_teacher" and not conversations.is_file():
-            results.setdefault("teacher_conversations", {})[str(args.seed)] = write_teacher_conversations(
-                task, conversations, args.steps * BATCH * 2, args.seed)
+        sampling = None
+        if name == "sft_teacher":
+            conversations = teacher_conversations_path(task, student, args.seed)
+            if not conversations.with_suffix(".json").is_file():
+                write_teacher_conversations(task, conversations, args.steps * BATCH * 2, args.seed)
+            sampling = json.loads(conversations.with_suffix(".json").read_text())
+            results.setdefault("teacher_conversations", {})[str(args.seed)] = sampling
         record = train(run_dir, table[name] + (["--seed", str(args.seed)] if repeat else []), args.resume)
         rows = with_sampled_tokens(curve(run_dir, measured, args.resume), run_dir, BATCH)
+        if sampling is not None:  # the teacher's conversations were sampled before step 1
+            rows = with_teacher_sampling(rows, sampling, args.steps)
+            record = {**record, "seconds": record["seconds"] + sampling["seconds"]}
         divergences = turn_divergences(run_dir)
         if name != "teacher":
             if start_row is None:  # the untrained student, measured once

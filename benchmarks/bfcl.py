@@ -70,6 +70,7 @@ from curves import (  # noqa: E402
     plot_curves,
     train,
     with_sampled_tokens,
+    with_teacher_sampling,
 )
 
 from distill.config import DistillConfig
@@ -309,8 +310,7 @@ def main() -> int:
         rows = official.rows(with_sampled_tokens(rows, directory, BATCH))
         seconds = record["seconds"]
         if sampling is not None:  # the teacher's answers were sampled before step 1, spread over the steps trained
-            rows = [{**r, "seconds": r["seconds"] + sampling["seconds"],
-                     "sampled_tokens": sampling["teacher_tokens"] * r["step"] / args.steps} for r in rows]
+            rows = with_teacher_sampling(rows, sampling, args.steps)
             seconds += sampling["seconds"]
         if name != "teacher":
             rows = [{"step": 0, "seconds": 0.0, "sampled_tokens": 0.0, **results["untrained"]}, *rows]

@@ -147,3 +147,11 @@ def plot_curves(results: dict, path: Path, measure: str, label: str) -> None:
     axes[0].legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
+
+
+def with_teacher_sampling(rows: list[dict], sampling: dict, steps: int) -> list[dict]:
+    """The rows of an arm trained on the teacher's samples drawn before its first step (`sampling`: their
+    "teacher_tokens" and "seconds"): the tokens spread evenly over the `steps` trained, the sampling's time added to
+    every checkpoint's wall time."""
+    return [{**r, "seconds": r["seconds"] + sampling["seconds"],
+             "sampled_tokens": sampling["teacher_tokens"] * r["step"] / steps} for r in rows]
