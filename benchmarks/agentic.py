@@ -262,7 +262,10 @@ def measure(task: Task, student_dir: Path) -> dict:
     start = time.time()
     trajectories, tokenizer = run_conversations(task, student_dir, examples)
     finals = [tokenizer.decode(_last_run(t.ids, t.trained), skip_special_tokens=True) for t in trajectories]
-    success = sum(contains_answer(text, e.answer) for text, e in zip(finals, examples)) / len(examples)
+    # An answer is a last turn that holds the code and calls nothing: a third call passing the code as its argument
+    # is not one (the results recorded before this rule counted it: chain_full.json's sod arm).
+    success = sum(contains_answer(text, e.answer) and not parse_tool_calls(text).calls
+                  for text, e in zip(finals, examples)) / len(examples)
     use = tool_use(trajectories)
     return {"success": success, "calls_per_question": use["calls_per_question"], "valid_call_rate": use["valid_call_rate"],
             "turns_per_question": use["turns_per_question"], "measure_seconds": time.time() - start,
