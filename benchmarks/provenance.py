@@ -48,8 +48,11 @@ def package_versions() -> dict[str, str | None]:
 
 
 def provenance() -> dict:
-    """The commit, the interpreter, the machine and the package versions of this process's environment."""
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    """The commit (and whether the tracked code matches it), the interpreter, the machine and the package versions of
+    this process's environment."""
+    # Clean: no tracked file differs from the commit but result files, which a sequence of benchmarks rewrites as it
+    # goes and which shape no number.
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results")
     return {"commit": _git("rev-parse", "HEAD"), "worktree_clean": None if status is None else status == "",
             "python": platform.python_version(), "platform": platform.platform(),
             "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
