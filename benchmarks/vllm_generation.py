@@ -52,7 +52,7 @@ def main() -> None:
         start = time.perf_counter()
         out = generate_completions(model, prompts, sampling, eos, pad, cpu, vocab_size=vocab,
                                    seeds=row_seeds(len(prompts), round_, "benchmark"))
-        return time.perf_counter() - start, sum(len(ids) for ids, _ in out)
+        return time.perf_counter() - start, sum(len(sample.ids) for sample in out)
 
     results = {}
     print(f"{args.rows} prompts x {args.new_tokens} new tokens, float32, {torch.get_num_threads()} threads")
