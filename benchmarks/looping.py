@@ -119,7 +119,7 @@ def decoding(distiller: Distiller, evaluator: Evaluator, student) -> dict:
             with torch.no_grad():
                 outputs = generate_completions(model, evaluator.prompts, sampling, distiller.parts.eos_ids, distiller.parts.pad_id,
                                                torch.device("cpu"), 8, vocab_size=distiller.parts.vocab_size, seeds=seeds)
-            rows[f"{name}, temperature {temperature}"] = repetition([evaluator.decode(ids) for ids, *_ in outputs])
+            rows[f"{name}, temperature {temperature}"] = repetition([evaluator.decode(sample.ids) for sample in outputs])
     return rows
 
 

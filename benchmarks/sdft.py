@@ -98,7 +98,7 @@ class Measure:
             prompts = [self.encoder.prompt_ids(e.prompt)[0] for e in examples]
         outputs = generate_completions(model, prompts, SamplingParams(1.0, 1.0, 0, ANSWER_TOKENS, do_sample=False),
                                        self.eos_ids, self.tokenizer.pad_token_id, self.device, batch_size=16, vocab_size=self.vocab)
-        answers = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids, *_ in outputs]
+        answers = [self.tokenizer.decode(sample.ids, skip_special_tokens=True) for sample in outputs]
         correct = sum(contains_answer(a, e.answer) for a, e in zip(answers, examples))
         leakage = template_leakage(answers, [e.prompt[-1]["content"] for e in examples], self.templates)
         return {"correct": correct, "questions": len(examples), "accuracy": correct / len(examples),

@@ -82,7 +82,7 @@ class Measure:
         prompts = [self.encoder.prompt_ids(e.prompt)[0] for e in self.heldout for _ in range(repeats)]
         outputs = generate_completions(model, prompts, sampling, self.eos_ids, self.tokenizer.pad_token_id, self.device,
                                        batch_size=50, vocab_size=self.vocab)
-        answers = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids, *_ in outputs]
+        answers = [self.tokenizer.decode(sample.ids, skip_special_tokens=True) for sample in outputs]
         expected = [e.answer for e in self.heldout for _ in range(repeats)]
         return sum(contains_answer(a, x) for a, x in zip(answers, expected)), len(answers), answers[0]
 

@@ -96,9 +96,9 @@ def accuracy(model_dir: Path, held_out: Path) -> dict:
                                [tokenizer.eos_token_id], tokenizer.pad_token_id, torch.device("cpu"), batch_size=16,
                                extras=[e.extras for e in encoded])
     right = {kind: [] for kind in QUESTIONS}
-    for example, (ids, _) in zip(examples, out):
+    for example, sample in zip(examples, out):
         kind = "colour" if example.answer in COLOURS else "shape"
-        right[kind].append(contains_answer(tokenizer.decode(ids, skip_special_tokens=True), example.answer))
+        right[kind].append(contains_answer(tokenizer.decode(sample.ids, skip_special_tokens=True), example.answer))
     every = [r for rows in right.values() for r in rows]
     return {"accuracy": sum(every) / len(every), **{f"accuracy_{k}": sum(v) / len(v) for k, v in right.items() if v}}
 
