@@ -9,9 +9,10 @@
 # 1.26.4, and soundfile, which it imports without declaring it), installed in an environment of its own, never
 # distill's: $BFCL_VENV (default ~/.cache/distill/bfcl-venv), made on the first run (minutes) and reused after, with
 # torch's CPU build (scripts/install_cpu_torch.sh: its sentence-transformers would otherwise pull the CUDA build).
-# distill's side runs in the active environment (distill, and bfcl-eval installed --no-deps for the data). Prints both scores, the agreement and every answer they
-# disagree on; writes the numbers to $BFCL_REPORT, by default bfcl_agreement.json beside the answers. BFCL_INSTALL=0:
-# never install; when the environment is missing, say so and exit 3 (what benchmarks/bfcl.py --official does).
+# distill's side runs in the active environment (distill, and bfcl-eval installed --no-deps for the data). Prints
+# both scores, the agreement and every answer they disagree on; writes the numbers to $BFCL_REPORT, by default
+# bfcl_agreement.json beside the answers. BFCL_INSTALL=0: never install; when the environment is missing, say so and
+# exit 3 (what benchmarks/bfcl.py --official does).
 set -euo pipefail
 if [ $# -lt 1 ]; then sed -n '2,7p' "$0"; exit 2; fi
 if [ "$1" = "--examples" ]; then
