@@ -154,13 +154,13 @@ def test_no_import_circle_remains_counting_type_only_imports():
 
 # The folders' layers, bottom first (the design, §3 Layout: leaves <- data, rendering, models <- generation,
 # teachers, losses <- objectives <- methods, locations <- training, rundir, evaluation, serving, doctor <- commands,
-# cli). A folder imports folders of its own layer or below; a new folder is placed here. `losses` imports nothing
-# of distill and `models.vocabulary` builds its `LogitHead`, so it sits with the leaves; `conversations` holds the
-# leaf modules (layout, tool calls, tools, environments) the data and the renderer read, the tool-call loop is
-# `agents`.
+# cli). A folder imports folders of its own layer or below; a new folder is placed here. `losses` imports no distill
+# module but the leaf `no_grad`, and `models.vocabulary` builds its `LogitHead`, so it sits with the leaves;
+# `conversations` holds the leaf modules (layout, tool calls, tools, environments) the data and the renderer read, the
+# tool-call loop is `agents`.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("distill", "errors", "registry", "config", "settings", "seeds", "features", "version", "callables", "data_files", "images",
-     "image_modes", "align", "recipes", "losses"),
+    ("distill", "errors", "registry", "config", "settings", "seeds", "no_grad", "features", "version", "callables",
+     "data_files", "images", "image_modes", "align", "recipes", "losses"),
     ("conversations", "data", "rendering", "models", "batch", "signals", "tasks"),
     ("generation", "agents", "teachers"),
     ("objectives",),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from distill import registry
 from distill.config import io as config_io
@@ -205,6 +205,11 @@ class DistillConfig(RunFields, metaclass=_ComposedFromParts):
     settings typed: `MixingFields.of(config).lmbda`."""
 
     RETIRED_FIELDS: ClassVar[dict[str, str]] = RETIRED_FIELDS
+
+    if TYPE_CHECKING:  # the parts' settings join the class when the parts register, where no type checker sees them
+        def __init__(self, **fields: Any) -> None:
+            """Any field by name, a part's setting (`lmbda=0.5`) as well as the core's; an unknown name is a
+            TypeError when the config is made."""
 
     @classmethod
     def config_fields(cls) -> tuple[dataclasses.Field, ...]:

@@ -25,6 +25,7 @@ from distill.data import Example
 from distill.evaluation.leakage import LEAK_WORDS, template_leakage
 from distill.evaluation.repetition import MAX_PERIOD, MIN_REPEATS, repetition
 from distill.generation import AUTO, SamplingParams, generate_completions
+from distill.no_grad import no_grad
 from distill.objectives import DivergenceObjective, StepContext
 from distill.objectives.student import student_loss
 from distill.rendering import Renderer
@@ -89,7 +90,7 @@ def divergence_objective(chunk_size: int) -> DivergenceObjective:
     return DivergenceObjective.constant(0.0, 1.0, chunk_size)
 
 
-@torch.no_grad()
+@no_grad
 def score_completions(student, teacher: Teacher, completions: list[Completion], vocab_size: int, pad_id: int,
                       device: torch.device, settings: EvalSettings) -> dict[str, float]:
     """Token means of forward KL, reverse KL and top-1 agreement over the given completions.
@@ -298,7 +299,7 @@ class Evaluator:
             own = self._samples(self._student_generate(student))
             greedy = self._greedy(self._student_generate(student))
             answers = greedy.answers
-            result = {}
+            result: dict[str, Any] = {}
             if self.teacher_acts:  # a scoring-only teacher (server) has no samples of its own
                 result["on_teacher_completions"] = score_completions(
                     student, self.teacher, self._completions(self.teacher_samples(), "teacher"), self.vocab_size, self.pad_id,

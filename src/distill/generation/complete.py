@@ -16,6 +16,7 @@ from distill.generation.registry import AUTO, engine_names, get_engine
 from distill.generation.sample import Sample
 from distill.models.inputs import RowExtras, collate_extras
 from distill.models.kinds import model_kind_of
+from distill.no_grad import no_grad
 
 logger = logging.getLogger("distill.rollout")  # the name users saw for the decode-loop line before engines
 
@@ -63,7 +64,7 @@ def choose_engine(name: str, model, device: torch.device, extras: tuple[str, ...
     raise ValueError(f"no generation engine can decode this model ({'; '.join(refused)})")
 
 
-@torch.no_grad()
+@no_grad
 def generate_completions(
     model,
     prompts: list[list[int]],

@@ -33,6 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from distill.no_grad import no_grad
+
 # What a model's generation config may set for the lean loop to decode it as `generate` would: token ids, the
 # sampling settings distill always passes explicitly (they override the config's), and bookkeeping.
 _HARMLESS_GENERATION_FIELDS = frozenset({
@@ -361,7 +363,7 @@ class ConversationTurns(Protocol):
     def turn_ended(self, first_slot: int, generated: torch.Tensor, fed: list[torch.Tensor]) -> None: ...
 
 
-@torch.no_grad()
+@no_grad
 def lean_generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
                   do_sample: bool, temperature: float, top_k: int, top_p: float, eos_ids: list[int], pad_id: int,
                   suppress_tokens: list[int] | None = None, stopping_criteria=None, with_log_probs: bool = False,

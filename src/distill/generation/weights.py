@@ -8,12 +8,14 @@ import importlib.util
 import torch
 from torch import nn
 
+from distill.no_grad import no_grad
+
 
 def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-@torch.no_grad()
+@no_grad
 def weights_fingerprint(model: nn.Module) -> tuple[float, ...]:
     """Each parameter's sum in float64: it moves whenever training changes the parameter. Contents, not
     version counters: torch's fused AdamW updates parameters without moving their `_version` (measured,

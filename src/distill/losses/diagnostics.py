@@ -10,6 +10,8 @@ from typing import NamedTuple
 
 import torch
 
+from distill.no_grad import no_grad
+
 DEFAULT_OVERLAP_K = 8
 
 STAT_NAMES = (
@@ -38,7 +40,7 @@ class TokenStats(NamedTuple):
         return cls(*columns.unbind(dim=1))
 
 
-@torch.no_grad()
+@no_grad
 def token_statistics(
     student_log_probs: torch.Tensor, teacher_log_probs: torch.Tensor, overlap_k: int = DEFAULT_OVERLAP_K
 ) -> torch.Tensor:

@@ -13,9 +13,10 @@ import torch
 
 from distill.losses.checks import check_chunk_size, check_matrix, check_temperature
 from distill.losses.chunked import LogitHead
+from distill.no_grad import no_grad
 
 
-@torch.no_grad()
+@no_grad
 def student_topk_support(student_hidden: torch.Tensor, student_head: LogitHead, teacher_hidden: torch.Tensor,
                          teacher_head: LogitHead, k: int, temperature: float, chunk_size: int,
                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

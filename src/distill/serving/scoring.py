@@ -14,6 +14,7 @@ from distill.losses import LogitHead
 from distill.models import context_length, logit_head
 from distill.models.inputs import collate_extras
 from distill.models.vision import image_inputs, is_vision_language, processor_of
+from distill.no_grad import inference_mode
 from distill.teachers.head import head_fingerprint
 from distill.teachers.hidden import backbone_hidden
 from distill.teachers.hidden_payload import DTYPES
@@ -72,6 +73,8 @@ class ScoringEngine:
         """One result per prompt: a vLLM-shaped choice ("topk") or a (len - start, H) tensor ("hidden").
         `images`: per prompt, its decoded images (their placeholder tokens already in the prompt), or None."""
         if key[0] == "hidden":
+            if starts is None:
+                raise ValueError("hidden states are read from a start position per prompt; none was given")
             return self.hidden_states(prompts, starts, DTYPES[key[1]], images)
         return self.score(prompts, key[1], key[2], images)
 
@@ -93,7 +96,7 @@ class ScoringEngine:
             attention[row, : len(ids)] = 1
         return input_ids.to(self.device), attention.to(self.device)
 
-    @torch.inference_mode()
+    @inference_mode
     def hidden_states(self, prompts: list[list[int]], starts: list[int], dtype: torch.dtype,
                       images: list[list] | None = None) -> list[torch.Tensor]:
         """Per prompt, the final hidden states (len - start, H) at positions start-1 .. len-2 (those predicting
@@ -102,7 +105,7 @@ class ScoringEngine:
         hidden = backbone_hidden(self.model, input_ids, attention, self._extras(images, len(prompts)))
         return [hidden[row, start - 1 : len(prompt) - 1].to("cpu", dtype) for row, (prompt, start) in enumerate(zip(prompts, starts))]
 
-    @torch.inference_mode()
+    @inference_mode
     def score(self, prompts: list[list[int]], k: int, temperature: float, images: list[list] | None = None) -> list[dict]:
         """One vLLM-shaped choice per prompt: prompt_logprobs and a greedy next token."""
         input_ids, attention = self._padded(prompts)

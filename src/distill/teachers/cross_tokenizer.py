@@ -55,6 +55,7 @@ from distill.losses.uld import Alignment, ULDSettings, VocabularyMatch
 from distill.models import eos_token_ids, logit_head
 from distill.models.inputs import RowExtras, collate_extras
 from distill.models.kinds import model_kind_of
+from distill.no_grad import no_grad
 from distill.settings.gold import GoldFields
 from distill.signals import AlignedSignal
 from distill.teachers.base import Teacher
@@ -306,7 +307,7 @@ class CrossTokenizerTeacher(Teacher):
                 results.append(Sample(student_ids, hit_max))
         return results
 
-    @torch.no_grad()
+    @no_grad
     def score(self, batch: MicroBatch, temperature: float, divergence_only: bool = False) -> AlignedSignal:
         """The aligned signal of a micro-batch; `divergence_only` drops the cross-entropy term (evaluation)."""
         mapped = []

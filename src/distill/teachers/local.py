@@ -10,6 +10,7 @@ from distill.generation import SamplingParams, generate_completions
 from distill.generation.sample import Sample
 from distill.losses import LogitHead
 from distill.models import logit_head
+from distill.no_grad import inference_mode
 from distill.signals import DenseSignal
 from distill.teachers.base import Teacher
 from distill.teachers.hidden import backbone_hidden, predicting_positions
@@ -28,7 +29,7 @@ class LocalTeacher(Teacher):
         self.head = logit_head(model, vocab_size)
         self.eos_ids, self.pad_id, self.device = eos_ids, pad_id, device
 
-    @torch.inference_mode()
+    @inference_mode
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_mask: torch.Tensor,
                       extras: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         """(N, H_t) teacher hidden states at the N completion-predicting positions, in row-major order; `extras`:

@@ -34,6 +34,7 @@ from distill.generation import SamplingParams, generate_completions
 from distill.generation.sample import Sample
 from distill.losses import LogitHead
 from distill.models import logit_head
+from distill.no_grad import no_grad
 from distill.signals import SelfSignal
 from distill.teachers.base import Teacher
 from distill.teachers.hidden import backbone_hidden, predicting_positions
@@ -197,7 +198,7 @@ class EMAUpdate:
             raise ValueError("the EMA teacher's parameters do not match the student's (was it copied from another model?)")
         self.rate, self.every = rate, every
 
-    @torch.no_grad()
+    @no_grad
     def after_optimizer_step(self, step: int) -> None:
         if (step + 1) % self.every:
             return
@@ -207,7 +208,7 @@ class EMAUpdate:
     def state_dict(self) -> dict:
         return {"weights": {name: teacher.detach().clone() for name, teacher, _ in self.pairs}}
 
-    @torch.no_grad()
+    @no_grad
     def load_state_dict(self, state: dict) -> None:
         saved = state.get("weights", {})
         names = [name for name, _, _ in self.pairs]

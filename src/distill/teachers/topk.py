@@ -13,6 +13,7 @@ import torch
 
 from distill.losses import LogitHead
 from distill.losses.blocks import logsumexp_rows
+from distill.no_grad import no_grad
 
 
 @dataclass
@@ -27,7 +28,7 @@ class TopK:
     tail_log_probs: torch.Tensor
 
 
-@torch.no_grad()
+@no_grad
 def topk_log_probs(hidden: torch.Tensor, head: LogitHead, targets: torch.Tensor, k: int, temperature: float,
                    chunk_size: int = 256) -> TopK:
     """hidden: (N, H) at the positions predicting `targets` (N,); head: the teacher's lm_head."""
