@@ -173,6 +173,7 @@ def run_conversations(task: Task, model_dir: Path, examples: list, temperature: 
     eos = eos_token_ids(tokenizer, model)
     config = DistillConfig(tools=list(task.tools), max_new_tokens=task.max_new_tokens, max_turns=task.max_turns)
     encoder = offering_tools(config, TextRenderer(tokenizer, 256, task.max_new_tokens, eos))
+    assert isinstance(encoder, TextRenderer)
     loop = tool_loop(config, encoder, task.max_new_tokens)
     assert loop is not None
     prompts = [encoder.prompt_ids(e.prompt, encoder.tools_of(e))[0] for e in examples]
@@ -264,8 +265,11 @@ def measure(task: Task, student_dir: Path) -> dict:
     finals = [tokenizer.decode(_last_run(t.ids, t.trained), skip_special_tokens=True) for t in trajectories]
     # An answer is a last turn that holds the code and calls nothing: a third call passing the code as its argument
     # is not one (the results recorded before this rule counted it: chain_full.json's sod arm).
-    success = sum(contains_answer(text, e.answer) and not parse_tool_calls(text).calls
-                  for text, e in zip(finals, examples)) / len(examples)
+    solved = 0
+    for text, example in zip(finals, examples):
+        assert example.answer is not None, f"{task.dataset}: every held-out row has the answer to check"
+        solved += contains_answer(text, example.answer) and not parse_tool_calls(text).calls
+    success = solved / len(examples)
     use = tool_use(trajectories)
     return {"success": success, "calls_per_question": use["calls_per_question"], "valid_call_rate": use["valid_call_rate"],
             "turns_per_question": use["turns_per_question"], "measure_seconds": time.time() - start,

@@ -63,7 +63,7 @@ def run_arm(args) -> dict:
         step_seconds.append(time.perf_counter() - start)
         generation_seconds.append(timings.get("generation_student", 0.0) - generated)
 
-    distiller.train_step = timed_step
+    distiller.train_step = timed_step  # type: ignore[method-assign]  # each step timed
     start = time.perf_counter()
     distiller.train()
     seconds = time.perf_counter() - start
@@ -73,6 +73,7 @@ def run_arm(args) -> dict:
     judge.pop("vllm_server_url", None)
     evaluator = Distiller(DistillConfig(**{**judge, "output_dir": f"{args.run_dir}-eval",
                                            "eval_max_prompts": args.eval_prompts})).evaluator()
+    assert evaluator is not None, "the run's dataset has held-out prompts"
     with torch.no_grad():
         evaluation = evaluator.evaluate(distiller.parts.with_student.current())["on_teacher_completions"]
     measured = records[args.warmup:]  # the first steps load kernels and fill the producer's queue
@@ -188,9 +189,9 @@ def main() -> None:
                      "learning_rate": args.learning_rate, "student": args.student, "arms": {}}
     try:
         for round_ in range(args.rounds):
-            for engine, url in engines.items():
+            for engine, engine_url in engines.items():
                 for staleness in args.staleness:
-                    row = fresh_process(args, staleness, url, scratch / f"{engine}-{staleness}")
+                    row = fresh_process(args, staleness, engine_url, scratch / f"{engine}-{staleness}")
                     results["arms"].setdefault(f"{engine}, max_staleness {staleness}", []).append(row)
                     print(f"{engine:>11} s={staleness} round {round_}: {row['seconds_per_step']:.2f} s/step, "
                           f"wait {row['queue_wait']:.2f}, generation {row['generation']:.2f}, "

@@ -56,25 +56,27 @@ def worker(args) -> None:
                            logging_steps=1, output_dir=args.out_dir, overwrite_output_dir=True)
     distiller = Distiller(config)
     distiller.setup()
+    state = distiller.state
+    assert state is not None, "setup() made the training state"
     grad_bytes = []
-    step = distiller.state.optimizer.optimizer.step
+    step = state.optimizer.optimizer.step
 
     def measured_step(*a, **k):
-        grad_bytes.append(local_bytes(p.grad for p in distiller.state.wrapped.parameters() if p.grad is not None))
+        grad_bytes.append(local_bytes(p.grad for p in state.wrapped.parameters() if p.grad is not None))
         return step(*a, **k)
 
-    distiller.state.optimizer.optimizer.step = measured_step
+    state.optimizer.optimizer.step = measured_step
     resident_at_start = resident_mb("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # Linux: the peak resident size (VmHWM) restarts from now
     start = time.perf_counter()
     for index in range(args.steps):
         distiller.train_step(index, distiller._new_window(), {}, log_step=False)
     seconds = (time.perf_counter() - start) / args.steps
-    optimizer_state = [v for state in distiller.state.optimizer.optimizer.state.values() for v in state.values()
+    optimizer_state = [v for state in state.optimizer.optimizer.state.values() for v in state.values()
                        if isinstance(v, torch.Tensor)]
     result = {
         "mode": args.mode, "rank": distiller.parts.runtime.process_index,
-        "parameters_mb": local_bytes(distiller.state.wrapped.parameters()) / MB,
+        "parameters_mb": local_bytes(state.wrapped.parameters()) / MB,
         "gradients_mb": max(grad_bytes) / MB,
         "optimizer_mb": local_bytes(optimizer_state) / MB,
         "teacher_mb": sum(p.nbytes for p in distiller.teacher.model.parameters()) / MB,
@@ -85,7 +87,7 @@ def worker(args) -> None:
     }
     result["student_state_mb"] = result["parameters_mb"] + result["gradients_mb"] + result["optimizer_mb"]
     Path(args.results, f"{args.mode}_{result['rank']}.json").write_text(json.dumps(result))
-    distiller.state.run.release()
+    state.run.release()
 
 
 def launch(mode: str, args, results: str) -> list[dict]:

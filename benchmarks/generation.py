@@ -90,8 +90,8 @@ def main() -> None:
     print(f"{'model':>8} {'loop':>6} {'s/call':>8} {'ms/step':>8} {'tokens':>7} {'vs generate':>12}")
     for name, model in models.items():
         greedy_equal = torch.equal(hf(model, False), lean(model, False))
-        times = {"generate": [], "lean": []}
-        tokens = {"generate": [], "lean": []}
+        times: dict[str, list[float]] = {"generate": [], "lean": []}
+        tokens: dict[str, list[int]] = {"generate": [], "lean": []}
         with torch.no_grad():
             for round_ in range(args.rounds + 1):  # round 0 warms both up, untimed
                 for loop, fn in (("generate", hf), ("lean", lean)):

@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from provenance import write_result  # a sibling script: the result with its environment
 
@@ -71,16 +72,23 @@ def rounding_error(work: Path) -> dict:
     import torch
 
     from distill.teachers.cache import TeacherCache
+    from distill.teachers.cache.reader import CachedHidden
+
+    def hidden_states(cache: TeacherCache, example_id: int) -> torch.Tensor:
+        cached = cache.get(example_id)
+        assert isinstance(cached, CachedHidden), f"{cache.directory}: a hidden-payload cache"
+        return cached.hidden
 
     exact = TeacherCache(work / "hidden-float32")
     head = exact.head
+    assert head is not None, "a hidden-payload cache stores its teacher's head"
     result = {}
     for dtype in HIDDEN_DTYPES[1:]:
         rounded = TeacherCache(work / f"hidden-{dtype}")
         kls = []
         for example_id in sorted(exact.location):
-            p = head.full_logits(exact.get(example_id).hidden).log_softmax(-1).double()
-            q = head.full_logits(rounded.get(example_id).hidden).log_softmax(-1).double()
+            p = head.full_logits(hidden_states(exact, example_id)).log_softmax(-1).double()
+            q = head.full_logits(hidden_states(rounded, example_id)).log_softmax(-1).double()
             kls.append((p.exp() * (p - q)).sum(-1))
         kl = torch.cat(kls)
         result[dtype] = {"tokens": kl.numel(), "kl_mean": float(kl.mean()), "kl_max": float(kl.max()),
@@ -102,12 +110,13 @@ def step_child(arm: str, work: Path, steps: int, k: int, url: str) -> dict:
                   eval_before_after=False, progress_bar=False, save_steps=0, logging_steps=1, max_steps=steps + 1,
                   max_new_tokens=48, output_dir=str(work / f"run-{arm.replace(' ', '-')}"), overwrite_output_dir=True,
                   dataset=str(work / "prompts_with_completions.jsonl"))
-    location = {"local": {}, "hidden server": {"teacher_url": url, "teacher_payload": "hidden"},
+    locations: dict[str, dict[str, Any]] = {
+                "local": {}, "hidden server": {"teacher_url": url, "teacher_payload": "hidden"},
                 "hidden cache float32": {"teacher_cache": str(work / "hidden-float32"), "teacher_payload": "hidden"},
                 "hidden cache bfloat16": {"teacher_cache": str(work / "hidden-bfloat16"), "teacher_payload": "hidden"},
                 "top-k server": {"teacher_url": url, "teacher_logprobs": k},
-                "top-k cache": {"teacher_cache": str(work / "topk"), "teacher_logprobs": k}}[arm]
-    return {"arm": arm, **timed_steps(Distiller(DistillConfig(**common, **location)), steps)}
+                "top-k cache": {"teacher_cache": str(work / "topk"), "teacher_logprobs": k}}
+    return {"arm": arm, **timed_steps(Distiller(DistillConfig(**common, **locations[arm])), steps)}
 
 
 def step_times(args, work: Path) -> dict:

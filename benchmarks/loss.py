@@ -172,12 +172,15 @@ def main() -> None:
     for n in args.n:
         for beta in args.beta:
             pair = {impl: run_in_fresh_process(args, impl, n, beta) for impl in impls}
+            dense = pair["dense"]
+            if dense is None:
+                raise SystemExit(f"the dense loss failed at N={n}, beta={beta}: nothing to compare against")
             for impl in impls:
                 r = pair[impl]
                 if r is None:
                     continue
-                r["time_ratio_vs_dense"] = r["seconds"] / pair["dense"]["seconds"]
-                r["memory_ratio_vs_dense"] = r["peak_extra_mb"] / pair["dense"]["peak_extra_mb"]
+                r["time_ratio_vs_dense"] = r["seconds"] / dense["seconds"]
+                r["memory_ratio_vs_dense"] = r["peak_extra_mb"] / dense["peak_extra_mb"]
                 rows.append(r)
                 print(
                     f"{n:>6} {beta:>5} {impl:>8} {r['seconds']:>9.3f} {r['peak_extra_mb']:>14.0f} "

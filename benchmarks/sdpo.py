@@ -77,13 +77,15 @@ class Measure:
         self.heldout = examples_from_dataset(load_dataset_spec(TASK, "heldout", "dataset"), "dataset")
         if prompts:  # a quick check of the script, not a measurement
             self.heldout = self.heldout[:prompts]
+        self.answers = [e.answer for e in self.heldout if e.answer is not None]
+        assert len(self.answers) == len(self.heldout), f"{TASK}: every held-out row has the answer to check"
 
     def _correct(self, model, sampling: SamplingParams, repeats: int) -> tuple[int, int, str]:
         prompts = [self.encoder.prompt_ids(e.prompt)[0] for e in self.heldout for _ in range(repeats)]
         outputs = generate_completions(model, prompts, sampling, self.eos_ids, self.tokenizer.pad_token_id, self.device,
                                        batch_size=50, vocab_size=self.vocab)
         answers = [self.tokenizer.decode(sample.ids, skip_special_tokens=True) for sample in outputs]
-        expected = [e.answer for e in self.heldout for _ in range(repeats)]
+        expected = [answer for answer in self.answers for _ in range(repeats)]
         return sum(contains_answer(a, x) for a, x in zip(answers, expected)), len(answers), answers[0]
 
     def row(self, model) -> dict:
@@ -92,8 +94,10 @@ class Measure:
         with torch.no_grad():
             greedy, n, example = self._correct(model, SamplingParams(1.0, 1.0, 0, MAX_NEW_TOKENS, do_sample=False), 1)
             sampled, m, _ = self._correct(model, SamplingParams(1.0, 1.0, 0, MAX_NEW_TOKENS), self.samples)
+        first = self.heldout[0].prompt
+        question = first if isinstance(first, str) else first[-1]["content"]
         return {"greedy_accuracy": greedy / n, "sampled_pass_at_1": sampled / m, "prompts": n, "samples": m,
-                "example": {"question": self.heldout[0].prompt[-1]["content"], "answer": example,
+                "example": {"question": question, "answer": example,
                             "expected": self.heldout[0].answer}}
 
 

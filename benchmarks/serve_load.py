@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from provenance import write_result  # a sibling script: the result with its environment
 
@@ -43,7 +44,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def score(port: int, prompt: list[int], timeout: float = 60.0) -> tuple[int, list | str]:
+def score(port: int, prompt: list[int], timeout: float = 60.0) -> tuple[int, Any]:
     """(HTTP status, prompt_logprobs or the error body) of one request with one prompt."""
     status, answer = score_many(port, [prompt], timeout)
     return status, answer[0] if status == 200 else answer
@@ -64,7 +65,7 @@ def same_answer(answer: list, reference: list, tolerance: float = 1e-4) -> bool:
     return True
 
 
-def score_many(port: int, batch: list[list[int]], timeout: float = 120.0) -> tuple[int, list | str]:
+def score_many(port: int, batch: list[list[int]], timeout: float = 120.0) -> tuple[int, Any]:
     """(HTTP status, each prompt's prompt_logprobs or the error body) of one request with several prompts."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     body = json.dumps({"prompt": batch, "max_tokens": 1, "prompt_logprobs": TOP_K})
@@ -117,7 +118,7 @@ def load(port: int, cases: list[list[int]], references: list, clients: int, requ
 
 def graceful_shutdown(server: subprocess.Popen, port: int, clients: int) -> dict:
     """SIGTERM with `clients` heavy requests in flight: every one answered correctly."""
-    results = [None] * clients
+    results: list[tuple[int, Any]] = [(-1, "no answer")] * clients
     heavy = [[2 + (5 * i + 3 * j) % 300 for j in range(480)] for i in range(16)]
     reference = score(port, heavy[0])[1]
 

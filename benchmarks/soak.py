@@ -86,7 +86,7 @@ def uninterrupted(models: dict[str, Path], run_dir: Path, steps: int, every: int
         original(step, window, timings, log_step)
         if step + 1 in (50, steps):
             memory[step + 1] = psutil.Process().memory_info().rss
-    run.train_step = recording
+    run.train_step = recording  # type: ignore[method-assign]  # the memory at two steps recorded
     start = time.perf_counter()
     run.train()
     return {"seconds": time.perf_counter() - start, "rss_bytes": memory}
@@ -96,7 +96,8 @@ def interrupted(models: dict[str, Path], run_dir: Path, steps: int, every: int, 
     """`distill train` killed with SIGKILL after each new checkpoint, resumed until it finishes."""
     chooser = random.Random(seed)
     command = [sys.executable, "-m", "distill", "train", *flags(models, run_dir, steps, every)]
-    kills, start = [], time.perf_counter()
+    kills: list[int] = []
+    start = time.perf_counter()
     while True:
         done = sorted(int(p.name.split("-")[1]) for p in (run_dir / "checkpoints").glob("step-*")) if run_dir.exists() else []
         last = done[-1] if done else 0
@@ -117,7 +118,7 @@ def interrupted(models: dict[str, Path], run_dir: Path, steps: int, every: int, 
                 continue
         if process.wait() != 0:
             raise RuntimeError(f"distill train exited with {process.returncode} (after kills at {kills}): "
-                               f"{process.stderr.read()[-2000:]}")
+                               f"{process.stderr.read()[-2000:] if process.stderr else ''}")
         return {"seconds": time.perf_counter() - start, "killed_after_checkpoints": kills}
 
 

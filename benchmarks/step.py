@@ -122,7 +122,8 @@ def run_trl(args) -> dict:
 
     class StepTimer(TrainerCallback):
         def __init__(self):
-            self.times, self.start = [], None
+            self.times: list[float] = []
+            self.start = 0.0
 
         def on_step_begin(self, *a, **k):
             self.start = phase_clock(device)
@@ -196,13 +197,13 @@ def main() -> None:
     if args.vs_trl and args.mode != "on_policy":
         parser.error("--vs-trl compares on-policy training (TRL's DistillationTrainer always samples from the student)")
     impls = ["distill", "trl"] if args.vs_trl else ["distill"]
-    results = {impl: [] for impl in impls}
+    results: dict[str, list[dict]] = {impl: [] for impl in impls}
     for _ in range(args.rounds if args.vs_trl else 1):
         for impl in impls:
-            result = fresh_process(args, impl)
-            if result is not None:
-                results[impl].append(result)
-                print(f"{impl}: {result['seconds_per_step']:.2f} s/step", flush=True)
+            measured = fresh_process(args, impl)
+            if measured is not None:
+                results[impl].append(measured)
+                print(f"{impl}: {measured['seconds_per_step']:.2f} s/step", flush=True)
 
     ours = results["distill"]
     median = lambda rows, key: statistics.median(r[key] for r in rows)  # noqa: E731

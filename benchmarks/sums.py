@@ -201,8 +201,8 @@ def summary(results: dict) -> list[dict]:
         for mark, value in marks.items():
             tokens = tokens_to_reach(row, value, "sampled_pass_at_1")
             summary_row[f"tokens_to_{mark}_pass_at_1"] = tokens
-            summary_row[f"share_of_grpo_tokens_to_{mark}_pass_at_1"] = (
-                None if tokens is None or grpo_tokens[mark] is None else tokens / grpo_tokens[mark])
+            grpo = grpo_tokens[mark]
+            summary_row[f"share_of_grpo_tokens_to_{mark}_pass_at_1"] = None if tokens is None or grpo is None else tokens / grpo
         rows.append(summary_row)
     return rows
 

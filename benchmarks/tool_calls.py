@@ -23,6 +23,7 @@ import statistics
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from provenance import write_result
 
@@ -86,7 +87,7 @@ def main() -> None:
         conversations.run(batch)
         assert single.run([job], TIMEOUT)[0].failure is None
         rounds = max(args.calls // ROUND, 1)
-        rows = [
+        rows: list[dict[str, Any]] = [
             {"shape": "one call at a time", "thread_ms": per_call_ms(lambda: thread_round(function, 1), args.calls, 1),
              "worker_ms": per_call_ms(lambda: single.run([job], TIMEOUT), args.calls, 1)},
             {"shape": f"{ROUND} calls at once, {WORKERS} workers",

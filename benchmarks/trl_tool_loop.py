@@ -117,7 +117,7 @@ def trl_rollouts(model, tokenizer, prompts: list[list[dict]], tools: list[Callab
                                 max_tool_calling_iterations=max_tool_calling_iterations, temperature=temperature,
                                 batch_size=batch_size, seed=seed, output_dir=output_dir)
         recorder = _RecordedLoop(trainer)
-        trainer._tool_call_loop = recorder  # type: ignore[method-assign]
+        trainer._tool_call_loop = recorder
         trainer._generate(batches[0][:1])  # warm-up: one conversation
         transformers.set_seed(seed)
         completions: list[list[int]] = []

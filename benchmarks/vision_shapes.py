@@ -95,8 +95,9 @@ def accuracy(model_dir: Path, held_out: Path) -> dict:
     out = generate_completions(model, [e.prompt_ids for e in encoded], SamplingParams(1.0, 1.0, 0, 8, do_sample=False),
                                [tokenizer.eos_token_id], tokenizer.pad_token_id, torch.device("cpu"), batch_size=16,
                                extras=[e.extras for e in encoded])
-    right = {kind: [] for kind in QUESTIONS}
+    right: dict[str, list[bool]] = {kind: [] for kind in QUESTIONS}
     for example, sample in zip(examples, out):
+        assert example.answer is not None, "every easy-vqa question has its one-word answer"
         kind = "colour" if example.answer in COLOURS else "shape"
         right[kind].append(contains_answer(tokenizer.decode(sample.ids, skip_special_tokens=True), example.answer))
     every = [r for rows in right.values() for r in rows]

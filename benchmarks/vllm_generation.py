@@ -65,8 +65,8 @@ def main() -> None:
         row["vllm_first_call_s"] = sample(model, "vllm", 0)[0]
         for engine in ("hf", "lean"):
             sample(model, engine, 0)  # warm-up, untimed
-        times = {engine: [] for engine in ("hf", "lean", "vllm")}
-        tokens = {engine: [] for engine in times}
+        times: dict[str, list[float]] = {engine: [] for engine in ("hf", "lean", "vllm")}
+        tokens: dict[str, list[int]] = {engine: [] for engine in times}
         with torch.no_grad():
             for round_ in range(1, args.rounds + 1):
                 for engine in times:

@@ -65,6 +65,7 @@ def distiller_figures() -> dict:
                   [n.target] if isinstance(n, (ast.AnnAssign, ast.AugAssign)) else [])
                   for t in ([t] if not isinstance(t, ast.Tuple) else t.elts)
                   if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+    assert cls.end_lineno is not None, "a parsed class knows where it ends"
     return {"lines": cls.end_lineno - cls.lineno + 1, "attributes": len(attributes), "module_lines": len(path.read_text().splitlines())}
 
 

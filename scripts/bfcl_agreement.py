@@ -87,7 +87,7 @@ def compare(answers_path: Path, official_path: Path, data: Path | None) -> dict:
     if [a["id"] for a in mine] != [o["id"] for o in theirs]:
         raise SystemExit(f"{answers_path} and {official_path} do not list the same ids in the same order")
     data = data or installed_data_dir()
-    tasks = {}
+    tasks: dict[str, AstTask] = {}
     for category in sorted({a["id"].rsplit("_", 1)[0] for a in mine}):
         tasks |= {row["id"]: AstTask.of(row) for row in category_rows(data, category)}
     verdicts = [score_calls(decoded_calls(a["text"]), tasks[a["id"]]) for a in mine]

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMING = ("tokens_per_second/", "time/", "seconds", "wall")
@@ -69,7 +70,7 @@ def read_lines(path: Path) -> list[dict]:
 
 
 def compare(name: str, base: Path, head: Path, with_eval: bool) -> dict:
-    verdict = {"name": name}
+    verdict: dict[str, Any] = {"name": name}
     a, b = read_lines(base / "metrics.jsonl"), read_lines(head / "metrics.jsonl")
     verdict["lines"] = len(a)
     verdict["differing_lines"] = [i for i, (x, y) in enumerate(zip(a, b)) if x != y] + (
@@ -101,7 +102,7 @@ def main() -> None:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(trees[side]), rev], check=True, capture_output=True)
     verdicts = []
     try:
-        jobs = ([] if args.skip_default else [("default", [], True)]) + [
+        jobs: list[tuple[str, list[str], bool]] = ([] if args.skip_default else [("default", [], True)]) + [
             (name, [name, *STAND_INS.get(name, []), "--max_steps", "2", "--eval_max_prompts", "2"], True) for name in recipes]
         for name, flags, with_eval in jobs:
             outcomes = {}
@@ -115,7 +116,7 @@ def main() -> None:
                 outcomes[side] = (out_dir, *run(src, flags, out_dir))
             (base_dir, base_rc, base_err), (head_dir, head_rc, head_err) = outcomes["base"], outcomes["head"]
             if base_rc or head_rc:
-                verdict = {"name": name, "identical": base_rc == head_rc and base_rc != 0,
+                verdict: dict[str, Any] = {"name": name, "identical": base_rc == head_rc and base_rc != 0,
                            "failed": {"base": base_rc, "head": head_rc}, "error": (head_err or base_err).strip().splitlines()[-1:]}
             else:
                 verdict = compare(name, base_dir, head_dir, with_eval)
