@@ -9,6 +9,13 @@ A run directory holds, besides what `distill train` writes:
     curve.json   one measured row per checkpoint (and step 0, the model before training, when asked)
 Either file is reused by --resume; the checkpoints' weights are deleted once curve.json is written (they
 are 1.6 GB each for the default model), unless keep_checkpoints.
+
+A training run that was stopped (killed, or the machine went away) goes on from its last checkpoint under --resume
+(`distill train --resume`, which draws exactly what the uninterrupted run would have: the curve is the same). Its wall
+times stay those of one run: each invocation's start is kept beside the run directory (`<run>.invocations.json`, gone
+once train.json is written), and a checkpoint's time is its invocation's offset (the time of the checkpoint it resumed
+from) plus the time since that invocation started; the steps lost after the last checkpoint are not counted, the
+resumed run's loading of the models (seconds) is counted once more.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from distill.rundir.checkpoint import PREFIX, list_checkpoints
+
 CHECKPOINT_FLAGS = ["--save_total_limit", "0", "--logging_steps", "1", "--progress_bar", "false",
                     "--eval_before_after", "false", "--overwrite_output_dir", "true"]
 
@@ -31,20 +40,52 @@ def metrics(run_dir: Path) -> list[dict]:
 
 
 def train(run_dir: Path, flags: list[str], resume: bool) -> dict:
-    """`distill train --output_dir run_dir *flags` (plus CHECKPOINT_FLAGS), or the finished run's train.json."""
+    """`distill train --output_dir run_dir *flags` (plus CHECKPOINT_FLAGS), or the finished run's train.json; under
+    `resume`, a stopped run goes on from its last checkpoint (module docstring)."""
     record = run_dir / "train.json"
     if resume and record.is_file():
         return json.loads(record.read_text())
-    command = [sys.executable, "-m", "distill", "train", "--output_dir", str(run_dir), *flags, *CHECKPOINT_FLAGS]
+    history_path = run_dir.parent / f"{run_dir.name}.invocations.json"
+    history = json.loads(history_path.read_text()) if resume and history_path.is_file() else []
+    done = list_checkpoints(run_dir) if history else []
+    if done:
+        resumed_from = int(done[-1].name.removeprefix(PREFIX))
+        print(f"{run_dir}: going on from its checkpoint at step {resumed_from}", flush=True)
+        command = [sys.executable, "-m", "distill", "train", "--resume", str(run_dir)]
+    else:
+        resumed_from, history = None, []
+        command = [sys.executable, "-m", "distill", "train", "--output_dir", str(run_dir), *flags, *CHECKPOINT_FLAGS]
     start = time.time()
+    history.append({"start": start, "resumed_from": resumed_from, "command": " ".join(command[1:])})
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    history_path.write_text(json.dumps(history, indent=2))
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    seconds = time.time() - start
-    written = {int(path.parent.name.split("-")[-1]): path.stat().st_mtime - start
-               for path in (run_dir / "checkpoints").glob("*/state.json")}
-    result = {"command": " ".join(command[1:]), "seconds": seconds,
+    written = checkpoint_seconds(run_dir, history)
+    result = {"command": history[0]["command"], "seconds": seconds_since(history, written, time.time()),
               "checkpoint_seconds": {str(step): written[step] for step in sorted(written)}}
+    if len(history) > 1:
+        result["resumed_from_steps"] = [entry["resumed_from"] for entry in history[1:]]
     record.write_text(json.dumps(result, indent=2))
+    history_path.unlink()
     return result
+
+
+def checkpoint_seconds(run_dir: Path, history: list[dict]) -> dict[int, float]:
+    """step -> the run's wall time when that checkpoint was written, over every invocation in `history` (each one's
+    checkpoints counted from its start, plus the time of the checkpoint it resumed from)."""
+    seconds: dict[int, float] = {}
+    for path in list_checkpoints(run_dir):
+        written = (path / "state.json").stat().st_mtime
+        invocation = [entry for entry in history if entry["start"] <= written][-1]
+        offset = 0.0 if invocation["resumed_from"] is None else seconds[invocation["resumed_from"]]
+        seconds[int(path.name.removeprefix(PREFIX))] = offset + written - invocation["start"]
+    return seconds
+
+
+def seconds_since(history: list[dict], written: dict[int, float], now: float) -> float:
+    """The whole run's wall time: the last invocation's, after the time of the checkpoint it resumed from."""
+    last = history[-1]
+    return (0.0 if last["resumed_from"] is None else written[last["resumed_from"]]) + now - last["start"]
 
 
 def checkpoint_students(run_dir: Path) -> dict[int, Path]:
@@ -75,7 +116,8 @@ def measuring_seconds(run_dir: Path) -> float:
 def parse_arm_arguments(parser: argparse.ArgumentParser, arms: dict, out: str) -> argparse.Namespace:
     """Add --out (default `out`), --resume and --arms (names of `arms`, default all, in order) and parse."""
     parser.add_argument("--out", default=out)
-    parser.add_argument("--resume", action="store_true", help="keep the runs and measurements an earlier invocation finished")
+    parser.add_argument("--resume", action="store_true", help="keep the runs and measurements an earlier invocation finished, and go on with a run it left "
+                        "at a checkpoint")
     parser.add_argument("--arms", nargs="*", default=list(arms), help="arms to run (default: all, in order)")
     args = parser.parse_args()
     unknown = sorted(set(args.arms) - set(arms))

@@ -86,3 +86,32 @@ def test_backfill_states_only_what_is_known(tmp_path, monkeypatch):
     assert entry["versions"] == "not recorded" and entry["commit"] == "0" * 40
     before = copy.read_text()
     assert provenance.backfill([copy]) == [] and copy.read_text() == before
+
+
+def _curves_module():
+    import sys
+
+    sys.path.insert(0, str(BENCHMARKS))  # curves.py imports its sibling scripts by name
+    spec = importlib.util.spec_from_file_location("benchmark_curves", BENCHMARKS / "curves.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_resumed_run_keeps_the_wall_time_of_one_run(tmp_path):
+    """A run stopped after its step-40 checkpoint and resumed 5000 s later: the step-60 checkpoint's time is the
+    step-40 one's plus the time since the resumed invocation started, never the gap between the two."""
+    import os
+
+    curves = _curves_module()
+    run_dir, first, second = tmp_path / "arm", 1_000_000.0, 1_005_000.0
+    for step, written in ((20, first + 100), (40, first + 200), (60, second + 130)):
+        state = run_dir / "checkpoints" / f"step-{step:06d}" / "state.json"
+        state.parent.mkdir(parents=True)
+        state.write_text(json.dumps({"step": step}))
+        os.utime(state, (written, written))
+    history = [{"start": first, "resumed_from": None}, {"start": second, "resumed_from": 40}]
+    written = curves.checkpoint_seconds(run_dir, history)
+    assert written == {20: 100.0, 40: 200.0, 60: 330.0}
+    assert curves.seconds_since(history, written, second + 150) == 350.0
+    assert curves.checkpoint_seconds(run_dir, history[:1]) == {20: 100.0, 40: 200.0, 60: 5130.0}  # one invocation
