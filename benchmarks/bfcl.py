@@ -16,7 +16,10 @@ Arms, one after the other:
   4 x 2), cycling over the train prompts, at seq_kd's teacher sampling settings (temperature 0.8), one seed per answer
   and --seed; they are written as rows {id, prompt, completion} (answers cut by the token budget, or empty, left out:
   "dropped") and the student is trained on them with `sft` for the same steps.
-- on_policy: the student's own answers, scored by the teacher (the method's default loss).
+- on_policy: the student's own answers, scored by the teacher (the method's default loss, JSD at beta 0.5).
+- on_policy_forward_kl: the same at beta 0, the forward KL, whose gradient at a token the student is sure of and the
+  teacher rules out does not vanish (an answer begun in prose where the teacher calls; `benchmarks/decision_token.py`
+  measures such a token on the chain task, where only this loss took on-policy distillation off 0%).
 - gkd: as the recipe bfcl.yaml: teacher-sampled answers first, the student's own mixed in as lmbda rises over the
   first three quarters of the steps.
 - grpo: no teacher: method sdpo at distillation_weight 0 (GRPO, loss_type grpo), reward
@@ -36,7 +39,7 @@ sampling) and the wall time at its checkpoint.
 
 Time, on two shared CPU cores: a step of on_policy or gkd about 1.5 minutes, of grpo about 1, of sft 20 to 40 s; one
 measure of the 150 held-out questions about 5.5 minutes (the untrained full student, 81% of its prose answers cut at
-128 tokens, and a 2-step teacher, 12% cut, alike: 321 s and 323 s); all arms of one student and seed, 6 to 7 hours.
+128 tokens, and a 2-step teacher, 12% cut, alike: 321 s and 323 s); all arms of one student and seed, 8 to 9 hours.
 
     python benchmarks/bfcl.py [--steps 60] [--every 20] [--student full|dropped] [--seed N] [--arms NAME ...]
                               [--resume] [--official] [--heldout N] [--runs DIR] [--data DIR] [--doctor]
@@ -110,6 +113,7 @@ def arms(data: Path, runs: Path, steps: int, every: int, student: str, seed: int
         "sft_teacher": ["--method", "sft", *chosen, *budget, "--dataset", str(teacher_answers_path(runs, steps, seed)),
                         *shape],
         "on_policy": ["--method", "on_policy", *teacher, *chosen, *budget, *rows],
+        "on_policy_forward_kl": ["--method", "on_policy", "--beta", "0", *teacher, *chosen, *budget, *rows],
         "gkd": ["--method", "gkd", *teacher, *chosen, *budget, *rows, "--lmbda_schedule_steps", str(3 * steps // 4)],
         "grpo": ["--method", "sdpo", "--distillation_weight", "0", "--loss_type", "grpo", "--reward_funcs",
                  "distill.tasks.bfcl.scoring:calls_reward", "--num_generations", "4", *chosen, *budget, *rows],
