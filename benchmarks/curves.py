@@ -116,8 +116,8 @@ def measuring_seconds(run_dir: Path) -> float:
 def parse_arm_arguments(parser: argparse.ArgumentParser, arms: dict, out: str) -> argparse.Namespace:
     """Add --out (default `out`), --resume and --arms (names of `arms`, default all, in order) and parse."""
     parser.add_argument("--out", default=out)
-    parser.add_argument("--resume", action="store_true", help="keep the runs and measurements an earlier invocation finished, and go on with a run it left "
-                        "at a checkpoint")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the runs and measurements an earlier invocation finished; go on with a run it left at a checkpoint")
     parser.add_argument("--arms", nargs="*", default=list(arms), help="arms to run (default: all, in order)")
     args = parser.parse_args()
     unknown = sorted(set(args.arms) - set(arms))

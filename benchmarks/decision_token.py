@@ -55,7 +55,8 @@ def measure(arm_dir: Path, teacher_dir: Path, questions: int) -> dict:
     by_turn: dict[int, list[dict]] = {}
     decisions: list[dict] = []
     for trajectory in trajectories:
-        prompt = trajectory.pieces[-1].prompt
+        assert len(trajectory.pieces) == 1, "the chain task's template preserves prefixes: one sequence per conversation"
+        prompt = trajectory.pieces[0].prompt
         ids = torch.tensor([prompt + trajectory.ids])
         with torch.no_grad():  # position p predicts token p + 1
             student_logits = student(ids).logits[0].float()
