@@ -22,9 +22,8 @@ rows with plain `on_policy`; `guided` (Guided-OPD: teacher-written turns with a 
 three quarters of the steps); `tcod` (the depth curriculum: one more turn every 5 steps); `sod` (step-wise divergence
 weighting); `on_policy_forward_kl` (plain `on_policy` at beta 0: the forward KL on the student's own conversations,
 whose gradient at a token the student is sure of and the teacher is not stays whole where the default JSD's
-vanishes); `gkd` (the teacher's own conversations
-first, then the student's); and `sft_teacher` (offline
-distillation: the teacher samples one conversation per training conversation the on-policy arms sample, --steps x 8,
+vanishes); `guided_forward_kl` (`guided` at beta 0, as the `chain` recipe trains); `gkd` (the teacher's own
+conversations first, then the student's); and `sft_teacher` (offline distillation: the teacher samples one conversation per training conversation the on-policy arms sample, --steps x 8,
 at its seq_kd temperature 0.8, cycling over the prompt-only rows; they are written as conversation rows,
 `teacher_conversations.jsonl`, and the student is trained on them with `sft` for the same steps: as many teacher-
 sampled conversations as the on-policy arms sample of their own). `--student full` runs the chain arms with the
@@ -150,14 +149,16 @@ def arms(task: Task, steps: int, every: int, student: str = "dropped", seed: int
             "sft": ["--method", "sft", *STUDENT, *budget, *common],
         }
     on_policy = ["--method", "on_policy", "--teacher", teacher, *STUDENT, *budget, *common, "--dataset_split", "train"]
+    guided = [*on_policy, "--guided_turns_probability", "0.5", "--guided_turns_decay_fraction", "0.75"]
     return {
         "teacher": ["--method", "sft", "--student", DEFAULT_TEACHER, "--max_steps", "40", "--save_steps", "40",
                     "--learning_rate", "1e-4", *common, "--dataset_split", task.teacher_split],
         "on_policy": on_policy,
-        "guided": [*on_policy, "--guided_turns_probability", "0.5", "--guided_turns_decay_fraction", "0.75"],
+        "guided": guided,
         "tcod": [*on_policy, "--depth_curriculum_interval", "5"],
         "sod": [*on_policy, "--step_divergence_weighting", "true"],
         "on_policy_forward_kl": [*on_policy, "--beta", "0"],
+        "guided_forward_kl": [*guided, "--beta", "0"],
         "gkd": ["--method", "gkd", "--teacher", teacher, *STUDENT, *budget, *common, "--dataset_split", "train",
                 "--lmbda_schedule_steps", str(3 * steps // 4)],
         "sft_teacher": ["--method", "sft", *STUDENT, *budget, *common[2:],
