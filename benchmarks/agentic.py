@@ -23,10 +23,11 @@ three quarters of the steps); `tcod` (the depth curriculum: one more turn every 
 weighting); `on_policy_forward_kl` (plain `on_policy` at beta 0: the forward KL on the student's own conversations,
 whose gradient at a token the student is sure of and the teacher is not stays whole where the default JSD's
 vanishes); `guided_forward_kl` (`guided` at beta 0, as the `chain` recipe trains); `gkd` (the teacher's own
-conversations first, then the student's); and `sft_teacher` (offline distillation: the teacher samples one conversation per training conversation the on-policy arms sample, --steps x 8,
-at its seq_kd temperature 0.8, cycling over the prompt-only rows; they are written as conversation rows,
-`teacher_conversations.jsonl`, and the student is trained on them with `sft` for the same steps: as many teacher-
-sampled conversations as the on-policy arms sample of their own). `--student full` runs the chain arms with the
+conversations first, then the student's); and `sft_teacher` (offline distillation: the teacher samples one
+conversation per training conversation the on-policy arms sample, --steps x 8, at its seq_kd temperature 0.8, cycling
+over the prompt-only rows; they are written as conversation rows, `teacher_conversations.jsonl`, and the student is
+trained on them with `sft` for the same steps: as many teacher-sampled conversations as the on-policy arms sample of
+their own). `--student full` runs the chain arms with the
 untuned default model as the student instead of the layer-dropped one (learning rate 5e-5; `chain_full.json`).
 
 Every arm keeps a checkpoint every --every steps; each is measured on the held-out questions: greedy conversations
