@@ -45,7 +45,8 @@ measure of the 150 held-out questions about 5.5 minutes (the untrained full stud
                               [--resume] [--official] [--heldout N] [--runs DIR] [--data DIR] [--doctor]
 Writes benchmarks/results/bfcl.json (the full student; the dropped one: bfcl_dropped.json) and its .png and prints a
 table. `--seed N` (N > 0, with --resume) repeats the student arms with training seed N into `repeats`; `final` gives
-each arm's last checkpoint with its accuracy for every seed measured. `--doctor` runs `distill doctor` on each arm's
+each arm's last checkpoint with its accuracy for every seed measured; `paired` compares every two arms' last
+checkpoints (seed 0) question by question (how many only one answers right, and McNemar's exact p-value). `--doctor` runs `distill doctor` on each arm's
 command line instead (it loads the models and times a step, writes nothing).
 """
 
@@ -53,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -219,6 +221,39 @@ def write_teacher_answers(teacher: Path, rows: list[dict], path: Path, count: in
     return record
 
 
+def right_by_question(rows: list[dict], answers: Path) -> list[bool]:
+    """Whether each of `rows` (in order) is answered right in the saved {"id", "text"} lines `answers`."""
+    texts = {line["id"]: line["text"] for line in map(json.loads, answers.read_text().splitlines())}
+    scored = evaluate_calls(rows, [texts[row["id"]] for row in rows])
+    assert scored is not None, "BFCL rows carry a `bfcl` column"
+    return [bool(row["valid"]) for row in scored[1]]
+
+
+def paired(final: dict[str, dict], rows: list[dict]) -> dict[str, dict]:
+    """Every two arms' last checkpoints (seed 0) on the same held-out questions: how many each alone answers right,
+    both, and McNemar's exact p-value (the chance of a split of the questions only one answers at least as uneven,
+    were each equally likely to be either's): "A vs B" -> {"only_A", "only_B", "both", "p_value"}."""
+    right = {name: right_by_question(rows, Path(row["answers"])) for name, row in final.items()}
+    names, compared = list(right), {}
+    for i, first in enumerate(names):
+        for second in names[i + 1:]:
+            only_first = sum(a and not b for a, b in zip(right[first], right[second]))
+            only_second = sum(b and not a for a, b in zip(right[first], right[second]))
+            compared[f"{first} vs {second}"] = {
+                f"only_{first}": only_first, f"only_{second}": only_second,
+                "both": sum(a and b for a, b in zip(right[first], right[second])),
+                "p_value": mcnemar_p_value(only_first, only_second)}
+    return compared
+
+
+def mcnemar_p_value(only_first: int, only_second: int) -> float:
+    """McNemar's exact two-sided p-value: twice the binomial(n, 1/2) tail at the smaller count, n the questions only
+    one of two arms answers right (at most 1; 1 when there are none)."""
+    discordant = only_first + only_second
+    tail = sum(math.comb(discordant, k) for k in range(min(only_first, only_second) + 1)) / 2**discordant
+    return min(1.0, 2 * tail)
+
+
 def official_report(answers: Path) -> Path:
     return answers.with_suffix(".bfcl_agreement.json")
 
@@ -324,6 +359,7 @@ def main() -> int:
             results["arms"][name], results["seconds"][name] = rows, seconds
         write_result(out, results)
     results["final"] = final_rows(results, "accuracy")
+    results["paired"] = paired(results["final"], held_out)
     write_result(out, results)
     plot_curves(results, out.with_suffix(".png"), "accuracy", "held-out accuracy (BFCL rules)")
     print_table(results)

@@ -115,3 +115,24 @@ def test_a_resumed_run_keeps_the_wall_time_of_one_run(tmp_path):
     assert written == {20: 100.0, 40: 200.0, 60: 330.0}
     assert curves.seconds_since(history, written, second + 150) == 350.0
     assert curves.checkpoint_seconds(run_dir, history[:1]) == {20: 100.0, 40: 200.0, 60: 5130.0}  # one invocation
+
+
+def test_mcnemar_p_value_is_the_exact_binomial_test_from_its_definition():
+    """bfcl.py's paired comparison against the definition: the probability, under a fair coin for each question only
+    one arm answers right, of every split no more likely than the one observed."""
+    import sys
+    from fractions import Fraction
+    from math import comb
+
+    sys.path.insert(0, str(BENCHMARKS))
+    from bfcl import mcnemar_p_value
+
+    for only_first in range(13):
+        for only_second in range(13):
+            n = only_first + only_second
+            chance = [Fraction(comb(n, k), 2**n) for k in range(n + 1)]
+            expected = sum(p for p in chance if p <= chance[only_first])
+            assert mcnemar_p_value(only_first, only_second) == pytest.approx(float(expected), rel=1e-12)
+    assert mcnemar_p_value(0, 0) == 1.0
+    assert mcnemar_p_value(7, 11) == pytest.approx(0.480682373046875)
+    assert mcnemar_p_value(0, 5) == pytest.approx(2 / 32)
