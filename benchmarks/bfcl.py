@@ -37,9 +37,9 @@ row gives the tokens sampled through its step (student's and teacher's answers, 
 sft_teacher's are the teacher's answers it trained on, spread evenly over its steps, its wall time includes their
 sampling) and the wall time at its checkpoint.
 
-Time, on two shared CPU cores: a step of on_policy or gkd about 1.5 minutes, of grpo about 1, of sft 20 to 40 s; one
-measure of the 150 held-out questions about 5.5 minutes (the untrained full student, 81% of its prose answers cut at
-128 tokens, and a 2-step teacher, 12% cut, alike: 321 s and 323 s); all arms of one student and seed, 8 to 9 hours.
+Time, alone on two CPU cores: 60 steps of on_policy_forward_kl 47 minutes, of sft_teacher 30 (its 480 teacher answers
+sampled in 7.5 of them); one measure of the 150 held-out questions about 2.5 minutes (over 5 beside other work); all
+arms of one student and seed, 5 to 7 hours.
 
     python benchmarks/bfcl.py [--steps 60] [--every 20] [--student full|dropped] [--seed N] [--arms NAME ...]
                               [--resume] [--official] [--heldout N] [--runs DIR] [--data DIR] [--doctor]
