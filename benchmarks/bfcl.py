@@ -38,7 +38,7 @@ sft_teacher's are the teacher's answers it trained on, spread evenly over its st
 sampling) and the wall time at its checkpoint.
 
 Time, alone on two CPU cores: 60 steps of on_policy_forward_kl 47 minutes, of sft_teacher 30 (its 480 teacher answers
-sampled in 7.5 of them); one measure of the 150 held-out questions about 2.5 minutes (over 5 beside other work); all
+sampled in 7.5 of those); one measure of the 150 held-out questions about 2.5 minutes (over 5 beside other work); all
 arms of one student and seed, 5 to 7 hours.
 
     python benchmarks/bfcl.py [--steps 60] [--every 20] [--student full|dropped] [--seed N] [--arms NAME ...]
@@ -46,8 +46,8 @@ arms of one student and seed, 5 to 7 hours.
 Writes benchmarks/results/bfcl.json (the full student; the dropped one: bfcl_dropped.json) and its .png and prints a
 table. `--seed N` (N > 0, with --resume) repeats the student arms with training seed N into `repeats`; `final` gives
 each arm's last checkpoint with its accuracy for every seed measured; `paired` compares every two arms' last
-checkpoints (seed 0) question by question (how many only one answers right, and McNemar's exact p-value). `--doctor` runs `distill doctor` on each arm's
-command line instead (it loads the models and times a step, writes nothing).
+checkpoints (seed 0) question by question (how many only one answers right, and McNemar's exact p-value). `--doctor`
+runs `distill doctor` on each arm's command line instead (it loads the models and times a step, writes nothing).
 """
 
 from __future__ import annotations
