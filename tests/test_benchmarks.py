@@ -117,14 +117,13 @@ def test_a_resumed_run_keeps_the_wall_time_of_one_run(tmp_path):
     assert curves.checkpoint_seconds(run_dir, history[:1]) == {20: 100.0, 40: 200.0, 60: 5130.0}  # one invocation
 
 
-def test_mcnemar_p_value_is_the_exact_binomial_test_from_its_definition():
+def test_mcnemar_p_value_is_the_exact_binomial_test_from_its_definition(monkeypatch):
     """bfcl.py's paired comparison against the definition: the probability, under a fair coin for each question only
     one arm answers right, of every split no more likely than the one observed."""
-    import sys
     from fractions import Fraction
     from math import comb
 
-    sys.path.insert(0, str(BENCHMARKS))
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # bfcl.py imports its sibling scripts by name
     from bfcl import mcnemar_p_value
 
     for only_first in range(13):
