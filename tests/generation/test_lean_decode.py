@@ -101,7 +101,8 @@ def test_each_steps_processed_scores_equal_generates(temperature, top_k, top_p):
             scores = processors(out.sequences[:, : ids.shape[1] + step], logits)
             assert torch.equal(torch.isinf(scores), torch.isinf(expected)), f"step {step}: different tokens kept"
             finite = torch.isfinite(expected)
-            torch.testing.assert_close(scores[finite], expected[finite], rtol=1e-5, atol=1e-5)
+            # float32 rounding of two ways to the same logits: up to 1.1e-5 measured (MKL_CBWR=AUTO,STRICT, conftest)
+            torch.testing.assert_close(scores[finite], expected[finite], rtol=1e-5, atol=2e-5)
             logits = decoder.step(tokens[:, step])
 
 

@@ -44,8 +44,9 @@ def test_each_turns_logits_equal_a_float64_forward_over_the_whole_conversation()
             contexts[3] = [13, 90] + contexts[3][2:]  # a re-rendered history: no longer starts with what the cache holds
         ids, mask = left_padded([contexts[k] for k in keys])
         decoder, logits = cache.resume(model, ids, mask, keys, max_new_tokens=4)
+        # float32 logits against float64's: up to 1.3e-5 apart measured (MKL_CBWR=AUTO,STRICT, conftest)
         torch.testing.assert_close(logits.double(), full_forward_logits(model, [contexts[k] for k in keys]),
-                                   rtol=1e-5, atol=1e-5)
+                                   rtol=1e-5, atol=2e-5)
         # the turn: 3 greedy steps fed, a row ending (its later steps masked) after its first
         tokens = []
         fed = []
