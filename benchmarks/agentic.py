@@ -22,7 +22,8 @@ rows with plain `on_policy`; `guided` (Guided-OPD: teacher-written turns with a 
 three quarters of the steps); `tcod` (the depth curriculum: one more turn every 5 steps); `sod` (step-wise divergence
 weighting); `on_policy_forward_kl` (plain `on_policy` at beta 0: the forward KL on the student's own conversations,
 whose gradient at a token the student is sure of and the teacher is not stays whole where the default JSD's
-vanishes); `guided_forward_kl` (`guided` at beta 0, as the `chain` recipe trains); `gkd` (the teacher's own
+vanishes); `guided_forward_kl` (`guided` at beta 0, as the `chain` recipe trains); `tcod_forward_kl` and
+`sod_forward_kl` (`tcod` and `sod` at beta 0); `gkd` (the teacher's own
 conversations first, then the student's); and `sft_teacher` (offline distillation: the teacher samples one
 conversation per training conversation the on-policy arms sample, --steps x 8, at its seq_kd temperature 0.8, cycling
 over the prompt-only rows; they are written as conversation rows, `teacher_conversations.jsonl`, and the student is
@@ -160,6 +161,8 @@ def arms(task: Task, steps: int, every: int, student: str = "dropped", seed: int
         "sod": [*on_policy, "--step_divergence_weighting", "true"],
         "on_policy_forward_kl": [*on_policy, "--beta", "0"],
         "guided_forward_kl": [*guided, "--beta", "0"],
+        "tcod_forward_kl": [*on_policy, "--depth_curriculum_interval", "5", "--beta", "0"],
+        "sod_forward_kl": [*on_policy, "--step_divergence_weighting", "true", "--beta", "0"],
         "gkd": ["--method", "gkd", "--teacher", teacher, *STUDENT, *budget, *common, "--dataset_split", "train",
                 "--lmbda_schedule_steps", str(3 * steps // 4)],
         "sft_teacher": ["--method", "sft", *STUDENT, *budget, *common[2:],
