@@ -285,8 +285,10 @@ class Official:
         return {key: found[key] for key in self.KEYS} | {"disagreements": len(found["disagreements"]), "report": str(report)}
 
     def rows(self, rows: list[dict]) -> list[dict]:
-        """`rows` with "official" where their answers have (or now get) a report."""
-        return [{**row, **({"official": found} if (found := self.scores(Path(row["answers"]))) else {})} for row in rows]
+        """`rows` with "official" where their answers have (or now get) a report. A row whose answers are no longer
+        on disk (measured on another machine, runs/ not kept) keeps the "official" it was recorded with."""
+        return [{**row, **({"official": found} if (found := self.scores(Path(row["answers"]))) else {})}
+                if Path(row["answers"]).is_file() else row for row in rows]
 
 
 def doctor(table: dict[str, list[str]], names: list[str], runs: Path, student: str, seed: int) -> int:

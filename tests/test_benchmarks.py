@@ -135,3 +135,26 @@ def test_mcnemar_p_value_is_the_exact_binomial_test_from_its_definition(monkeypa
     assert mcnemar_p_value(0, 0) == 1.0
     assert mcnemar_p_value(7, 11) == pytest.approx(0.480682373046875)
     assert mcnemar_p_value(0, 5) == pytest.approx(2 / 32)
+
+
+def test_bfcls_own_scores_stay_with_a_row_whose_answers_are_gone(monkeypatch, tmp_path):
+    """bfcl.py re-measuring some arms on a machine without the others' runs: a row whose answers file is gone keeps
+    the "official" it was recorded with (nothing is run on it), a row whose answers have a report reads it, and one
+    without a report gets none while the check is off."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from bfcl import Official, official_report
+
+    recorded = {"bfcl_accuracy": 0.5, "distill_accuracy": 0.5, "agreement": 1.0}
+    gone = {"step": 0, "answers": str(tmp_path / "gone.jsonl"), "official": recorded}
+    reported, unreported = tmp_path / "reported.jsonl", tmp_path / "unreported.jsonl"
+    for answers in (reported, unreported):
+        answers.write_text('{"id": "simple_python_0", "text": ""}\n')
+    report = {"bfcl_accuracy": 0.25, "distill_accuracy": 0.25, "agreement": 0.75, "same_calls": 3,
+              "same_calls_agreement": 1.0, "disagreements": [{"id": "simple_python_0"}]}
+    official_report(reported).write_text(json.dumps(report))
+    for check in (Official(run=False), Official(run=True)):
+        rows = check.rows([gone, {"step": 20, "answers": str(reported)}])
+        assert rows[0] == gone
+        assert rows[1]["official"] == {**{k: report[k] for k in Official.KEYS}, "disagreements": 1,
+                                       "report": str(official_report(reported))}
+    assert "official" not in Official(run=False).rows([{"step": 40, "answers": str(unreported)}])[0]
