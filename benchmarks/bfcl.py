@@ -46,7 +46,9 @@ arms of one student and seed, 5 to 7 hours.
 Writes benchmarks/results/bfcl.json (the full student; the dropped one: bfcl_dropped.json) and its .png and prints a
 table. `--seed N` (N > 0, with --resume) repeats the student arms with training seed N into `repeats`; `final` gives
 each arm's last checkpoint with its accuracy for every seed measured; `paired` compares every two arms' last
-checkpoints (seed 0) question by question (how many only one answers right, and McNemar's exact p-value). `--doctor`
+checkpoints (seed 0) question by question (how many only one answers right, and McNemar's exact p-value), from
+`right_at_final` (each such checkpoint's right and wrong answers, kept so that a later invocation without the earlier
+runs' answers on disk can still compare them). `--doctor`
 runs `distill doctor` on each arm's command line instead (it loads the models and times a step, writes nothing).
 """
 
@@ -229,20 +231,42 @@ def right_by_question(rows: list[dict], answers: Path) -> list[bool]:
     return [bool(row["valid"]) for row in scored[1]]
 
 
-def paired(final: dict[str, dict], rows: list[dict]) -> dict[str, dict]:
-    """Every two arms' last checkpoints (seed 0) on the same held-out questions: how many each alone answers right,
-    both, and McNemar's exact p-value (the chance of a split of the questions only one answers at least as uneven,
-    were each equally likely to be either's): "A vs B" -> {"only_A", "only_B", "both", "p_value"}."""
-    right = {name: right_by_question(rows, Path(row["answers"])) for name, row in final.items()}
-    names, compared = list(right), {}
+def right_at_final(final: dict[str, dict], rows: list[dict], recorded: dict[str, dict]) -> dict[str, dict]:
+    """Each arm's last checkpoint, question by question: {"answers": its answers file, "right": "0110..." (held-out
+    order, 1 = right)}, scored from the answers where they are on disk, else kept as `recorded` for the same file
+    (measured on a machine whose runs/ are gone); an arm with neither is left out, and named."""
+    right = {}
+    for name, row in final.items():
+        answers = Path(row["answers"])
+        if answers.is_file():
+            right[name] = {"answers": str(answers), "right": "".join("01"[ok] for ok in right_by_question(rows, answers))}
+        elif recorded.get(name, {}).get("answers") == str(answers):
+            right[name] = recorded[name]
+        else:
+            print(f"paired: {name} left out, its answers {answers} are not on disk and were not recorded", flush=True)
+    return right
+
+
+def paired(right: dict[str, dict], recorded: dict[str, dict]) -> dict[str, dict]:
+    """Every two arms' last checkpoints (seed 0) on the same held-out questions (`right_at_final`): how many each
+    alone answers right, both, and McNemar's exact p-value (the chance of a split of the questions only one answers at
+    least as uneven, were each equally likely to be either's): "A vs B" -> {"only_A", "only_B", "both", "p_value"}.
+    A pair of which one arm is missing from `right` keeps its `recorded` comparison."""
+    names = list(dict.fromkeys([*right, *(name for pair in recorded for name in pair.split(" vs "))]))
+    compared = {}
     for i, first in enumerate(names):
         for second in names[i + 1:]:
-            only_first = sum(a and not b for a, b in zip(right[first], right[second]))
-            only_second = sum(b and not a for a, b in zip(right[first], right[second]))
-            compared[f"{first} vs {second}"] = {
-                f"only_{first}": only_first, f"only_{second}": only_second,
-                "both": sum(a and b for a, b in zip(right[first], right[second])),
-                "p_value": mcnemar_p_value(only_first, only_second)}
+            key = f"{first} vs {second}"
+            if first not in right or second not in right:
+                earlier = recorded.get(key) or recorded.get(f"{second} vs {first}")
+                if earlier:
+                    compared[key] = earlier
+                continue
+            a, b = ([c == "1" for c in right[name]["right"]] for name in (first, second))
+            only_first = sum(x and not y for x, y in zip(a, b))
+            only_second = sum(y and not x for x, y in zip(a, b))
+            compared[key] = {f"only_{first}": only_first, f"only_{second}": only_second,
+                             "both": sum(x and y for x, y in zip(a, b)), "p_value": mcnemar_p_value(only_first, only_second)}
     return compared
 
 
@@ -361,7 +385,8 @@ def main() -> int:
             results["arms"][name], results["seconds"][name] = rows, seconds
         write_result(out, results)
     results["final"] = final_rows(results, "accuracy")
-    results["paired"] = paired(results["final"], held_out)
+    results["right_at_final"] = right_at_final(results["final"], held_out, results.get("right_at_final", {}))
+    results["paired"] = paired(results["right_at_final"], results.get("paired", {}))
     write_result(out, results)
     plot_curves(results, out.with_suffix(".png"), "accuracy", "held-out accuracy (BFCL rules)")
     print_table(results)

@@ -158,3 +158,17 @@ def test_bfcls_own_scores_stay_with_a_row_whose_answers_are_gone(monkeypatch, tm
         assert rows[1]["official"] == {**{k: report[k] for k in Official.KEYS}, "disagreements": 1,
                                        "report": str(official_report(reported))}
     assert "official" not in Official(run=False).rows([{"step": 40, "answers": str(unreported)}])[0]
+
+
+def test_paired_comparisons_come_from_recorded_answers_when_the_files_are_gone(monkeypatch):
+    """A pair whose arms both have right/wrong strings is counted from them (McNemar from its definition's counts);
+    a pair with an arm missing keeps its recorded comparison, in either name order; a pair never recorded is left out."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from bfcl import mcnemar_p_value, paired
+
+    right = {"a": {"right": "1100"}, "b": {"right": "1010"}}
+    recorded = {"c vs a": {"only_c": 1, "only_a": 2, "both": 0, "p_value": 1.0}}
+    compared = paired(right, recorded)
+    assert compared["a vs b"] == {"only_a": 1, "only_b": 1, "both": 1, "p_value": mcnemar_p_value(1, 1)}
+    assert compared["a vs c"] == recorded["c vs a"]
+    assert set(compared) == {"a vs b", "a vs c"}
