@@ -20,8 +20,8 @@ Arms, one after the other:
 - on_policy_forward_kl: the same at beta 0, the forward KL, whose gradient at a token the student is sure of and the
   teacher rules out does not vanish (an answer begun in prose where the teacher calls; `benchmarks/decision_token.py`
   measures such a token on the chain task, where only this loss took on-policy distillation off 0%).
-- gkd: as the recipe bfcl.yaml: teacher-sampled answers first, the student's own mixed in as lmbda rises over the
-  first three quarters of the steps.
+- gkd: as the recipe bfcl.yaml: the teacher's sampled answers for the first three quarters of the steps, then the
+  student's own in half the micro-batches (lmbda 0.5 from step 45 of 60).
 - grpo: no teacher: method sdpo at distillation_weight 0 (GRPO, loss_type grpo), reward
   distill.tasks.bfcl.scoring:calls_reward (1 when the answer's calls are right by BFCL's rules); num_generations 4, so
   a step samples the same 8 answers as the other arms (2 questions x 4): the smallest group whose advantages mean
