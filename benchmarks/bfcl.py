@@ -35,7 +35,8 @@ saved as {"id", "text"} lines, RUNS/.../<arm>/answers/<checkpoint>.jsonl, which 
 it is missing), and each row then carries `official`: BFCL's own accuracy, distill's, and how often they agree. Each
 row gives the tokens sampled through its step (student's and teacher's answers, from the run's metrics.jsonl;
 sft_teacher's are the teacher's answers it trained on, spread evenly over its steps, its wall time includes their
-sampling) and the wall time at its checkpoint.
+sampling) and the wall time at its checkpoint; grpo's rows also `rewarded_answers`, how many of its sampled answers
+through that step were right (with none, GRPO has no gradient).
 
 Time, alone on two CPU cores: 60 steps of on_policy_forward_kl 47 minutes, of sft_teacher 30 (its 480 teacher answers
 sampled in 7.5 of those); one measure of the 150 held-out questions about 2.5 minutes (over 5 beside other work); all
@@ -76,6 +77,7 @@ from curves import (  # noqa: E402
     parse_arm_arguments,
     plot_curves,
     train,
+    with_rewarded_answers,
     with_sampled_tokens,
     with_teacher_sampling,
 )
@@ -372,7 +374,8 @@ def main() -> int:
         record = train(directory, table[name] + (["--seed", str(args.seed)] if args.seed and name != "teacher" else []),
                        args.resume)
         rows = curve(directory, partial(measure_checkpoint, held_out, directory / "answers"), args.resume)
-        rows = official.rows(with_sampled_tokens(rows, directory, BATCH))
+        rows = official.rows(with_rewarded_answers(with_sampled_tokens(rows, directory, BATCH), directory,
+                                                   BATCH * ACCUMULATION))
         seconds = record["seconds"]
         if sampling is not None:  # the teacher's answers were sampled before step 1, spread over the steps trained
             rows = with_teacher_sampling(rows, sampling, args.steps)

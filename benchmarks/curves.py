@@ -145,6 +145,19 @@ def with_sampled_tokens(rows: list[dict], run_dir: Path, batch: int) -> list[dic
     return [{**row, "sampled_tokens": sum(v for s, v in per_step.items() if s <= row["step"])} for row in rows]
 
 
+def with_rewarded_answers(rows: list[dict], run_dir: Path, answers_per_step: int) -> list[dict]:
+    """`rows` with "rewarded_answers": how many sampled answers through each row's step earned a reward (the step's
+    mean reward, logged as reward/mean, times its `answers_per_step` answers; a 0/1 reward counts them exactly). Only
+    for a run that logs rewards (GRPO and SDPO); other rows are returned as they are. Where it stays 0, every group's
+    advantage was 0 and GRPO had no gradient."""
+    if not (run_dir / "metrics.jsonl").is_file():
+        return rows
+    per_step = {int(r["step"]): r["reward/mean"] * answers_per_step for r in metrics(run_dir) if "reward/mean" in r}
+    if not per_step:
+        return rows
+    return [{**row, "rewarded_answers": sum(v for s, v in per_step.items() if s <= row["step"])} for row in rows]
+
+
 def final_rows(results: dict, measure: str) -> dict:
     """Each arm's last checkpoint (seed 0's `results["arms"]`), with its training minutes and `measure` for every seed
     measured (`results["repeats"]`): "<measure>_by_seed", "<measure>_mean", "seeds"."""

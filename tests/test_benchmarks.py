@@ -117,6 +117,20 @@ def test_a_resumed_run_keeps_the_wall_time_of_one_run(tmp_path):
     assert curves.checkpoint_seconds(run_dir, history[:1]) == {20: 100.0, 40: 200.0, 60: 5130.0}  # one invocation
 
 
+def test_rewarded_answers_count_the_right_sampled_answers_through_each_checkpoint(tmp_path):
+    """A GRPO run's 0/1 rewards, 8 answers a step: each checkpoint row counts the answers rewarded through its step
+    (a step logged twice, as after a resume, counted once); a run that logs no reward gets no such field."""
+    curves = _curves_module()
+    run_dir = tmp_path / "grpo"
+    run_dir.mkdir()
+    logged = [(1, 0.0), (2, 0.25), (2, 0.25), (3, 0.125), (4, 0.5)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward/mean": r}) + "\n" for s, r in logged))
+    rows = [{"step": 0}, {"step": 2}, {"step": 4}]
+    assert [r["rewarded_answers"] for r in curves.with_rewarded_answers(rows, run_dir, 8)] == [0, 2.0, 7.0]
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 0.5}) + "\n")
+    assert curves.with_rewarded_answers(rows, run_dir, 8) == rows
+
+
 def test_mcnemar_p_value_is_the_exact_binomial_test_from_its_definition(monkeypatch):
     """bfcl.py's paired comparison against the definition: the probability, under a fair coin for each question only
     one arm answers right, of every split no more likely than the one observed."""
