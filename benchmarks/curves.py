@@ -142,7 +142,12 @@ def with_sampled_tokens(rows: list[dict], run_dir: Path, batch: int) -> list[dic
     if not (run_dir / "metrics.jsonl").is_file():
         return rows
     per_step = sampled_tokens_per_step(run_dir, batch)
-    return [{**row, "sampled_tokens": sum(v for s, v in per_step.items() if s <= row["step"])} for row in rows]
+    return [{**row, "sampled_tokens": through(per_step, row["step"])} for row in rows]
+
+
+def through(per_step: dict[int, float], step: int) -> float:
+    """The sum of a per-step count over steps 1 to `step`."""
+    return sum(v for s, v in per_step.items() if s <= step)
 
 
 def with_rewarded_answers(rows: list[dict], run_dir: Path, answers_per_step: int) -> list[dict]:
@@ -155,7 +160,7 @@ def with_rewarded_answers(rows: list[dict], run_dir: Path, answers_per_step: int
     per_step = {int(r["step"]): r["reward/mean"] * answers_per_step for r in metrics(run_dir) if "reward/mean" in r}
     if not per_step:
         return rows
-    return [{**row, "rewarded_answers": sum(v for s, v in per_step.items() if s <= row["step"])} for row in rows]
+    return [{**row, "rewarded_answers": through(per_step, row["step"])} for row in rows]
 
 
 def final_rows(results: dict, measure: str) -> dict:
