@@ -54,7 +54,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from provenance import write_result  # a sibling script: the result with its environment
+from provenance import provenance, record_part, write_result  # a sibling script: the result with its environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from curves import (  # noqa: E402  (a sibling script)
@@ -327,13 +327,17 @@ def main() -> None:
         divergences = turn_divergences(run_dir)
         if name != "teacher":
             if start_row is None:  # the untrained student, measured once
-                start_row = results.get("untrained") or measure_untrained(task, student)
-                results["untrained"] = start_row
+                if "untrained" not in results:
+                    results["untrained"] = measure_untrained(task, student)
+                    record_part(results, "untrained", [provenance()])
+                start_row = results["untrained"]
             rows = [{"step": 0, "seconds": 0.0, **start_row}, *rows]
         if repeat:
             results.setdefault("repeats", {}).setdefault(str(args.seed), {})[name] = {
                 "rows": rows, "seconds": record["seconds"], "reverse_kl_by_turn": divergences}
+            record_part(results, f"repeats/{args.seed}/{name}", record.get("provenance"))
         else:
+            record_part(results, f"arms/{name}", record.get("provenance"))
             results["arms"][name], results["seconds"][name] = rows, record["seconds"]
             if divergences:  # the arms whose student samples conversations the teacher scores
                 results.setdefault("reverse_kl_by_turn", {})[name] = divergences

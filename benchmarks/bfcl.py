@@ -66,7 +66,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from provenance import write_result  # a sibling script: the result with its environment
+from provenance import provenance, record_part, write_result  # a sibling script: the result with its environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agentic import STUDENTS  # noqa: E402  (sibling scripts)
@@ -358,6 +358,7 @@ def main() -> int:
     official = Official(args.official)
     if results.get("untrained", {}).get("rows") != len(held_out):  # measured once per results file
         results["untrained"] = measure_untrained(held_out, student, runs / student / "untrained_answers.jsonl")
+        record_part(results, "untrained", [provenance()])
     results["untrained"] = official.rows([results["untrained"]])[0]
     for name in args.arms:
         directory = run_dir(runs, name, student, args.seed)
@@ -384,8 +385,10 @@ def main() -> int:
             rows = [{"step": 0, "seconds": 0.0, "sampled_tokens": 0.0, **results["untrained"]}, *rows]
         if args.seed and name != "teacher":
             results.setdefault("repeats", {}).setdefault(str(args.seed), {})[name] = {"rows": rows, "seconds": seconds}
+            record_part(results, f"repeats/{args.seed}/{name}", record.get("provenance"))
         else:
             results["arms"][name], results["seconds"][name] = rows, seconds
+            record_part(results, f"arms/{name}", record.get("provenance"))
         write_result(out, results)
     results["final"] = final_rows(results, "accuracy")
     results["right_at_final"] = right_at_final(results["final"], held_out, results.get("right_at_final", {}))

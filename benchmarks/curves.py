@@ -4,8 +4,9 @@ each step sampled, each arm's last checkpoint over seeds, and the plot of a meas
 sampled tokens.
 
 A run directory holds, besides what `distill train` writes:
-    train.json   the command, its wall time, and the wall time at which each checkpoint was written
-                 (the checkpoint's state.json mtime, so saving is counted; a checkpoint costs ~2 s here)
+    train.json   the command, its wall time, the wall time at which each checkpoint was written
+                 (the checkpoint's state.json mtime, so saving is counted; a checkpoint costs ~2 s here), and the
+                 environment of each invocation that trained it (`provenance`, a list: see provenance.py)
     curve.json   one measured row per checkpoint (and step 0, the model before training, when asked)
 Either file is reused by --resume; the checkpoints' weights are deleted once curve.json is written (they
 are 1.6 GB each for the default model), unless keep_checkpoints.
@@ -28,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Callable
+
+from provenance import provenance  # a sibling script
 
 from distill.rundir.checkpoint import PREFIX, list_checkpoints
 
@@ -56,13 +59,15 @@ def train(run_dir: Path, flags: list[str], resume: bool) -> dict:
         resumed_from, history = None, []
         command = [sys.executable, "-m", "distill", "train", "--output_dir", str(run_dir), *flags, *CHECKPOINT_FLAGS]
     start = time.time()
-    history.append({"start": start, "resumed_from": resumed_from, "command": " ".join(command[1:])})
+    history.append({"start": start, "resumed_from": resumed_from, "command": " ".join(command[1:]),
+                    "provenance": provenance()})
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     history_path.write_text(json.dumps(history, indent=2))
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     written = checkpoint_seconds(run_dir, history)
     result = {"command": history[0]["command"], "seconds": seconds_since(history, written, time.time()),
-              "checkpoint_seconds": {str(step): written[step] for step in sorted(written)}}
+              "checkpoint_seconds": {str(step): written[step] for step in sorted(written)},
+              "provenance": [entry.get("provenance") for entry in history]}
     if len(history) > 1:
         result["resumed_from_steps"] = [entry["resumed_from"] for entry in history[1:]]
     record.write_text(json.dumps(result, indent=2))

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 import torch
-from provenance import write_result  # a sibling script: the result with its environment
+from provenance import provenance, record_part, write_result  # a sibling script: the result with its environment
 
 sys.path.insert(0, str(Path(__file__).parent))
 from curves import curve, metrics, parse_arm_arguments, train  # noqa: E402  (sibling scripts)
@@ -142,6 +142,8 @@ def main() -> None:
                               "prompts": len(evaluator.prompts)}
         results["before training"] = evaluation_row(evaluator, distiller.student_model)
         results["measuring_seconds_per_checkpoint"] = time.perf_counter() - start
+        for part in ("teacher", "before training"):
+            record_part(results, part, [provenance()])
     results.setdefault("arms", {})
     for name in args.arms:
         directory, flags = ARMS[name]
@@ -153,10 +155,12 @@ def main() -> None:
         for row in rows:
             row["clipped_ratio"] = training[row["step"]].get("clipped_ratio")
         results["arms"][name] = {"flags": flags, "seconds": trained["seconds"], "curve": rows}
+        record_part(results, f"arms/{name}", trained.get("provenance"))
         write_result(out, results)
     if args.decoding and "decoding" not in results:
         student = load_model(str(RUNS / ARMS[FORMER_DEFAULT][0] / "model"), "model", torch.device("cpu"))[0]
         results["decoding"] = decoding(distiller, evaluator, student)
+        record_part(results, "decoding", [provenance()])
     results["summary"] = summary(results)
     write_result(out, results)
     print_table(results)

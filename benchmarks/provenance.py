@@ -11,6 +11,13 @@ libraries, the reference library that a comparison runs). The result files writt
 `"versions": "not recorded"` and give the commit that last wrote them (`python benchmarks/provenance.py --backfill`).
 `tests/test_benchmarks.py` checks that every result file has the entry and that every benchmark script writes
 through here.
+
+A result built over several invocations (a benchmark's --resume keeps the parts already finished: trained runs,
+measured arms) says what each part was measured with: `record_part` keeps, under `provenance_of_parts`, one entry per
+invocation that trained or measured that part (`curves.train` records one per invocation of a training run), and
+the file's own `provenance` is that of its last write. For such a file written before parts were recorded,
+`python benchmarks/provenance.py --backfill-parts FILE PART ...` gives each part the provenance its file had in the
+first version that held the part's values (the environment of the invocation that wrote it).
 """
 
 from __future__ import annotations
@@ -70,6 +77,16 @@ def write_result(path: Path | str, result: dict, **dump) -> Path:
     return path
 
 
+def record_part(result: dict, part: str, environments: list[dict] | None) -> None:
+    """Record in `result["provenance_of_parts"][part]` the environments (`provenance()` entries, one per invocation)
+    that part of the result was produced in; `part` names it by its path in the result (e.g. "arms/gkd",
+    "repeats/1/gkd"). None (a part reused from before this was recorded) leaves an entry already there as it is, and
+    otherwise says "not recorded"."""
+    recorded = result.setdefault("provenance_of_parts", {})
+    if environments is not None or part not in recorded:
+        recorded[part] = "not recorded" if environments is None else environments
+
+
 def backfill(paths: list[Path]) -> list[Path]:
     """Give each result file without `provenance` the one entry that can be stated honestly: the versions were not
     recorded, and the commit that last wrote the file (from git's history). Returns the files changed."""
@@ -89,9 +106,53 @@ def backfill(paths: list[Path]) -> list[Path]:
     return changed
 
 
+def _part(result: dict, part: str):
+    value = result
+    for key in part.split("/"):
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+def _same_measure(old, new) -> bool:
+    """The same measured values: rows (dicts, or lists of dicts) equal on every field both have, since a later
+    invocation may add fields (e.g. BFCL's own scores) to rows it did not measure."""
+    if isinstance(old, list) and isinstance(new, list):
+        return len(old) == len(new) and all(_same_measure(a, b) for a, b in zip(old, new))
+    if isinstance(old, dict) and isinstance(new, dict):
+        return all(_same_measure(old[k], new[k]) for k in old.keys() & new.keys())
+    return old == new
+
+
+def backfill_parts(path: Path, parts: list[str]) -> dict:
+    """Give each of `parts` of a result file written over several invocations before parts were recorded the
+    environment it was made in: the file's `provenance` in the first version (its committed history, oldest first,
+    then the file as it is) that already held the part with the values it holds now. Returns what was recorded."""
+    data = json.loads(path.read_text())
+    commits = (_git("log", "--reverse", "--format=%H", "--", str(path.resolve())) or "").split()
+    relative = path.resolve().relative_to(ROOT)
+    versions = [json.loads(_git("show", f"{commit}:{relative}") or "{}") for commit in commits] + [data]
+    for part in parts:
+        now = _part(data, part)
+        if now is None:
+            raise SystemExit(f"{relative}: no part {part!r}")
+        made_in = next(version for version in versions if (old := _part(version, part)) is not None
+                       and _same_measure(old, now))
+        entry = made_in.get("provenance")
+        record_part(data, part, [entry] if isinstance(entry, dict) and isinstance(entry.get("versions"), dict) else None)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return data["provenance_of_parts"]
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["--backfill"]:
         for path in backfill(sorted(RESULTS.glob("*.json"))):
             print(f"{path.relative_to(ROOT)}: provenance added (versions not recorded)")
+    elif sys.argv[1:2] == ["--backfill-parts"] and len(sys.argv) > 3:
+        recorded = backfill_parts(Path(sys.argv[2]), sys.argv[3:])
+        for part in sys.argv[3:]:
+            entry = recorded[part]
+            print(f"{part}: {entry if isinstance(entry, str) else entry[0]['commit']}")
     else:
         print(json.dumps(provenance(), indent=2))

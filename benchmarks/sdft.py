@@ -133,8 +133,9 @@ def main() -> None:
             row["teacher_with_fact_heldout"] = measure.accuracy(measure.original, measure.heldout, with_context=True)
         return row
 
+    parts: dict = {}
     results = run_arms(runs, ARMS, args.resume, measure_before, lambda run_dir, flags: train(run_dir, flags, args.minutes),
-                       lambda run_dir: measure.row(load_model(str(run_dir / "model"), "model", device)[0]))
+                       lambda run_dir: measure.row(load_model(str(run_dir / "model"), "model", device)[0]), parts)
 
     header = f"{'':32} {'held-out acc':>12} {'train-q acc':>11} {'forgetting KL':>13} {'steps':>6} {'epochs':>6}"
     print(header)
@@ -143,7 +144,7 @@ def main() -> None:
         print(f"{name:32} {row['heldout']['accuracy']:>12.3f} {row['train_questions']['accuracy']:>11.3f} "
               f"{row['forgetting_forward_kl']:>13.4f} {steps}")
     print(f"self-teacher (original model shown the fact), held-out accuracy: {results['before training']['teacher_with_fact_heldout']['accuracy']:.3f}")
-    write_result(args.out, {"minutes_per_arm": args.minutes, "command": " ".join(sys.argv), "common_flags": COMMON,
+    write_result(args.out, {**parts, "minutes_per_arm": args.minutes, "command": " ".join(sys.argv), "common_flags": COMMON,
                             "arms": {name: flags for name, (_, flags) in ARMS.items()}, "results": results})
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from provenance import write_result  # a sibling script: the result with its environment
+from provenance import provenance, record_part, write_result  # a sibling script: the result with its environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from curves import curve, measuring_seconds, metrics, parse_arm_arguments, train  # noqa: E402  (sibling scripts)
@@ -92,7 +92,7 @@ def run_arm(directory: str, flags: list[str], steps: int, every: int, measure: C
     measured = curve(run_dir, lambda student: measure().row(load_model(str(student), "model", torch.device("cpu"))[0]), resume)
     losses = [{"step": r["step"], "loss": r["loss"]} for r in metrics(run_dir)]
     return {"flags": flags, "seconds": trained["seconds"], "measuring_seconds": measuring_seconds(run_dir),
-            "curve": measured, "loss": losses}
+            "curve": measured, "provenance": trained.get("provenance"), "loss": losses}
 
 
 def plot(results: dict, path: Path) -> None:
@@ -191,15 +191,19 @@ def main() -> None:
     measure = functools.cache(lambda: Measure(torch.device("cpu"), facts=str(DATA),  # loaded only if something is measured
                                               templates=(DEFAULT_TEACHER_PROMPT_TEMPLATE, FACT_FIRST_TEMPLATE)))
     before = RUNS / "before.json"
-    if not (args.resume and before.is_file()):
+    measuring_before = not (args.resume and before.is_file())
+    if measuring_before:
         row = measure().row(measure().original)
         with torch.no_grad():
             row["teacher_with_fact_heldout"] = measure().accuracy(measure().original, measure().heldout, with_context=True)
         before.write_text(json.dumps(row, indent=2))
     results = {"before training": json.loads(before.read_text())}
+    parts: dict = {}
+    record_part(parts, "results/before training", [provenance()] if measuring_before else None)
     for name in args.arms:
         directory, flags, steps, every = ARMS[name]
         results[name] = run_arm(directory, flags, steps, every, measure, args.resume)
+        record_part(parts, f"results/{name}", results[name].pop("provenance"))
 
     rows = points(results)
     print(f"{'':40} {'step':>4} {'held-out':>8} {'forgetting KL':>13} {'leak':>5} {'minutes':>7}")
@@ -215,7 +219,7 @@ def main() -> None:
     plot(results, out.with_suffix(".png"))
     final = [max((r for r in rows if r["arm"] == name), key=lambda r: r["step"]) for name in results if name in ARMS]
     wall = sum(row["seconds"] + row["measuring_seconds"] for row in results.values() if "seconds" in row)
-    write_result(out, {"command": " ".join(sys.argv), "wall_minutes": wall / 60, "facts": FACTS,
+    write_result(out, {**parts, "command": " ".join(sys.argv), "wall_minutes": wall / 60, "facts": FACTS,
                        "final_points": final, "points": rows, "frontier_comparison": matched,
                        "at_leak_step": [r for r in rows if r["step"] == LEAK_STEP],
                        "levers_where_sdft_learns": [r for r in rows if r["arm"].startswith(LEARNING_ARM)

@@ -134,9 +134,10 @@ def main() -> None:
     device = torch.device("cpu")
     measure = Measure(device, args.samples, args.prompts)
 
+    parts: dict = {}
     results = run_arms(runs, ARMS, args.resume, lambda: measure.row(measure.original),
                        lambda run_dir, flags: train(run_dir, flags, args.steps),
-                       lambda run_dir: measure.row(load_model(str(run_dir / "model"), "model", device)[0]))
+                       lambda run_dir: measure.row(load_model(str(run_dir / "model"), "model", device)[0]), parts)
 
     print(f"{'':38} {'greedy acc':>10} {'pass@1':>7} {'reward first':>12} {'reward last':>11} {'minutes':>7}")
     for name, row in results.items():
@@ -146,7 +147,7 @@ def main() -> None:
         print(f"{name:38} {row['greedy_accuracy']:>10.3f} {row['sampled_pass_at_1']:>7.3f} {rewards} {minutes}")
     out = Path(args.out)
     plot(results, out.with_name("sdpo_rewards.png"))
-    write_result(out, {"steps_per_arm": args.steps, "command": " ".join(sys.argv), "common_flags": COMMON,
+    write_result(out, {**parts, "steps_per_arm": args.steps, "command": " ".join(sys.argv), "common_flags": COMMON,
                        "arms": {name: flags for name, (_, flags) in ARMS.items()}, "results": results})
 
 

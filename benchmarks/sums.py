@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from provenance import write_result  # a sibling script: the result with its environment
+from provenance import provenance, record_part, write_result  # a sibling script: the result with its environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from curves import curve, measuring_seconds, metrics, parse_arm_arguments, train  # noqa: E402  (sibling scripts)
@@ -115,7 +115,7 @@ def run_arm(name: str, directory: str, flags: list[str], per_step: int, measure:
     for point in measured:
         point["sampled_tokens"] = tokens[point["step"]]
     return {"flags": flags, "completions_per_step": per_step, "seconds": trained["seconds"],
-            "measuring_seconds": measuring_seconds(run_dir), "curve": measured,
+            "measuring_seconds": measuring_seconds(run_dir), "curve": measured, "provenance": trained.get("provenance"),
             "training": training}
 
 
@@ -221,12 +221,16 @@ def main() -> None:
     write_feedback_data(FEEDBACK_DATA)
     measure = functools.cache(lambda: Measure(torch.device("cpu"), args.samples))  # loaded only if something is measured
     before = RUNS / "before.json"
-    if not (args.resume and before.is_file()):
+    measuring_before = not (args.resume and before.is_file())
+    if measuring_before:
         before.write_text(json.dumps(measure().row(measure().original), indent=2))
     results = {"before training": json.loads(before.read_text())}
+    parts: dict = {}
+    record_part(parts, "results/before training", [provenance()] if measuring_before else None)
     for name in args.arms:
         directory, flags, per_step = ARMS[name]
         results[name] = run_arm(name, directory, flags, per_step, measure, args.resume)
+        record_part(parts, f"results/{name}", results[name].pop("provenance"))
 
     if TEACHER_ARM not in results:
         parser.error(f"the arms compare against {TEACHER_ARM!r}: include it (with --resume it is not re-run)")
@@ -239,7 +243,7 @@ def main() -> None:
     out = Path(args.out)
     plot(results, out.with_suffix(".png"))
     wall = sum(row["seconds"] + row["measuring_seconds"] for row in results.values() if "seconds" in row)
-    write_result(out, {"command": " ".join(sys.argv), "wall_minutes": wall / 60,
+    write_result(out, {**parts, "command": " ".join(sys.argv), "wall_minutes": wall / 60,
                        "samples_per_prompt": args.samples, "summary": rows,
                        "points": points(results), "results": results})
 

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from provenance import write_result  # a sibling script: the result with its environment
+from provenance import record_part, write_result  # a sibling script: the result with its environment
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -132,9 +132,11 @@ def main() -> None:
                             str(args.teacher_steps), "--learning_rate", str(args.teacher_lr), "--save_steps", "0", *COMMON],
               resume=False)
     teacher = teacher_run / "model"
+    teacher_record = json.loads((teacher_run / "train.json").read_text()) if (teacher_run / "train.json").is_file() else {}
     result = {"task": {"train_rows": args.train_rows, "held_out_rows": HELD_OUT, "colours": COLOURS, "shapes": SHAPES},
               "teacher": {"layers": 4, "hidden": 64, "sft_steps": args.teacher_steps, "learning_rate": args.teacher_lr, **accuracy(teacher, held_out)},
               "student": {"layers": 2, "hidden": 32}, "steps": args.steps, "arms": {}}
+    record_part(result, "teacher", teacher_record.get("provenance"))
     print(f"teacher after {args.teacher_steps} sft steps: accuracy {result['teacher']['accuracy']:.3f}", flush=True)
     arms = {"sft": ["--method", "sft"],
             "gkd (lmbda 0)": ["--method", "gkd", "--teacher", str(teacher), "--lmbda", "0", "--lmbda_schedule", "constant", "--seq_kd", "false"],
@@ -166,6 +168,7 @@ def main() -> None:
         # A warm start's training time counts the sft steps it started from.
         seconds = record["seconds"] + (head[-1]["seconds"] if warm_start else 0.0)
         result["arms"][name] = {"train_seconds": seconds, "curve": [*head, *rows]}
+        record_part(result, f"arms/{name}", record.get("provenance"))
         print(f"{name:>14}: " + ", ".join(f"step {r['step']} {r['accuracy']:.2f}" for r in [*head, *rows]), flush=True)
     result["wall_minutes"] = (time.time() - started) / 60
     write_result(args.out, result)

@@ -117,6 +117,78 @@ def test_a_resumed_run_keeps_the_wall_time_of_one_run(tmp_path):
     assert curves.checkpoint_seconds(run_dir, history[:1]) == {20: 100.0, 40: 200.0, 60: 5130.0}  # one invocation
 
 
+def test_a_part_keeps_the_environment_it_was_made_in():
+    """A result written over several invocations: each part says what it was made with; a part reused from before
+    this was recorded keeps an entry already given, or says it was not recorded, never the present environment."""
+    provenance = _provenance_module()
+    now = provenance.provenance()
+    result: dict = {}
+    provenance.record_part(result, "arms/gkd", [now])
+    provenance.record_part(result, "arms/gkd", None)
+    provenance.record_part(result, "arms/sft", None)
+    assert result["provenance_of_parts"] == {"arms/gkd": [now], "arms/sft": "not recorded"}
+    provenance.record_part(result, "arms/sft", [now, now])
+    assert result["provenance_of_parts"]["arms/sft"] == [now, now]
+
+
+def test_each_training_invocation_records_its_environment(tmp_path, monkeypatch):
+    """train.json lists one environment per invocation of `distill train`: a run resumed from a checkpoint by a
+    later invocation lists both (None for an invocation from before they were recorded)."""
+    curves = _curves_module()
+    commands, run = [], curves.subprocess.run  # one module: what provenance() runs goes through it too
+
+    def not_training(command, *args, **kwargs):
+        return commands.append(command) if command[1:4] == ["-m", "distill", "train"] else run(command, *args, **kwargs)
+
+    monkeypatch.setattr(curves.subprocess, "run", not_training)
+    (tmp_path / "fresh").mkdir()  # as `distill train` would make it
+    record = curves.train(tmp_path / "fresh", ["--max_steps", "2"], resume=False)
+    assert len(commands) == 1 and "--output_dir" in commands[0]
+    (entry,) = record["provenance"]
+    assert entry["versions"]["torch"] == metadata.version("torch") and entry["commit"] == _provenance_module()._git(
+        "rev-parse", "HEAD")
+
+    run_dir = tmp_path / "stopped"
+    state = run_dir / "checkpoints" / "step-000020" / "state.json"
+    state.parent.mkdir(parents=True)
+    state.write_text("{}")
+    (tmp_path / "stopped.invocations.json").write_text(json.dumps([{"start": 0.0, "resumed_from": None, "command": "-m distill train"}]))
+    record = curves.train(run_dir, ["--max_steps", "40"], resume=True)
+    assert "--resume" in commands[1]
+    assert record["provenance"][0] is None and record["provenance"][1]["versions"] == entry["versions"]
+    assert json.loads((run_dir / "train.json").read_text())["provenance"] == record["provenance"]
+
+
+def test_reused_arms_keep_the_environment_they_were_measured_in(tmp_path):
+    """sdft.py's and sdpo.py's arms: a part made now is written with its environment; --resume reads the part back
+    with the environment it was made in (here an older one), not the present one."""
+    import sys
+
+    sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location("benchmark_arms", BENCHMARKS / "arms.py")
+    arms = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(arms)
+    table = {"sft": ("sft-run", ["--method", "sft"])}
+    trained = []
+
+    def train(run_dir, flags):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        trained.append(flags)
+        return {"steps": 3}
+
+    parts: dict = {}
+    first = arms.run_arms(tmp_path, table, False, lambda: {"accuracy": 0.1}, train, lambda d: {"accuracy": 0.5}, parts)
+    assert first == {"before training": {"accuracy": 0.1}, "sft": {"steps": 3, "accuracy": 0.5}}
+    now = parts["provenance_of_parts"]["results/sft"]
+    assert now[0]["commit"] == _provenance_module()._git("rev-parse", "HEAD") and len(trained) == 1
+    row = json.loads((tmp_path / "sft-run" / "bench_row.json").read_text())
+    (tmp_path / "sft-run" / "bench_row.json").write_text(json.dumps({**row, "provenance": [{"commit": "0" * 40}]}))
+    again: dict = {}
+    assert arms.run_arms(tmp_path, table, True, lambda: {}, train, lambda d: {}, again) == first
+    assert len(trained) == 1
+    assert again["provenance_of_parts"] == {"results/before training": now, "results/sft": [{"commit": "0" * 40}]}
+
+
 def test_rewarded_answers_count_the_right_sampled_answers_through_each_checkpoint(tmp_path):
     """A GRPO run's 0/1 rewards, 8 answers a step: each checkpoint row counts the answers rewarded through its step
     (a step logged twice, as after a resume, counted once); a run that logs no reward gets no such field."""
