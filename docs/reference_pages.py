@@ -166,10 +166,13 @@ def _plots(result: Path) -> list[Path]:
     return [picture for picture in sorted(RESULTS.glob("*.png")) if owner(picture) == result.stem]
 
 
+PROVENANCE = ("provenance", "provenance_of_parts")
+
+
 def _overview(data: dict) -> list[str]:
     """A field/value table of a result without a curated table: its top-level values, and those one level down."""
     rows = [(k, v) for k, v in data.items() if _scalar(v) and k != "provenance"]
-    rows += [(f"{k} / {k2}", v2) for k, v in data.items() if isinstance(v, dict) and k != "provenance"
+    rows += [(f"{k} / {k2}", v2) for k, v in data.items() if isinstance(v, dict) and k not in PROVENANCE
              for k2, v2 in v.items() if _scalar(v2)]
     return ["| field | value |", "| --- | --- |", *[f"| {k} | {_cell(v)} |" for k, v in rows], ""]
 
@@ -177,7 +180,7 @@ def _overview(data: dict) -> list[str]:
 def benchmark_reference() -> str:
     """One section per result file: what it measures, what it was measured with, its summary table (the first table a
     written page renders from it), its plot, and a link to the raw JSON."""
-    from macros import provenance_text, render_table
+    from macros import parts_provenance_text, provenance_text, render_table
 
     tables = curated_tables()
     lines = ["# Benchmark results", "",
@@ -197,6 +200,8 @@ def benchmark_reference() -> str:
         pages = [page for page in _nav_pages() if re.search(rf"(bench|source:) {re.escape(path.name)}\b",
                                                             (ROOT / "docs" / page).read_text())]
         provenance = provenance_text(data["provenance"]) if "provenance" in data else "not recorded"
+        if data.get("provenance_of_parts"):
+            provenance += f" (its last write); {parts_provenance_text(data['provenance_of_parts'])}"
         lines += [f"Measured with: {provenance}. Raw data: [`{path.name}`](../benchmarks/results/{path.name})"
                   + ("; discussed on " + ", ".join(f"[{_page_title(page)}](../{page})" for page in pages) if pages else "")
                   + ".", ""]

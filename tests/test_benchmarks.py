@@ -28,12 +28,18 @@ def _provenance_module():
 
 @pytest.mark.parametrize("path", sorted(RESULTS.glob("*.json")), ids=lambda p: p.name)
 def test_every_result_file_records_its_commit_and_versions(path):
-    entry = json.loads(path.read_text()).get("provenance")
+    """The file's provenance, and where it was built over several invocations that of each part (one entry per
+    invocation that made the part, None for an invocation from before they were recorded, or "not recorded")."""
+    data = json.loads(path.read_text())
+    entry = data.get("provenance")
     assert isinstance(entry, dict), f"{path.name}: no provenance (write it with benchmarks/provenance.py's write_result)"
-    assert COMMIT.match(entry.get("commit") or ""), f"{path.name}: provenance without a commit: {entry}"
-    versions = entry.get("versions")
-    if versions != "not recorded":
-        assert isinstance(versions, dict) and versions.get("torch") and versions.get("transformers"), (path.name, versions)
+    for made_in in [entry, *[e for v in data.get("provenance_of_parts", {}).values() if v != "not recorded" for e in v
+                             if e is not None]]:
+        assert COMMIT.match(made_in.get("commit") or ""), f"{path.name}: provenance without a commit: {made_in}"
+        versions = made_in.get("versions")
+        if versions != "not recorded":
+            assert isinstance(versions, dict) and versions.get("torch") and versions.get("transformers"), (path.name,
+                                                                                                           versions)
 
 
 def _scripts() -> list[Path]:

@@ -97,6 +97,11 @@ def test_a_ratio_and_a_provenance_render_from_the_file():
     recorded = {"commit": "a" * 40, "versions": {"torch": "2.13.0+cpu", "transformers": "5.25.0", "trl": None}}
     assert macros.provenance_text(recorded) == "commit `aaaaaaaaaa`, torch 2.13.0+cpu, transformers 5.25.0"
     assert macros.provenance_text({"commit": "b" * 40, "versions": "not recorded"}).endswith("package versions not recorded")
+    other = {"commit": "c" * 40, "versions": {"torch": "2.13.0+cpu", "transformers": "5.26.0"}}
+    parts = {"arms/sft": [recorded], "arms/gkd": [recorded, other], "untrained": "not recorded"}
+    assert macros.parts_provenance_text(parts) == (
+        "its 3 parts were measured by separate runs, at commits `aaaaaaaaaa`, `cccccccccc`, with torch 2.13.0+cpu, "
+        "transformers 5.25.0; or torch 2.13.0+cpu, transformers 5.26.0 (1 of them not recorded)")
 
 
 def test_the_config_reference_has_every_field_once_with_its_default():
