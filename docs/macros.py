@@ -108,7 +108,7 @@ def parts_provenance_text(parts: dict) -> str:
                      for made_in in parts.values())
     commits = list(dict.fromkeys(entry["commit"][:10] for entry in entries if entry.get("commit")))  # in part order
     versions = sorted({versions_text(entry.get("versions")) for entry in entries})
-    text = (f"its {len(parts)} parts were measured by separate runs, at commits "
+    text = (f"its {len(parts)} parts were measured over several runs, at commits "
             + ", ".join(f"`{commit}`" for commit in commits) + ", with " + "; or ".join(versions))
     return text + (f" ({unrecorded} of them not recorded)" if unrecorded else "")
 

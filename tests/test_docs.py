@@ -100,7 +100,7 @@ def test_a_ratio_and_a_provenance_render_from_the_file():
     other = {"commit": "c" * 40, "versions": {"torch": "2.13.0+cpu", "transformers": "5.26.0"}}
     parts = {"arms/sft": [recorded], "arms/gkd": [recorded, other], "untrained": "not recorded"}
     assert macros.parts_provenance_text(parts) == (
-        "its 3 parts were measured by separate runs, at commits `aaaaaaaaaa`, `cccccccccc`, with torch 2.13.0+cpu, "
+        "its 3 parts were measured over several runs, at commits `aaaaaaaaaa`, `cccccccccc`, with torch 2.13.0+cpu, "
         "transformers 5.25.0; or torch 2.13.0+cpu, transformers 5.26.0 (1 of them not recorded)")
 
 
