@@ -35,10 +35,11 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from provenance import provenance, record_part, write_result  # a sibling script: the result with its environment
+from provenance import record_part, write_result  # a sibling script: the result with its environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from curves import curve, measuring_seconds, metrics, parse_arm_arguments, train  # noqa: E402  (sibling scripts)
+from arms import made_once  # noqa: E402  (sibling scripts)
+from curves import curve, measuring_seconds, metrics, parse_arm_arguments, train  # noqa: E402
 from sdft import Measure  # noqa: E402
 
 from distill.data_files import load_dataset_spec
@@ -190,16 +191,15 @@ def main() -> None:
     write_subset(DATA)
     measure = functools.cache(lambda: Measure(torch.device("cpu"), facts=str(DATA),  # loaded only if something is measured
                                               templates=(DEFAULT_TEACHER_PROMPT_TEMPLATE, FACT_FIRST_TEMPLATE)))
-    before = RUNS / "before.json"
-    measuring_before = not (args.resume and before.is_file())
-    if measuring_before:
+    def measure_before() -> dict:
         row = measure().row(measure().original)
         with torch.no_grad():
             row["teacher_with_fact_heldout"] = measure().accuracy(measure().original, measure().heldout, with_context=True)
-        before.write_text(json.dumps(row, indent=2))
-    results = {"before training": json.loads(before.read_text())}
+        return row
+
     parts: dict = {}
-    record_part(parts, "results/before training", [provenance()] if measuring_before else None)
+    RUNS.mkdir(parents=True, exist_ok=True)
+    results = {"before training": made_once(RUNS / "before.json", args.resume, measure_before, parts, "before training")}
     for name in args.arms:
         directory, flags, steps, every = ARMS[name]
         results[name] = run_arm(directory, flags, steps, every, measure, args.resume)

@@ -39,10 +39,11 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from provenance import provenance, record_part, write_result  # a sibling script: the result with its environment
+from provenance import record_part, write_result  # a sibling script: the result with its environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from curves import curve, measuring_seconds, metrics, parse_arm_arguments, train  # noqa: E402  (sibling scripts)
+from arms import made_once  # noqa: E402  (sibling scripts)
+from curves import curve, measuring_seconds, metrics, parse_arm_arguments, train  # noqa: E402
 from sdpo import MAX_NEW_TOKENS, TASK, Measure  # noqa: E402
 
 from distill.data_files import load_dataset_spec
@@ -220,13 +221,10 @@ def main() -> None:
     args = parse_arm_arguments(parser, ARMS, "benchmarks/results/sums.json")
     write_feedback_data(FEEDBACK_DATA)
     measure = functools.cache(lambda: Measure(torch.device("cpu"), args.samples))  # loaded only if something is measured
-    before = RUNS / "before.json"
-    measuring_before = not (args.resume and before.is_file())
-    if measuring_before:
-        before.write_text(json.dumps(measure().row(measure().original), indent=2))
-    results = {"before training": json.loads(before.read_text())}
     parts: dict = {}
-    record_part(parts, "results/before training", [provenance()] if measuring_before else None)
+    RUNS.mkdir(parents=True, exist_ok=True)
+    results = {"before training": made_once(RUNS / "before.json", args.resume, lambda: measure().row(measure().original),
+                                            parts, "before training")}
     for name in args.arms:
         directory, flags, per_step = ARMS[name]
         results[name] = run_arm(name, directory, flags, per_step, measure, args.resume)
