@@ -49,7 +49,8 @@ table. `--seed N` (N > 0, with --resume) repeats the student arms with training 
 each arm's last checkpoint with its accuracy for every seed measured; `paired` compares every two arms' last
 checkpoints (seed 0) question by question (how many only one answers right, and McNemar's exact p-value), from
 `right_at_final` (each such checkpoint's right and wrong answers, kept so that a later invocation without the earlier
-runs' answers on disk can still compare them). `--doctor`
+runs' answers on disk can still compare them); `repeats_paired` and `repeats_right_at_final` do the same for each
+repeated seed (its arms and the teacher, which is trained once). `--doctor`
 runs `distill doctor` on each arm's command line instead (it loads the models and times a step, writes nothing).
 """
 
@@ -249,8 +250,15 @@ def right_at_final(final: dict[str, dict], rows: list[dict], recorded: dict[str,
     return right
 
 
+def last_rows_of_seed(results: dict, seed: str) -> dict[str, dict]:
+    """The last checkpoint's row of each arm trained with seed `seed` (> 0, `results["repeats"]`), and the teacher's:
+    it is trained once (seed 0), and every seed's students learn from it."""
+    teacher = {"teacher": results["arms"]["teacher"][-1]} if "teacher" in results["arms"] else {}
+    return teacher | {name: arm["rows"][-1] for name, arm in results["repeats"][seed].items()}
+
+
 def paired(right: dict[str, dict], recorded: dict[str, dict]) -> dict[str, dict]:
-    """Every two arms' last checkpoints (seed 0) on the same held-out questions (`right_at_final`): how many each
+    """Every two arms' last checkpoints of one seed on the same held-out questions (`right_at_final`): how many each
     alone answers right, both, and McNemar's exact p-value (the chance of a split of the questions only one answers at
     least as uneven, were each equally likely to be either's): "A vs B" -> {"only_A", "only_B", "both", "p_value"}.
     A pair of which one arm is missing from `right` keeps its `recorded` comparison."""
@@ -393,6 +401,11 @@ def main() -> int:
     results["final"] = final_rows(results, "accuracy")
     results["right_at_final"] = right_at_final(results["final"], held_out, results.get("right_at_final", {}))
     results["paired"] = paired(results["right_at_final"], results.get("paired", {}))
+    for seed in results.get("repeats", {}):
+        right = right_at_final(last_rows_of_seed(results, seed), held_out,
+                               results.get("repeats_right_at_final", {}).get(seed, {}))
+        results.setdefault("repeats_right_at_final", {})[seed] = right
+        results.setdefault("repeats_paired", {})[seed] = paired(right, results.get("repeats_paired", {}).get(seed, {}))
     write_result(out, results)
     plot_curves(results, out.with_suffix(".png"), "accuracy", "held-out accuracy (BFCL rules)")
     print_table(results)

@@ -264,3 +264,23 @@ def test_paired_comparisons_come_from_recorded_answers_when_the_files_are_gone(m
     assert compared["a vs b"] == {"only_a": 1, "only_b": 1, "both": 1, "p_value": mcnemar_p_value(1, 1)}
     assert compared["a vs c"] == recorded["c vs a"]
     assert set(compared) == {"a vs b", "a vs c"}
+
+
+def test_a_repeated_seed_is_compared_with_its_own_arms_and_the_one_teacher(monkeypatch):
+    """bfcl.py's comparisons of a repeated seed: each arm's last row of that seed (not seed 0's), and the teacher's,
+    which is trained once; a seed without an arm leaves it out."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from bfcl import last_rows_of_seed
+
+    def rows(tag: str) -> list[dict]:
+        return [{"step": 0, "answers": f"{tag}/0"}, {"step": 60, "answers": f"{tag}/60"}]
+
+    results = {"arms": {"teacher": rows("teacher"), "sft": rows("sft0"), "gkd": rows("gkd0")},
+               "repeats": {"1": {"sft": {"rows": rows("sft1")}}, "2": {"sft": {"rows": rows("sft2")},
+                                                                        "gkd": {"rows": rows("gkd2")}}}}
+    assert last_rows_of_seed(results, "1") == {"teacher": {"step": 60, "answers": "teacher/60"},
+                                               "sft": {"step": 60, "answers": "sft1/60"}}
+    assert {name: row["answers"] for name, row in last_rows_of_seed(results, "2").items()} == {
+        "teacher": "teacher/60", "sft": "sft2/60", "gkd": "gkd2/60"}
+    del results["arms"]["teacher"]
+    assert list(last_rows_of_seed(results, "1")) == ["sft"]
