@@ -375,7 +375,7 @@ def main() -> int:
         sampling = None
         if name == "sft_teacher":
             answers = teacher_answers_path(runs, args.steps, args.seed)
-            if not answers.with_suffix(".json").is_file():
+            if not (answers.is_file() and answers.with_suffix(".json").is_file()):  # sampled again where either is gone
                 write_teacher_answers(runs / "teacher" / "model", read_rows(data, "train"), answers,
                                       args.steps * BATCH * ACCUMULATION, args.seed)
             sampling = json.loads(answers.with_suffix(".json").read_text())
