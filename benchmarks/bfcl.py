@@ -104,8 +104,13 @@ TEACHER_SAMPLING = SamplingParams(_DEFAULTS.teacher_sampling_temperature, _DEFAU
 # STUDENTS (agentic.py's): `full` trains at learning rate 5e-5, not the recipes' 3e-4 (the layer-dropped student's): a
 # whole pretrained student drifts on its own samples at 3e-4, and `distill doctor` warns above 2e-5. Every arm of a
 # student takes the same rate, so that the arms differ only in what they train on.
-NEED_TEACHER = ("sft_teacher", "on_policy", "gkd")
 RESULTS = {"full": "benchmarks/results/bfcl.json", "dropped": "benchmarks/results/bfcl_dropped.json"}
+
+
+def needs_teacher(name: str, flags: list[str]) -> bool:
+    """Whether arm `name` reads the trained teacher: every arm that scores with it (--teacher), and sft_teacher, which
+    trains on its sampled answers."""
+    return name == "sft_teacher" or "--teacher" in flags
 
 
 def arms(data: Path, runs: Path, steps: int, every: int, student: str, seed: int) -> dict[str, list[str]]:
@@ -370,7 +375,7 @@ def main() -> int:
     results["untrained"] = official.rows([results["untrained"]])[0]
     for name in args.arms:
         directory = run_dir(runs, name, student, args.seed)
-        if name in NEED_TEACHER and not (runs / "teacher" / "model").is_dir():
+        if needs_teacher(name, table[name]) and not (runs / "teacher" / "model").is_dir():
             raise SystemExit(f"arm {name} needs the teacher, {runs / 'teacher' / 'model'}: run the arm teacher first")
         sampling = None
         if name == "sft_teacher":

@@ -229,6 +229,19 @@ def test_mcnemar_p_value_is_the_exact_binomial_test_from_its_definition(monkeypa
     assert mcnemar_p_value(0, 5) == pytest.approx(2 / 32)
 
 
+def test_bfcl_arms_that_need_the_teacher_are_known_before_they_start(monkeypatch):
+    """bfcl.py stops an arm that reads the trained teacher, with a message, when the teacher is not trained yet: every
+    arm that scores with it and sft_teacher (its sampled answers), for both students and a repeated seed; grpo and
+    the teacher itself do not need it."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from bfcl import arms, needs_teacher
+
+    for student, seed in (("full", 0), ("dropped", 1)):
+        table = arms(Path("data"), Path("runs"), 60, 20, student, seed)
+        assert {name for name, flags in table.items() if needs_teacher(name, flags)} == {
+            "sft_teacher", "on_policy", "on_policy_forward_kl", "gkd"}
+
+
 def test_bfcls_own_scores_stay_with_a_row_whose_answers_are_gone(monkeypatch, tmp_path):
     """bfcl.py re-measuring some arms on a machine without the others' runs: a row whose answers file is gone keeps
     the "official" it was recorded with (nothing is run on it), a row whose answers have a report reads it, and one
