@@ -36,7 +36,9 @@ it is missing), and each row then carries `official`: BFCL's own accuracy, disti
 row gives the tokens sampled through its step (student's and teacher's answers, from the run's metrics.jsonl;
 sft_teacher's are the teacher's answers it trained on, spread evenly over its steps, its wall time includes their
 sampling) and the wall time at its checkpoint; grpo's rows also `rewarded_answers`, how many of its sampled answers
-through that step were right (with none, GRPO has no gradient).
+through that step were right (with none, GRPO has no gradient); and where the run logged them, `grad_norm_mean` and
+`forward_kl_mean`, the mean gradient norm and the teacher's KL to the student per sampled token over the steps since
+the previous checkpoint (whether the loss still moved the student, and how far its answers were from the teacher's).
 
 Time, alone on two CPU cores: 60 steps of on_policy_forward_kl 47 minutes, of sft_teacher 30 (its 480 teacher answers
 sampled in 7.5 of those); one measure of the 150 held-out questions about 2.5 minutes (over 5 beside other work); all
@@ -81,6 +83,7 @@ from curves import (  # noqa: E402
     with_rewarded_answers,
     with_sampled_tokens,
     with_teacher_sampling,
+    with_training_signal,
 )
 
 from distill.config import DistillConfig
@@ -388,8 +391,8 @@ def main() -> int:
         record = train(directory, table[name] + (["--seed", str(args.seed)] if args.seed and name != "teacher" else []),
                        args.resume)
         rows = curve(directory, partial(measure_checkpoint, held_out, directory / "answers"), args.resume)
-        rows = official.rows(with_rewarded_answers(with_sampled_tokens(rows, directory, BATCH), directory,
-                                                   BATCH * ACCUMULATION))
+        rows = with_training_signal(with_sampled_tokens(rows, directory, BATCH), directory)
+        rows = official.rows(with_rewarded_answers(rows, directory, BATCH * ACCUMULATION))
         seconds = record["seconds"]
         if sampling is not None:  # the teacher's answers were sampled before step 1, spread over the steps trained
             rows = with_teacher_sampling(rows, sampling, args.steps)

@@ -168,6 +168,25 @@ def with_rewarded_answers(rows: list[dict], run_dir: Path, answers_per_step: int
     return [{**row, "rewarded_answers": through(per_step, row["step"])} for row in rows]
 
 
+def with_training_signal(rows: list[dict], run_dir: Path, keys: tuple[str, ...] = ("grad_norm", "forward_kl")) -> list[dict]:
+    """`rows` (sorted by step) with "<key>_mean" for each of `keys` the run logged: its mean over the steps since the
+    previous row (steps 1 to the first row's step for the first). grad_norm says whether a loss still moved the
+    student; forward_kl, the teacher's KL to the student per sampled token, how far the student's answers were from
+    what the teacher would write: a loss can fall silent (a JSD saturates) while the student is far from the teacher.
+    A step logged twice (a resumed run) counts once; a run without metrics.jsonl gets its rows back as they are."""
+    if not (run_dir / "metrics.jsonl").is_file():
+        return rows
+    logged = {int(r["step"]): r for r in metrics(run_dir)}
+    out, previous = [], 0
+    for row in rows:
+        window = [logged[s] for s in sorted(logged) if previous < s <= row["step"]]
+        means = {f"{key}_mean": sum(r[key] for r in window if key in r) / count
+                 for key in keys if (count := sum(key in r for r in window))}
+        out.append({**row, **means})
+        previous = row["step"]
+    return out
+
+
 def final_rows(results: dict, measure: str) -> dict:
     """Each arm's last checkpoint (seed 0's `results["arms"]`), with its training minutes and `measure` for every seed
     measured (`results["repeats"]`): "<measure>_by_seed", "<measure>_mean", "seeds"."""

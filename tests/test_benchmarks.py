@@ -209,6 +209,23 @@ def test_rewarded_answers_count_the_right_sampled_answers_through_each_checkpoin
     assert curves.with_rewarded_answers(rows, run_dir, 8) == rows
 
 
+def test_training_signal_is_the_mean_over_the_steps_since_the_previous_checkpoint(tmp_path):
+    """Each checkpoint row's grad_norm_mean and forward_kl_mean: the mean over the steps after the previous row up to
+    its own (a step logged twice, as after a resume, counted once; a key a step did not log left out of its mean); a
+    run without metrics gets its rows back."""
+    curves = _curves_module()
+    run_dir = tmp_path / "on_policy"
+    run_dir.mkdir()
+    logged = [{"step": 1, "grad_norm": 4.0, "forward_kl": 20.0}, {"step": 2, "grad_norm": 9.0, "forward_kl": 30.0},
+              {"step": 2, "grad_norm": 2.0, "forward_kl": 10.0}, {"step": 3, "grad_norm": 0.5},
+              {"step": 4, "grad_norm": 1.5, "forward_kl": 2.0}]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in logged))
+    rows = curves.with_training_signal([{"step": 2, "accuracy": 0.0}, {"step": 4, "accuracy": 0.5}], run_dir)
+    assert rows == [{"step": 2, "accuracy": 0.0, "grad_norm_mean": 3.0, "forward_kl_mean": 15.0},
+                    {"step": 4, "accuracy": 0.5, "grad_norm_mean": 1.0, "forward_kl_mean": 2.0}]
+    assert curves.with_training_signal([{"step": 2}], tmp_path / "gone") == [{"step": 2}]
+
+
 def test_mcnemar_p_value_is_the_exact_binomial_test_from_its_definition(monkeypatch):
     """bfcl.py's paired comparison against the definition: the probability, under a fair coin for each question only
     one arm answers right, of every split no more likely than the one observed."""
