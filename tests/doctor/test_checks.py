@@ -121,6 +121,23 @@ def test_a_large_learning_rate_on_a_whole_pretrained_student(tokenizer):
     assert all(findings_of("learning_rate", ctx) == [] for ctx in quiet)
 
 
+def test_a_cut_student_saved_and_trained_again_is_not_a_whole_pretrained_one(tokenizer, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from distill.models import cut_from_layers, make_student
+
+    pretrained = tiny_lm(len(tokenizer), layers=3, seed=2, eos_token_id=tokenizer.eos_token_id)
+    make_student(pretrained, "drop_every:3").save_pretrained(tmp_path / "cut")  # what a first distill run saves
+    pretrained.save_pretrained(tmp_path / "whole")
+    cut, whole = (AutoModelForCausalLM.from_pretrained(tmp_path / name) for name in ("cut", "whole"))
+    assert (cut_from_layers(cut), cut_from_layers(whole)) == (3, None)
+    assert cut_from_layers(make_student(cut, "first:1")) == 3  # cut again: still the pretrained model's count
+    given = {"student_given": True, "method": "on_policy", "learning_rate": 1e-4}  # student_init all: as it is
+    assert findings_of("learning_rate", context(tokenizer, student=cut, **given)) == []
+    [found] = findings_of("learning_rate", context(tokenizer, student=whole, **given))
+    assert "whole pretrained student" in found.measured
+
+
 def test_a_student_that_is_the_teacher(tokenizer):
     student = tiny_lm(len(tokenizer), seed=2, eos_token_id=tokenizer.eos_token_id)
     [found] = findings_of("teacher_is_student", context(tokenizer, student=student, teacher=copy.deepcopy(student)))

@@ -21,7 +21,7 @@ from distill.doctor.memory import GIB, memory_estimate, memory_fix
 from distill.doctor.timing import estimate, step_seconds, steps_to_time, unit_costs
 from distill.generation import AUTO, get_engine
 from distill.methods.async_fields import AsyncFields
-from distill.models import eos_token_ids
+from distill.models import cut_from_layers, eos_token_ids
 
 ON_POLICY_METHODS = ("on_policy", "iw_opd", "gkd", "sdft", "sdpo", "gold")
 PRETRAINED_LR = 2e-5  # measured: benchmarks/sums.py (see `learning_rate`)
@@ -140,7 +140,8 @@ def padded_rows(context: DoctorContext) -> list[Finding]:
                 "student 5e-5 already collapsed iw_opd and 1e-5 did better for on_policy")
 def learning_rate(context: DoctorContext) -> list[Finding]:
     config = context.config
-    whole = config.resolved_student_init(context.student_given) == "all"
+    cut = cut_from_layers(context.student)  # also a model a distill run cut and saved, now given as `student`
+    whole = config.resolved_student_init(context.student_given) == "all" and cut is None
     if not whole or config.method not in ON_POLICY_METHODS or config.learning_rate <= PRETRAINED_LR or config.use_peft:
         return []
     return [Finding("learning_rate", "warning",

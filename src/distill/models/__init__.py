@@ -31,6 +31,7 @@ from distill.models.loading import (
 )
 from distill.models.student import (
     count_parameters,
+    cut_from_layers,
     layers_of,
     make_student,
     parse_student_init,
@@ -56,6 +57,7 @@ __all__ = [
     "check_safetensors",
     "context_length",
     "count_parameters",
+    "cut_from_layers",
     "describe_stop_tokens",
     "end_of_turn_id",
     "eos_token_ids",

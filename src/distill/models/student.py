@@ -10,6 +10,11 @@ from torch import nn
 
 logger = logging.getLogger(__name__)
 
+# Set on a student's (language model's) config when `student_init` cut its layers: the layer count of the pretrained
+# model it was cut from. `save_pretrained` writes it to config.json, so a model distill saved and trains again (given
+# as `student`) is still known to be a cut model, not a whole pretrained one (`distill.doctor.checks.learning_rate`).
+CUT_FROM_LAYERS = "distill_cut_from_layers"
+
 
 def parse_student_init(spec: str) -> tuple[str, list[int] | int | None]:
     """Parse `student_init` into (kind, argument); raises ValueError with the accepted forms."""
@@ -87,11 +92,19 @@ def make_student(base: nn.Module, spec: str) -> nn.Module:
     # A vision-language model's layers are its language model's (`text_config`); a causal LM's config is its own.
     config = student.config.get_text_config() if hasattr(student.config, "get_text_config") else student.config
     config.num_hidden_layers = len(keep)
+    setattr(config, CUT_FROM_LAYERS, getattr(config, CUT_FROM_LAYERS, None) or len(layers))
     layer_types = getattr(config, "layer_types", None)
     if isinstance(layer_types, list) and len(layer_types) == len(layers):
         config.layer_types = [layer_types[i] for i in keep]
     logger.info("student_init %s: kept %d of %d layers %s", spec, len(keep), len(layers), keep)
     return student
+
+
+def cut_from_layers(model: nn.Module) -> int | None:
+    """The layer count of the pretrained model `model` was cut from by `student_init` (in this run or in the distill
+    run that saved it), or None for a model whose layers were never cut."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return getattr(config, CUT_FROM_LAYERS, None)
 
 
 def count_parameters(model: nn.Module) -> int:
