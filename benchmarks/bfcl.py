@@ -47,7 +47,9 @@ arms of one student and seed, 5 to 7 hours.
     python benchmarks/bfcl.py [--steps 60] [--every 20] [--student full|dropped] [--seed N] [--arms NAME ...]
                               [--resume] [--official] [--heldout N] [--runs DIR] [--data DIR] [--doctor]
 Writes benchmarks/results/bfcl.json (the full student; the dropped one: bfcl_dropped.json) and its .png and prints a
-table. `--seed N` (N > 0, with --resume) repeats the student arms with training seed N into `repeats`; `final` gives
+table. `--steps N` other than 60 gives the student arms a budget of their own: their runs RUNS/.../ARM_Nsteps and the
+result file bfcl_Nsteps.json (bfcl_dropped_Nsteps.json), while the teacher stays the one 60-step teacher (with --resume
+and the arm `teacher` listed, its trained run is reused and its curve copied in). `--seed N` (N > 0, with --resume) repeats the student arms with training seed N into `repeats`; `final` gives
 each arm's last checkpoint with its accuracy for every seed measured; `paired` compares every two arms' last
 checkpoints (seed 0) question by question (how many only one answers right, and McNemar's exact p-value), from
 `right_at_final` (each such checkpoint's right and wrong answers, kept so that a later invocation without the earlier
@@ -108,6 +110,7 @@ TEACHER_SAMPLING = SamplingParams(_DEFAULTS.teacher_sampling_temperature, _DEFAU
 # whole pretrained student drifts on its own samples at 3e-4, and `distill doctor` warns above 2e-5. Every arm of a
 # student takes the same rate, so that the arms differ only in what they train on.
 RESULTS = {"full": "benchmarks/results/bfcl.json", "dropped": "benchmarks/results/bfcl_dropped.json"}
+STEPS, EVERY = 60, 20  # the default budget; the teacher is always trained with it, so every budget shares one teacher
 
 
 def needs_teacher(name: str, flags: list[str]) -> bool:
@@ -119,12 +122,13 @@ def needs_teacher(name: str, flags: list[str]) -> bool:
 def arms(data: Path, runs: Path, steps: int, every: int, student: str, seed: int) -> dict[str, list[str]]:
     """Each arm's `distill train` flags (CHECKPOINT_FLAGS and --output_dir added by `curves.train`)."""
     budget = ["--max_steps", str(steps), "--save_steps", str(every)]
+    teacher_budget = ["--max_steps", str(STEPS), "--save_steps", str(EVERY)]
     shape = ["--max_prompt_length", str(MAX_PROMPT_LENGTH), "--max_new_tokens", str(MAX_NEW_TOKENS),
              "--per_device_train_batch_size", str(BATCH), "--gradient_accumulation_steps", str(ACCUMULATION)]
     rows = ["--dataset", str(data / "bfcl.jsonl"), "--dataset_split", "train", *shape]
     teacher, chosen = ["--teacher", str(runs / "teacher" / "model")], STUDENTS[student]
     return {
-        "teacher": ["--method", "sft", "--student", DEFAULT_TEACHER, "--learning_rate", "1e-4", *budget, *rows],
+        "teacher": ["--method", "sft", "--student", DEFAULT_TEACHER, "--learning_rate", "1e-4", *teacher_budget, *rows],
         "sft_teacher": ["--method", "sft", *chosen, *budget, "--dataset", str(teacher_answers_path(runs, steps, seed)),
                         *shape],
         "on_policy": ["--method", "on_policy", *teacher, *chosen, *budget, *rows],
@@ -135,10 +139,18 @@ def arms(data: Path, runs: Path, steps: int, every: int, student: str, seed: int
     }
 
 
-def run_dir(runs: Path, name: str, student: str, seed: int) -> Path:
+def run_dir(runs: Path, name: str, student: str, seed: int, steps: int = STEPS) -> Path:
+    """An arm's run: RUNS/teacher, or RUNS/STUDENT[/seedN]/NAME, with `_STEPSsteps` for a budget other than STEPS."""
     if name == "teacher":
         return runs / "teacher"
-    return runs / student / f"seed{seed}" / name if seed else runs / student / name
+    arm = name if steps == STEPS else f"{name}_{steps}steps"
+    return runs / student / f"seed{seed}" / arm if seed else runs / student / arm
+
+
+def results_path(student: str, steps: int) -> str:
+    """The result file of `student`'s arms at `steps` steps: RESULTS[student], with `_STEPSsteps` for another budget."""
+    default = RESULTS[student]
+    return default if steps == STEPS else default.replace(".json", f"_{steps}steps.json")
 
 
 def teacher_answers_path(runs: Path, steps: int, seed: int) -> Path:
@@ -333,7 +345,7 @@ class Official:
                 if Path(row["answers"]).is_file() else row for row in rows]
 
 
-def doctor(table: dict[str, list[str]], names: list[str], runs: Path, student: str, seed: int) -> int:
+def doctor(table: dict[str, list[str]], names: list[str], runs: Path, student: str, seed: int, steps: int) -> int:
     """`distill doctor` on each arm's command line (as `curves.train` runs it): 1 when any would not start."""
     failed = []
     for name in names:
@@ -342,7 +354,7 @@ def doctor(table: dict[str, list[str]], names: list[str], runs: Path, student: s
             print("(sft_teacher trains on the teacher's answers, which the arm samples first: not written yet)")
         print(f"== {name}: distill doctor {' '.join(flags)}", flush=True)
         done = subprocess.run([sys.executable, "-m", "distill", "doctor", "--output_dir",
-                               str(run_dir(runs, name, student, seed)), *flags])
+                               str(run_dir(runs, name, student, seed, steps)), *flags])
         failed += [name] if done.returncode else []
     print(f"doctor: {len(names) - len(failed)} of {len(names)} arms would start" + (f"; not {failed}" if failed else ""))
     return 1 if failed else 0
@@ -350,8 +362,8 @@ def doctor(table: dict[str, list[str]], names: list[str], runs: Path, student: s
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--every", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=STEPS, help="the student arms' steps (the teacher's: always 60)")
+    parser.add_argument("--every", type=int, default=EVERY, help="the student arms' steps between checkpoints")
     parser.add_argument("--student", choices=list(RESULTS), default="full")
     parser.add_argument("--seed", type=int, default=0, help="the student arms' training seed (the teacher's is 0)")
     parser.add_argument("--heldout", type=int, default=0, help="measure the first N held-out questions (0: all 150)")
@@ -359,13 +371,14 @@ def main() -> int:
     parser.add_argument("--runs", type=Path, default=Path("runs/bench_bfcl"), help="run directories (not committed)")
     parser.add_argument("--data", type=Path, default=Path("data/bfcl"), help="the rows (written when missing)")
     parser.add_argument("--doctor", action="store_true", help="only check each arm's command line with distill doctor")
-    student = parser.parse_known_args()[0].student
-    args = parse_arm_arguments(parser, arms(Path(), Path(), 60, 20, student, 0), RESULTS[student])
+    known = parser.parse_known_args()[0]
+    student = known.student
+    args = parse_arm_arguments(parser, arms(Path(), Path(), STEPS, EVERY, student, 0), results_path(student, known.steps))
     runs, data = args.runs, args.data
     check_rows(data, write=not args.doctor)
     table = arms(data, runs, args.steps, args.every, student, args.seed)
     if args.doctor:
-        return doctor(table, args.arms, runs, student, args.seed)
+        return doctor(table, args.arms, runs, student, args.seed, args.steps)
     held_out = read_rows(data, "heldout")[: args.heldout or None]
     out = Path(args.out)
     results = json.loads(out.read_text()) if args.resume and out.is_file() else {"arms": {}, "seconds": {}}
@@ -377,7 +390,7 @@ def main() -> int:
         record_part(results, "untrained", [provenance()])
     results["untrained"] = official.rows([results["untrained"]])[0]
     for name in args.arms:
-        directory = run_dir(runs, name, student, args.seed)
+        directory = run_dir(runs, name, student, args.seed, args.steps)
         if needs_teacher(name, table[name]) and not (runs / "teacher" / "model").is_dir():
             raise SystemExit(f"arm {name} needs the teacher, {runs / 'teacher' / 'model'}: run the arm teacher first")
         sampling = None

@@ -259,6 +259,22 @@ def test_bfcl_arms_that_need_the_teacher_are_known_before_they_start(monkeypatch
             "sft_teacher", "on_policy", "on_policy_forward_kl", "gkd"}
 
 
+def test_a_longer_bfcl_budget_keeps_the_one_teacher_and_its_own_runs_and_results(monkeypatch):
+    """bfcl.py --steps N (N other than 60): the student arms train N steps in runs and a result file of their own, so
+    the 60-step runs and bfcl_dropped.json are untouched, and the teacher is the same 60-step run for every budget."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from bfcl import arms, results_path, run_dir
+
+    default, longer = (arms(Path("data"), Path("runs"), steps, every, "dropped", 0) for steps, every in ((60, 20), (240, 60)))
+    assert default["teacher"] == longer["teacher"]
+    assert longer["gkd"][longer["gkd"].index("--max_steps") + 1] == "240"
+    assert run_dir(Path("runs"), "teacher", "dropped", 0, 240) == Path("runs/teacher")
+    assert run_dir(Path("runs"), "gkd", "dropped", 1) == Path("runs/dropped/seed1/gkd")
+    assert run_dir(Path("runs"), "gkd", "dropped", 1, 240) == Path("runs/dropped/seed1/gkd_240steps")
+    assert results_path("dropped", 60) == "benchmarks/results/bfcl_dropped.json"
+    assert results_path("dropped", 240) == "benchmarks/results/bfcl_dropped_240steps.json"
+
+
 def test_bfcls_own_scores_stay_with_a_row_whose_answers_are_gone(monkeypatch, tmp_path):
     """bfcl.py re-measuring some arms on a machine without the others' runs: a row whose answers file is gone keeps
     the "official" it was recorded with (nothing is run on it), a row whose answers have a report reads it, and one
