@@ -140,8 +140,8 @@ def padded_rows(context: DoctorContext) -> list[Finding]:
                 "student 5e-5 already collapsed iw_opd and 1e-5 did better for on_policy")
 def learning_rate(context: DoctorContext) -> list[Finding]:
     config = context.config
-    cut = cut_from_layers(context.student)  # also a model a distill run cut and saved, now given as `student`
-    whole = config.resolved_student_init(context.student_given) == "all" and cut is None
+    # cut_from_layers: also a model that an earlier distill run cut and saved, given back as `student`
+    whole = config.resolved_student_init(context.student_given) == "all" and cut_from_layers(context.student) is None
     if not whole or config.method not in ON_POLICY_METHODS or config.learning_rate <= PRETRAINED_LR or config.use_peft:
         return []
     return [Finding("learning_rate", "warning",
