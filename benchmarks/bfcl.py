@@ -51,11 +51,11 @@ table. `--steps N` other than 60 gives the student arms a budget of their own: t
 result file bfcl_Nsteps.json (bfcl_dropped_Nsteps.json), while the teacher stays the one 60-step teacher (with --resume
 and the arm `teacher` listed, its trained run is reused and its curve copied in). `--seed N` (N > 0, with --resume)
 repeats the student arms with training seed N into `repeats`; `final` gives each arm's last checkpoint with its
-accuracy for every seed measured; `paired` compares every two arms' last checkpoints (seed 0) question by question (how many only one answers right, and McNemar's exact p-value), from
-`right_at_final` (each such checkpoint's right and wrong answers, kept so that a later invocation without the earlier
-runs' answers on disk can still compare them); `repeats_paired` and `repeats_right_at_final` do the same for each
-repeated seed (its arms and the teacher, which is trained once). `--doctor`
-runs `distill doctor` on each arm's command line instead (it loads the models and times a step, writes nothing).
+accuracy for every seed measured; `paired` compares every two arms' last checkpoints (seed 0) question by question
+(how many only one answers right, and McNemar's exact p-value), from `right_at_final` (each such checkpoint's right and
+wrong answers, kept so that a later invocation without the earlier runs' answers on disk can still compare them);
+`repeats_paired` and `repeats_right_at_final` do the same for each repeated seed (its arms and the teacher, which is
+trained once). `--doctor` runs `distill doctor` on each arm's command line instead (it loads the models and times a step, writes nothing).
 """
 
 from __future__ import annotations
