@@ -55,7 +55,8 @@ accuracy for every seed measured; `paired` compares every two arms' last checkpo
 (how many only one answers right, and McNemar's exact p-value), from `right_at_final` (each such checkpoint's right and
 wrong answers, kept so that a later invocation without the earlier runs' answers on disk can still compare them);
 `repeats_paired` and `repeats_right_at_final` do the same for each repeated seed (its arms and the teacher, which is
-trained once). `--doctor` runs `distill doctor` on each arm's command line instead (it loads the models and times a step, writes nothing).
+trained once). `--doctor` runs `distill doctor` on each arm's command line instead (it loads the models and times a
+step, writes nothing).
 """
 
 from __future__ import annotations
