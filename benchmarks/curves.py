@@ -63,7 +63,18 @@ def train(run_dir: Path, flags: list[str], resume: bool) -> dict:
                     "provenance": provenance()})
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     history_path.write_text(json.dumps(history, indent=2))
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    try:
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    except subprocess.CalledProcessError:
+        # An invocation that failed before writing a checkpoint (another run holds the directory, a bad flag) trained
+        # nothing: left in the history, it would be taken for the start of the checkpoints written after it.
+        if not any((path / "state.json").stat().st_mtime >= start for path in list_checkpoints(run_dir)):
+            history.pop()
+            if history:
+                history_path.write_text(json.dumps(history, indent=2))
+            else:
+                history_path.unlink()
+        raise
     written = checkpoint_seconds(run_dir, history)
     result = {"command": history[0]["command"], "seconds": seconds_since(history, written, time.time()),
               "checkpoint_seconds": {str(step): written[step] for step in sorted(written)},

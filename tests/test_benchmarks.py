@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import os
 import re
 from importlib import metadata
 from pathlib import Path
@@ -163,6 +164,33 @@ def test_each_training_invocation_records_its_environment(tmp_path, monkeypatch)
     assert "--resume" in commands[1]
     assert record["provenance"][0] is None and record["provenance"][1]["versions"] == entry["versions"]
     assert json.loads((run_dir / "train.json").read_text())["provenance"] == record["provenance"]
+
+
+def test_an_invocation_that_failed_before_training_leaves_no_trace_in_the_history(tmp_path, monkeypatch):
+    """A resumed `distill train` that fails at once (another run holds the directory) is dropped from the run's
+    invocation history, so the checkpoints the live run writes later still count from that run's start."""
+    import subprocess
+
+    curves = _curves_module()
+    run_dir = tmp_path / "arm"
+    state = run_dir / "checkpoints" / "step-000006" / "state.json"
+    state.parent.mkdir(parents=True)
+    state.write_text("{}")
+    os.utime(state, (1_000.0, 1_000.0))
+    history = [{"start": 900.0, "resumed_from": None, "command": "-m distill train"},
+               {"start": 1_100.0, "resumed_from": 6, "command": "-m distill train --resume"}]
+    (tmp_path / "arm.invocations.json").write_text(json.dumps(history))
+    run = curves.subprocess.run
+
+    def locked(command, *args, **kwargs):
+        if command[1:4] == ["-m", "distill", "train"]:
+            raise subprocess.CalledProcessError(2, command)
+        return run(command, *args, **kwargs)
+
+    monkeypatch.setattr(curves.subprocess, "run", locked)
+    with pytest.raises(subprocess.CalledProcessError):
+        curves.train(run_dir, ["--max_steps", "60"], resume=True)
+    assert json.loads((tmp_path / "arm.invocations.json").read_text()) == history
 
 
 def test_reused_arms_keep_the_environment_they_were_measured_in(tmp_path):
