@@ -89,8 +89,7 @@ def make_student(base: nn.Module, spec: str) -> nn.Module:
         for module in layer.modules():
             if hasattr(module, "layer_idx"):
                 module.layer_idx = new_index
-    # A vision-language model's layers are its language model's (`text_config`); a causal LM's config is its own.
-    config = student.config.get_text_config() if hasattr(student.config, "get_text_config") else student.config
+    config = _language_config(student)
     config.num_hidden_layers = len(keep)
     setattr(config, CUT_FROM_LAYERS, getattr(config, CUT_FROM_LAYERS, None) or len(layers))
     layer_types = getattr(config, "layer_types", None)
@@ -103,8 +102,12 @@ def make_student(base: nn.Module, spec: str) -> nn.Module:
 def cut_from_layers(model: nn.Module) -> int | None:
     """The layer count of the pretrained model `model` was cut from by `student_init` (in this run or in the distill
     run that saved it), or None for a model whose layers were never cut."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    return getattr(config, CUT_FROM_LAYERS, None)
+    return getattr(_language_config(model), CUT_FROM_LAYERS, None)
+
+
+def _language_config(model: nn.Module):
+    """The config that holds the language model's layers: a vision-language model's `text_config`, else its own."""
+    return model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
 
 
 def count_parameters(model: nn.Module) -> int:
