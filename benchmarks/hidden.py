@@ -13,7 +13,8 @@ step time of every teacher location side by side, and (`--outcome`) what exactne
    from the float32 states and from the bfloat16 / int8 ones (the same head), mean and max over all tokens.
 4. Step time of gkd (off-policy on those completions, batch 4 x 2, the default student) with the teacher
    as a local model, a `serve-teacher` giving hidden states, the hidden-state caches, a top-K server and a
-   top-K cache; each in a fresh process, the first step untimed, the arms alternating `--rounds` times.
+   top-K cache; each in a fresh process, the first step untimed, the arms alternating `--rounds` times (3:
+   the median then sets one slow run aside, which a median of 2 cannot).
 5. `--outcome`: the offline recipe (teacher samples, forward KL; its student is the teacher minus every third
    layer) from the top-K cache and from the bfloat16 hidden-state cache at equal steps (`--outcome-steps`,
    every bundled training prompt); then `distill eval`
@@ -192,7 +193,8 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=64)
     parser.add_argument("--k", type=int, default=20)
     parser.add_argument("--steps", type=int, default=4, help="timed steps per arm")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="runs of each arm, alternating; the median of 3 or more sets one slow run aside")
     parser.add_argument("--outcome", action="store_true")
     parser.add_argument("--outcome-steps", type=int, default=40)
     parser.add_argument("--child", choices=ARMS)
