@@ -1,8 +1,8 @@
 """The hidden-state teacher payload against top-K log-probs: bytes per token, the error of rounded states, the
 step time of every teacher location side by side, and (`--outcome`) what exactness buys in training.
 
-    python benchmarks/hidden.py                      # SmolLM2-135M-Instruct teacher, CPU; about 10 minutes
-    python benchmarks/hidden.py --outcome            # + the offline recipe from both caches; about 30 minutes
+    python benchmarks/hidden.py                      # SmolLM2-135M-Instruct teacher, CPU; about 15 minutes
+    python benchmarks/hidden.py --outcome            # + the offline recipe from both caches; about 22 minutes
 
 1. Data: the first `--examples` bundled prompts; the teacher samples their completions once
    (`cache-teacher --generate`), which become a dataset's completions, so every cache and every run below
