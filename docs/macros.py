@@ -86,10 +86,18 @@ def lookup(value, path: str, where: str):
 
 
 def provenance_text(entry: dict) -> str:
-    """A result's `provenance` (benchmarks/provenance.py) in words: its commit and the versions of torch and
-    transformers (and of the reference library or vLLM where they were installed), or that they were not recorded."""
+    """A result's `provenance` (benchmarks/provenance.py) in words: its commit, the versions of torch and
+    transformers (and of the reference library or vLLM where they were installed), or that they were not recorded,
+    and the processor where it was recorded."""
     commit = f"commit `{entry['commit'][:10]}`" if entry.get("commit") else "an unrecorded commit"
-    return f"{commit}, {versions_text(entry.get('versions'))}"
+    return f"{commit}, {versions_text(entry.get('versions'))}{cpu_text(entry.get('cpu'))}"
+
+
+def cpu_text(cpu) -> str:
+    if not isinstance(cpu, dict) or not cpu.get("model"):
+        return ""
+    kernels = f" (torch's {cpu['torch_kernels']} kernels)" if cpu.get("torch_kernels") else ""
+    return f", processor {cpu['model']}{kernels}"
 
 
 def versions_text(versions) -> str:

@@ -13,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -75,8 +76,24 @@ def test_write_result_adds_the_installed_versions_and_the_commit(tmp_path):
     assert entry["versions"]["transformers"] == metadata.version("transformers")
     assert entry["versions"]["vllm"] is None or isinstance(entry["versions"]["vllm"], str)
     assert entry["commit"] is None or COMMIT.match(entry["commit"])
+    assert set(entry["cpu"]) == {"model", "vector_isa", "torch_kernels"}
     with pytest.raises(TypeError, match="JSON object"):
         provenance.write_result(tmp_path / "list.json", [1, 2])
+
+
+def test_the_processor_is_recorded_with_the_instruction_sets_that_pick_torchs_kernels(tmp_path):
+    """Same packages, another processor: torch's CPU kernels (AVX2, AVX-512, AMX) round differently, so the
+    processor is part of what a number was measured with."""
+    provenance = _provenance_module()
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9654\nflags\t\t: fpu sse avx2 fma avx512f avx512_bf16\n\n"
+                       "processor\t: 1\nmodel name\t: AMD EPYC 9654\nflags\t\t: fpu sse avx2 fma avx512f avx512_bf16\n")
+    recorded = provenance.cpu_model(cpuinfo)
+    assert recorded["model"] == "AMD EPYC 9654"
+    assert recorded["vector_isa"] == ["avx2", "fma", "avx512f", "avx512_bf16"]
+    assert recorded["torch_kernels"] == torch.backends.cpu.get_cpu_capability()  # torch is imported in this process
+    missing = provenance.cpu_model(tmp_path / "absent")
+    assert missing["vector_isa"] is None
 
 
 def test_backfill_states_only_what_is_known(tmp_path, monkeypatch):

@@ -96,6 +96,8 @@ def test_a_ratio_and_a_provenance_render_from_the_file():
     assert ratio == f"{arms['local']['seconds_per_step'] / arms['top-k cache']['seconds_per_step']:.3f}"
     recorded = {"commit": "a" * 40, "versions": {"torch": "2.13.0+cpu", "transformers": "5.25.0", "trl": None}}
     assert macros.provenance_text(recorded) == "commit `aaaaaaaaaa`, torch 2.13.0+cpu, transformers 5.25.0"
+    on_cpu = {**recorded, "cpu": {"model": "AMD EPYC", "vector_isa": ["avx2"], "torch_kernels": "AVX512"}}
+    assert macros.provenance_text(on_cpu).endswith("transformers 5.25.0, processor AMD EPYC (torch's AVX512 kernels)")
     assert macros.provenance_text({"commit": "b" * 40, "versions": "not recorded"}).endswith("package versions not recorded")
     other = {"commit": "c" * 40, "versions": {"torch": "2.13.0+cpu", "transformers": "5.26.0"}}
     parts = {"arms/sft": [recorded], "arms/gkd": [recorded, other], "untrained": "not recorded"}
