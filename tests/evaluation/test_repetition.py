@@ -41,3 +41,16 @@ def test_the_summary_counts_looping_answers_and_shows_one_unit():
     assert result["example"] == "of a concept"
     assert result["distinct_1"] == pytest.approx(len({"a", "concept", "of", "paris", "la"}) / (11 + 1 + 7))
     assert repetition([])["loop_fraction"] == 0.0 and repetition(["Hi."])["example"] is None
+
+
+def test_the_report_states_every_condition_a_loop_must_meet():
+    """eval.md's definition names the length floor too: an answer ending in five repeats of one word (as the default
+    run's "... -Aa -Aa -Aa -Aa -Aa") is not counted, and the sentence must say why."""
+    from distill.evaluation.evaluator import repetition_lines
+
+    answers = ["It depends on the way it affects. -Aa -Aa -Aa -Aa -Aa"]
+    found = repetition(answers)
+    assert found["looping"] == 0
+    [sentence] = [line for line in repetition_lines({"metrics": {"after": {"repetition": found}}}) if line]
+    assert "up to 8 words repeated at least 3 times to its end, over 6 words or more" in sentence
+    assert "after 0/1 looping" in sentence

@@ -23,7 +23,7 @@ from distill.conversations.layout import Layout
 from distill.conversations.tools import FAILURES
 from distill.data import Example
 from distill.evaluation.leakage import LEAK_WORDS, template_leakage
-from distill.evaluation.repetition import MAX_PERIOD, MIN_REPEATS, repetition
+from distill.evaluation.repetition import MAX_PERIOD, MIN_LOOP_WORDS, MIN_REPEATS, repetition
 from distill.generation import AUTO, SamplingParams, generate_completions
 from distill.no_grad import no_grad
 from distill.objectives import DivergenceObjective, StepContext
@@ -462,7 +462,8 @@ def repetition_lines(report: dict) -> list[str]:
         if not found:
             continue
         lines += ["", f"Repetition of the {answers} (looping: the answer ends in a unit of up to {MAX_PERIOD} words "
-                  f"repeated at least {MIN_REPEATS} times to its end; distinct-2: distinct word pairs over all pairs): "
+                  f"repeated at least {MIN_REPEATS} times to its end, over {MIN_LOOP_WORDS} words or more; distinct-2: "
+                  "distinct word pairs over all pairs): "
                   + ", ".join(f"{name} {r['looping']}/{r['answers']} looping = {r['loop_fraction']:.3f}, distinct-2 "
                               f"{r['distinct_2']:.3f}" + (f" ('{r['example']}')" if r["example"] else "")
                               for name, r in found.items()) + "."]
