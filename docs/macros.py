@@ -109,15 +109,18 @@ def versions_text(versions) -> str:
 
 def parts_provenance_text(parts: dict) -> str:
     """A result built over several invocations (its `provenance_of_parts`) in words: the commits its parts were
-    measured at and the package versions (once if every part had the same), and how many parts were not recorded."""
+    measured at, the package versions and the processors where recorded (each once if every part had the same), and
+    how many parts were not recorded."""
     entries = [entry for made_in in parts.values() if isinstance(made_in, list) for entry in made_in
                if isinstance(entry, dict)]
     unrecorded = sum(not isinstance(made_in, list) or not all(isinstance(e, dict) for e in made_in)
                      for made_in in parts.values())
     commits = list(dict.fromkeys(entry["commit"][:10] for entry in entries if entry.get("commit")))  # in part order
     versions = sorted({versions_text(entry.get("versions")) for entry in entries})
+    processors = sorted({cpu_text(entry.get("cpu")).removeprefix(", ") for entry in entries} - {""})
     text = (f"its {len(parts)} parts were measured over several runs, at commits "
-            + ", ".join(f"`{commit}`" for commit in commits) + ", with " + "; or ".join(versions))
+            + ", ".join(f"`{commit}`" for commit in commits) + ", with " + "; or ".join(versions)
+            + (", on " + "; or ".join(processors) if processors else ""))
     return text + (f" ({unrecorded} of them not recorded)" if unrecorded else "")
 
 

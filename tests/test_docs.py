@@ -104,6 +104,9 @@ def test_a_ratio_and_a_provenance_render_from_the_file():
     assert macros.parts_provenance_text(parts) == (
         "its 3 parts were measured over several runs, at commits `aaaaaaaaaa`, `cccccccccc`, with torch 2.13.0+cpu, "
         "transformers 5.25.0; or torch 2.13.0+cpu, transformers 5.26.0 (1 of them not recorded)")
+    parts = {"arms/sft": [on_cpu], "arms/gkd": [on_cpu, recorded]}
+    assert macros.parts_provenance_text(parts).endswith(
+        "with torch 2.13.0+cpu, transformers 5.25.0, on processor AMD EPYC (torch's AVX512 kernels)")
 
 
 def test_the_config_reference_has_every_field_once_with_its_default():
