@@ -185,9 +185,9 @@ def benchmark_reference() -> str:
     tables = curated_tables()
     lines = ["# Benchmark results", "",
              "Every file of `benchmarks/results/`, one section each: what the benchmark measures (from its script's "
-             "docstring), what it was measured with (the commit and package versions the file records), a summary "
-             "table, its plot where it has one, and the raw JSON. The pages that discuss a result say what it shows "
-             "and does not.", ""]
+             "docstring), what it was measured with (the commit, package versions and processor the file records), a "
+             "summary table, its plot where it has one, and the raw JSON. The pages that discuss a result say what it "
+             "shows and does not.", ""]
     for path in sorted(RESULTS.glob("*.json")):
         data = json.loads(path.read_text())
         script = _writing_script(path)
