@@ -84,16 +84,26 @@ def check_split_invariance(step_gradient, tmp_path, metric_keys: tuple[str, ...]
     micro-batch of 8 rows and on two processes with two of 2 each: the same gradient, and the same token-weighted
     `metric_keys` in the logged means. Returns (the single process's result, the ranks')."""
     import pytest
-    import torch
 
     single = step_gradient(0, 1, str(tmp_path / "single"), 8, 1)
     ranks = run_in_processes(step_gradient, world_size=2, args=(str(tmp_path / "multi"), 2, 2))
     for rank in ranks:
-        for name, grad in single["grads"].items():
-            torch.testing.assert_close(rank["grads"][name], grad, rtol=1e-4, atol=1e-7, msg=name)
+        assert_same_gradients(rank["grads"], single["grads"])
     for key in metric_keys:
         assert ranks[0]["metrics"][key] == pytest.approx(single["metrics"][key], rel=1e-5), key
     return single, ranks
+
+
+def assert_same_gradients(actual: dict, expected: dict) -> None:
+    """The same gradient, parameter by parameter, up to float32 rounding: a split over processes and micro-batches
+    sums the same terms in another order, so each tensor's error is bounded relative to its largest entry (1e-5;
+    measured up to 1e-6), not element by element, where an entry near zero can fail on rounding alone and which
+    entry does depends on the processor's kernels. A dropped row or a wrong normaliser moves the gradient by percents."""
+    from tests.losses.reference import assert_close_relative
+
+    assert actual.keys() == expected.keys()
+    for name, grad in expected.items():
+        assert_close_relative(actual[name], grad, 1e-5, name)
 
 
 def accelerate_launch_distill(arguments: list[str], processes: int = 2, timeout: int = 300) -> subprocess.CompletedProcess:

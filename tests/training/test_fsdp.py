@@ -16,6 +16,7 @@ from distill import DistillConfig
 from tests.conftest import chat_rows, train_tiny_tokenizer
 from tests.distributed import (
     accelerate_launch_distill,
+    assert_same_gradients,
     capture_at_optimizer_step,
     run_in_processes,
 )
@@ -65,8 +66,7 @@ def test_fsdp_gradient_equals_single_process(tmp_path, method, overrides):
                              args=(str(tmp_path / "fsdp"), method, True, 2), kwargs=overrides)
     assert ranks[0]["sharded"].startswith("FSDP")  # fully_shard swaps the class to FSDP<name>
     for rank in ranks:
-        for name, grad in single["grads"].items():
-            torch.testing.assert_close(rank["grads"][name], grad, rtol=1e-4, atol=1e-7, msg=name)
+        assert_same_gradients(rank["grads"], single["grads"])
     for key in ("loss", "completion_length", "grad_norm"):
         assert ranks[0]["metrics"][key] == pytest.approx(single["metrics"][key], rel=1e-5), key
     assert ranks[0]["metrics"] == ranks[1]["metrics"]
