@@ -24,7 +24,8 @@ evaluated by the run's own evaluation (`Distiller.evaluator`, the teacher's samp
 on every held-out prompt: forward KL on the teacher's samples (the default's headline), the fraction of answers
 that end in a loop (`distill.evaluation.repetition`) greedy and at temperature 1, and distinct-2. The teacher's
 own greedy and sampled answers are measured the same way: the bar a student should not exceed. With --decoding, the
-default arm's final student and the teacher also answer sampled at temperatures 0.3, 0.5 and 0.7.
+default arm's final student and the teacher also answer sampled at temperatures 0.3, 0.5 and 0.7 (`--arms` is every
+arm unless named: `--resume --decoding --arms`, with no names, adds only these rows to a finished file).
 
     python benchmarks/looping.py [--resume] [--arms NAME ...] [--decoding]   # about 14 minutes an arm on 2 CPU cores
 Writes benchmarks/results/looping.json and looping.png and prints a table.
